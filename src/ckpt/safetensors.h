@@ -1,0 +1,61 @@
+// safetensors files (Hugging Face's format): an 8-byte little-endian header length, a JSON
+// header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then raw
+// little-endian data. Reading maps the file and checks every entry against its bounds.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct SafeTensorEntry {
+  std::string dtype;  // "F32", "F64", "BF16", "F16", "I32", "I64", ...
+  std::vector<int64_t> shape;
+  size_t begin = 0, end = 0;  // byte offsets into the data section
+  int64_t numel() const;
+};
+
+class SafeTensorsReader {
+ public:
+  // Throws naming the file if the header is broken or an entry lies outside the file.
+  explicit SafeTensorsReader(const std::string& path);
+  ~SafeTensorsReader();
+  SafeTensorsReader(const SafeTensorsReader&) = delete;
+  SafeTensorsReader& operator=(const SafeTensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const { return entries_.count(name) != 0; }
+  const SafeTensorEntry& entry(const std::string& name) const;  // throws naming the tensor
+  const std::map<std::string, SafeTensorEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Reads a float tensor (F32, F64, BF16 or F16 on disk) into out, converting to float32. The
+  // stored shape must equal `shape`, else an error names the tensor and both shapes.
+  void read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
+  std::vector<double> read_f64(const std::string& name) const;  // any float dtype
+  std::vector<int32_t> read_i32(const std::string& name) const;
+
+ private:
+  std::string path_;
+  const uint8_t* map_ = nullptr;
+  size_t size_ = 0;
+  const uint8_t* data_ = nullptr;
+  std::map<std::string, SafeTensorEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct SafeTensorOut {
+  std::string name;
+  std::string dtype;  // "F32" or "I32"
+  std::vector<int64_t> shape;
+  const void* data;
+};
+
+// Writes the file durably (temporary name, fsync, rename).
+void write_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
+                       const std::map<std::string, std::string>& metadata);
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+}  // namespace kiln

@@ -1,0 +1,5 @@
+#include "cli/commands.h"
+
+namespace kiln::cli {
+void register_generate(CLI::App&) {}
+}  // namespace kiln::cli

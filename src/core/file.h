@@ -1,0 +1,19 @@
+// Durable file writes: write to a temporary name beside the target, fsync, rename, fsync the
+// directory. A crash leaves either the old file or the new one, never a torn one.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+// The file's contents are the pieces, in order.
+void write_file_atomic(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& pieces);
+void write_file_atomic(const std::string& path, const void* data, size_t bytes);
+void write_file_atomic(const std::string& path, const std::string& text);
+void fsync_path(const std::string& path);  // a file or a directory
+std::string read_file(const std::string& path, const std::string& what);
+
+}  // namespace kiln

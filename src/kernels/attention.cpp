@@ -1,0 +1,100 @@
+#include <cmath>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace kiln {
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        const float* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
+        float* a = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
+          float s = 0;
+          for (int i = 0; i < hs; i++) s += q[i] * k[i];
+          s *= scale;
+          a[t2] = s;
+          if (s > maxv) maxv = s;
+        }
+        float sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          float e = std::exp(a[t2] - maxv);
+          a[t2] = e;
+          sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+        float* o = out + (static_cast<int64_t>(b) * T + t) * C + h * hs;
+        for (int i = 0; i < hs; i++) o[i] = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float* v = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * hs;
+          float w = a[t2];
+          for (int i = 0; i < hs; i++) o[i] += w * v[i];
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // One (b, h) per task: its dq, dk, dv columns belong to it alone, so no two tasks race and
+  // the order of accumulation is fixed.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        float* base = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
+        std::memset(base, 0, sizeof(float) * hs);
+        std::memset(base + C, 0, sizeof(float) * hs);
+        std::memset(base + 2 * C, 0, sizeof(float) * hs);
+      }
+      for (int t = 0; t < T; t++) {
+        const float* a = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
+        float* da = datt + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
+        const float* d = dout + (static_cast<int64_t>(b) * T + t) * C + h * hs;
+        const float* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
+        float* dq = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
+        // through out = att @ v
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float* v = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * hs;
+          float* dv = dqkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * hs;
+          float s = 0;
+          for (int i = 0; i < hs; i++) {
+            s += d[i] * v[i];
+            dv[i] += a[t2] * d[i];
+          }
+          da[t2] = s;
+        }
+        // through the softmax
+        float dot = 0;
+        for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+        for (int t2 = 0; t2 <= t; t2++) da[t2] = a[t2] * (da[t2] - dot) * scale;
+        // through q . k
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
+          float* dk = dqkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
+          float g = da[t2];
+          for (int i = 0; i < hs; i++) {
+            dq[i] += g * k[i];
+            dk[i] += g * q[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,33 @@
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace kiln {
+
+void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
+                           int Vp, float dlogits_scale) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; m++) {
+    float* x = logits + m * Vp;
+    int32_t y = targets[m];
+    float maxv = -INFINITY;
+    for (int i = 0; i < V; i++) maxv = x[i] > maxv ? x[i] : maxv;
+    float target_logit = y >= 0 ? x[y] : 0.0f;
+    // One exp per element: the exponentials overwrite the logits and become the gradient.
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+      float e = std::exp(x[i] - maxv);
+      x[i] = e;
+      sum += e;
+    }
+    losses[m] = y >= 0 ? static_cast<float>(std::log(sum) + maxv - target_logit) : 0.0f;
+    if (dlogits_scale != 0.0f) {
+      float s = y >= 0 ? static_cast<float>(dlogits_scale / sum) : 0.0f;
+      for (int i = 0; i < V; i++) x[i] *= s;
+      if (y >= 0) x[y] -= dlogits_scale;
+      for (int i = V; i < Vp; i++) x[i] = 0;
+    }
+  }
+}
+
+}  // namespace kiln

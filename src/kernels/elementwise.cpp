@@ -1,0 +1,40 @@
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace kiln {
+
+void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void copy(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = x[i];
+}
+
+void scale_inplace(float* y, float s, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] *= s;
+}
+
+double sum_squares(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  int64_t nchunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(nchunks);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < nchunks; c++) {
+    int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
+    double s = 0;
+    for (int64_t i = i0; i < i1; i++) s += static_cast<double>(x[i]) * x[i];
+    partial[c] = s;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+// The non-matmul math of a GPT-2 step, each forward next to its backward.
+//
+// Shape vocabulary: B batch, T time, C channels, NH heads, hs = C/NH head size, V vocabulary,
+// Vp padded vocabulary, M = B*T rows.
+//
+// Gradient convention (as in llm.c): parameter gradients and the residual-stream gradient are
+// accumulated (+=); activation gradients that a kernel alone produces are written (=).
+// Every kernel gives the same bits for any thread count: reductions run in a fixed order.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+// ---- embedding ------------------------------------------------------------------------------
+// out (B,T,C) = wte[inp] + wpe[t]; inp is (B,T).
+void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                     int T, int C);
+// dwte, dwpe += scatter of dout (B,T,C).
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
+                      int T, int C);
+
+// ---- layernorm (eps 1e-5) -------------------------------------------------------------------
+// out (M,C), mean (M), rstd (M) from inp (M,C).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t M, int C);
+// dinp += ..., dw += ..., db += ...
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t M, int C);
+
+// ---- GELU, tanh approximation ---------------------------------------------------------------
+void gelu_forward(float* out, const float* inp, int64_t n);
+// dinp = gelu'(inp) * dout (written).
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// ---- causal self-attention ------------------------------------------------------------------
+// qkv (B,T,3C) holds q, k, v side by side; out (B,T,C); att (B,NH,T,T) keeps the softmax
+// probabilities for backward (rows above the diagonal are zero).
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// dqkv (B,T,3C) is written; datt (B,NH,T,T) is scratch.
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH);
+
+// ---- bias gradient --------------------------------------------------------------------------
+// db (N) += column sums of dout (M,N).
+void bias_backward(float* db, const float* dout, int64_t M, int N);
+
+// ---- loss -----------------------------------------------------------------------------------
+// From logits (M,Vp) whose first V columns are real: losses (M) = -log softmax[target].
+// If dlogits_scale != 0, the logits are replaced in place by dloss/dlogits with
+// dloss = dlogits_scale per row: (softmax - onehot) * scale, and 0 in the padded columns.
+// Targets < 0 are ignored (loss 0, gradient 0).
+void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
+                           int Vp, float dlogits_scale);
+
+// ---- elementwise ----------------------------------------------------------------------------
+void add_inplace(float* y, const float* x, int64_t n);  // y += x
+void copy(float* y, const float* x, int64_t n);         // y = x
+void scale_inplace(float* y, float s, int64_t n);       // y *= s
+
+// Sum of squares in double, in fixed-size chunks summed in order: the same bits for any thread
+// count.
+double sum_squares(const float* x, int64_t n);
+
+// ---- AdamW (decoupled weight decay, bias-corrected) -----------------------------------------
+// For one tensor, in PyTorch's order of operations (t counts from 1):
+//   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
+//   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// `grad_scale` multiplies the gradient on the fly (used for clipping).
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int64_t t;
+};
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a);
+
+}  // namespace kiln

@@ -1,0 +1,98 @@
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace kiln {
+
+namespace {
+constexpr float kEps = 1e-5f;
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t M, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; m++) {
+    const float* x = inp + m * C;
+    float s = 0;
+    for (int c = 0; c < C; c++) s += x[c];
+    float mu = s / C;
+    float v = 0;
+    for (int c = 0; c < C; c++) {
+      float d = x[c] - mu;
+      v += d * d;
+    }
+    float r = 1.0f / std::sqrt(v / C + kEps);
+    float* o = out + m * C;
+    for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * r * w[c] + b[c];
+    mean[m] = mu;
+    rstd[m] = r;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t M, int C) {
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+      const float* x = inp + m * C;
+      const float* d = dout + m * C;
+      float mu = mean[m], r = rstd[m];
+      float dnorm_mean = 0, dnorm_norm_mean = 0;
+      for (int c = 0; c < C; c++) {
+        float norm = (x[c] - mu) * r;
+        float dnorm = w[c] * d[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= C;
+      dnorm_norm_mean /= C;
+      float* di = dinp + m * C;
+      for (int c = 0; c < C; c++) {
+        float norm = (x[c] - mu) * r;
+        float dnorm = w[c] * d[c];
+        di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+      }
+    }
+    // Weight and bias gradients: each thread owns a range of channels, rows in order.
+    constexpr int kBlock = 64;
+    int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+      int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+      float aw[kBlock] = {0}, ab[kBlock] = {0};
+      for (int64_t m = 0; m < M; m++) {
+        const float* x = inp + m * C;
+        const float* d = dout + m * C;
+        float mu = mean[m], r = rstd[m];
+        for (int c = c0; c < c1; c++) {
+          aw[c - c0] += (x[c] - mu) * r * d[c];
+          ab[c - c0] += d[c];
+        }
+      }
+      for (int c = c0; c < c1; c++) {
+        dw[c] += aw[c - c0];
+        db[c] += ab[c - c0];
+      }
+    }
+  }
+}
+
+void bias_backward(float* db, const float* dout, int64_t M, int N) {
+  constexpr int kBlock = 64;
+  int nblocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int j0 = blk * kBlock, j1 = std::min(N, j0 + kBlock);
+    float acc[kBlock] = {0};
+    for (int64_t m = 0; m < M; m++) {
+      const float* d = dout + m * N;
+      for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+    }
+    for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+  }
+}
+
+}  // namespace kiln

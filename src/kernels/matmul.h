@@ -1,0 +1,31 @@
+// Matrix products through oneDNN (fp32 on AVX-512). Row-major throughout.
+//
+//   C(M,N) = op(A)(M,K) @ op(B)(K,N) [+ bias(N)] [+ C if accumulate]
+//
+// op(A) = A when A is stored (M,K); with trans_a, A is stored (K,M). Likewise B is stored (K,N),
+// or (N,K) with trans_b. Primitives are created once per shape and reused.
+#pragma once
+#include <cstdint>
+
+namespace kiln {
+
+struct MatmulShape {
+  int64_t M, N, K;
+  bool trans_a = false;
+  bool trans_b = false;
+  bool accumulate = false;
+  bool bias = false;
+};
+
+void matmul(const MatmulShape& s, const float* a, const float* b, float* c,
+            const float* bias = nullptr);
+
+// Sets the thread count used by every kernel (OpenMP and oneDNN share the pool).
+void set_num_threads(int n);
+int num_threads();
+
+// Best fp32 GEMM rate this machine reaches, in GFLOP/s, over a few large shapes, each run for
+// about `seconds` (the ceiling MFU is measured against when the config states none).
+double measure_peak_gflops(double seconds);
+
+}  // namespace kiln

@@ -1,0 +1,151 @@
+// GPT-2: learned positions, pre-LayerNorm blocks, tanh-GELU MLP, causal self-attention, LM head
+// tied to the token embedding. Explicit forward and backward; no autograd tape.
+//
+// Parameters, gradients and activations each live in one flat buffer; the structs below are
+// typed views (one pointer per tensor) into them. Linear weights are stored in Hugging Face's
+// Conv1D layout (in, out), so y = x @ W + b and checkpoints are a straight copy.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+
+namespace kiln {
+
+struct Gpt2Config {
+  int n_layer = 0;
+  int n_head = 0;
+  int n_embd = 0;
+  int block_size = 0;       // maximum sequence length (n_positions)
+  int vocab_size = 0;       // real vocabulary
+  int padded_vocab_size = 0;  // vocab_size rounded up; padded logits are masked out of the loss
+
+  // Throws kiln::Error naming the offending field.
+  void validate() const;
+};
+
+// Rounds vocab up to a multiple of `multiple`.
+int pad_vocab(int vocab, int multiple);
+
+// One tensor of the flat parameter buffer, named as Hugging Face names GPT-2's tensors.
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // logical shape in the flat buffer (wte holds Vp rows)
+  int64_t offset = 0;
+  int64_t numel = 0;
+  bool decay = false;  // weight decay applies to matrices only
+};
+
+struct ParamLayout {
+  std::vector<ParamTensor> tensors;
+  int64_t total = 0;
+  const ParamTensor& find(const std::string& name) const;  // throws if absent
+};
+
+ParamLayout gpt2_param_layout(const Gpt2Config& c);
+
+struct BlockParams {
+  float *ln1_w, *ln1_b;          // (C)
+  float *qkv_w, *qkv_b;          // (C,3C), (3C)
+  float *attproj_w, *attproj_b;  // (C,C), (C)
+  float *ln2_w, *ln2_b;          // (C)
+  float *fc_w, *fc_b;            // (C,4C), (4C)
+  float *fcproj_w, *fcproj_b;    // (4C,C), (C)
+};
+
+struct ModelParams {
+  float* wte;  // (Vp,C)
+  float* wpe;  // (block_size,C)
+  std::vector<BlockParams> h;
+  float *lnf_w, *lnf_b;  // (C)
+};
+
+ModelParams view_params(const ParamLayout& layout, const Gpt2Config& c, float* base);
+
+// GPT-2 initialisation: normal(0, 0.02) for matrices, residual projections (attn.c_proj,
+// mlp.c_proj) scaled by 1/sqrt(2*n_layer), zero biases, unit LayerNorm weights; padded vocabulary
+// rows are zero. Each tensor draws from its own stream seeded by (seed, tensor index).
+void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, uint64_t seed);
+
+// Activations kept for backward, for a micro-batch of B x T.
+struct Activations {
+  int B = 0, T = 0;
+  Buffer<float> mem;
+  float* encoded;  // (B,T,C)
+  struct Block {
+    float *ln1, *ln1_mean, *ln1_rstd;  // (B,T,C), (B,T), (B,T)
+    float* qkv;                        // (B,T,3C)
+    float* atty;                       // (B,T,C)
+    float* att;                        // (B,NH,T,T)
+    float* residual2;                  // (B,T,C)
+    float *ln2, *ln2_mean, *ln2_rstd;  // (B,T,C), (B,T), (B,T)
+    float* fch;                        // (B,T,4C)
+    float* fch_gelu;                   // (B,T,4C)
+    float* residual3;                  // (B,T,C)
+  };
+  std::vector<Block> h;
+  float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)
+  float* logits;                     // (B,T,Vp); holds dlogits after a training forward
+  float* losses;                     // (B,T)
+};
+
+// Scratch for backward, reused by every layer.
+struct GradScratch {
+  Buffer<float> mem;
+  float* dresidual;  // (B,T,C)
+  float* dln;        // (B,T,C)
+  float* datty;      // (B,T,C)
+  float* dqkv;       // (B,T,3C)
+  float* datt;       // (B,NH,T,T)
+  float* dfch;       // (B,T,4C)
+  float* dfch_gelu;  // (B,T,4C)
+};
+
+// Bytes the activations and scratch of one micro-batch take.
+int64_t gpt2_activation_floats(const Gpt2Config& c, int B, int T);
+int64_t gpt2_scratch_floats(const Gpt2Config& c, int B, int T);
+
+// Times spent per kind of work, in seconds, when profiling is on.
+struct Profile {
+  bool enabled = false;
+  double matmul = 0, attention = 0, layernorm = 0, gelu = 0, lm_head = 0, loss = 0,
+         embedding = 0, residual = 0;
+  void reset() { *this = Profile{enabled}; }
+};
+
+class Gpt2 {
+ public:
+  Gpt2(const Gpt2Config& c, int B, int T);
+  const Gpt2Config& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  int B() const { return B_; }
+  int T() const { return T_; }
+
+  // Forward over inputs (B,T); with targets (B,T) computes per-token losses and returns their
+  // sum. If dloss != 0 the logits buffer is turned into dlogits for a following backward(),
+  // each token's loss weighted by dloss (1 / tokens of the whole step).
+  double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss);
+  // Accumulates parameter gradients into grads (same layout as params).
+  void backward(const float* params, float* grads, const int32_t* inputs);
+
+  const float* logits() const { return acts_.logits; }  // (B,T,Vp), valid after forward w/o dloss
+  const float* losses() const { return acts_.losses; }
+  int64_t activation_bytes() const { return acts_.mem.bytes() + scratch_.mem.bytes(); }
+  Profile& profile() { return profile_; }
+
+ private:
+  Gpt2Config cfg_;
+  int B_, T_;
+  ParamLayout layout_;
+  Activations acts_;
+  GradScratch scratch_;
+  Profile profile_;
+};
+
+// FLOPs of one forward+backward per token: 6*N (N = parameters in matmuls, the tied head counted
+// once) plus the attention term 12*L*C*T (PaLM appendix B).
+double gpt2_flops_per_token(const Gpt2Config& c, int T);
+int64_t gpt2_num_params(const Gpt2Config& c);  // with the unpadded vocabulary
+
+}  // namespace kiln

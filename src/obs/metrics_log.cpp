@@ -1,0 +1,35 @@
+#include "obs/metrics_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace kiln {
+
+MetricsLog::MetricsLog(const std::string& path) {
+  f_ = std::fopen(path.c_str(), "a");
+  if (!f_) fail("cannot open metrics file {}: {}", path, std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsLog::write(const nlohmann::json& entry) {
+  if (!f_) return;
+  std::string line = entry.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+}  // namespace kiln

@@ -1,0 +1,238 @@
+#include "train/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "core/error.h"
+
+namespace kiln {
+namespace {
+
+using Field = std::variant<int*, int64_t*, double*, bool*, std::string*>;
+
+struct Key {
+  std::string name;  // section.key
+  Field field;
+  const char* help;
+};
+
+std::vector<Key> schema(TrainConfig& c) {
+  return {
+      {"model.n_layer", &c.model.n_layer, "transformer blocks"},
+      {"model.n_head", &c.model.n_head, "attention heads"},
+      {"model.n_embd", &c.model.n_embd, "channels"},
+      {"model.block_size", &c.model.block_size, "maximum sequence length (positions)"},
+      {"model.vocab_size", &c.model.vocab_size, "vocabulary size"},
+      {"model.vocab_multiple", &c.vocab_multiple, "pad the vocabulary up to a multiple of this"},
+      {"train.batch_size", &c.batch_size, "sequences per micro-batch (B)"},
+      {"train.seq_len", &c.seq_len, "tokens per sequence (T)"},
+      {"train.grad_accum", &c.grad_accum, "micro-batches per optimizer step"},
+      {"train.steps", &c.steps, "optimizer steps"},
+      {"train.lr", &c.lr, "peak learning rate"},
+      {"train.min_lr", &c.min_lr, "learning rate at the end of the cosine decay"},
+      {"train.warmup_steps", &c.warmup_steps, "linear warm-up steps"},
+      {"train.weight_decay", &c.weight_decay, "decoupled weight decay (matrices only)"},
+      {"train.beta1", &c.beta1, "AdamW beta1"},
+      {"train.beta2", &c.beta2, "AdamW beta2"},
+      {"train.eps", &c.eps, "AdamW epsilon"},
+      {"train.grad_clip", &c.grad_clip, "clip the global gradient norm to this (0: off)"},
+      {"train.seed", &c.seed, "seed of initialisation and data order"},
+      {"train.dtype", &c.dtype, "compute precision: fp32"},
+      {"train.threads", &c.threads, "threads per process (0: all cores)"},
+      {"train.resume", &c.resume, "\"none\", \"auto\" (newest complete checkpoint if any) or \"must\""},
+      {"train.init_from", &c.init_from, "start from GPT-2 weights in a safetensors file"},
+      {"train.out_dir", &c.out_dir, "run directory (metrics, checkpoints)"},
+      {"train.val_every", &c.val_every, "validation every N steps (0: never)"},
+      {"train.val_batches", &c.val_batches, "micro-batches per validation"},
+      {"train.log_every", &c.log_every, "print a progress line every N steps"},
+      {"data.train", &c.train_data, "training shards: a file or a glob"},
+      {"data.val", &c.val_data, "validation shards: a file or a glob"},
+      {"data.shuffle", &c.shuffle, "visit windows in a seeded random order per epoch"},
+      {"checkpoint.every", &c.ckpt_every, "checkpoint every N steps (0: only at the end)"},
+      {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
+      {"hardware.peak_gflops", &c.peak_gflops,
+       "peak FLOP/s for MFU in GFLOP/s (0: measure at start)"},
+  };
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); j++)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+[[noreturn]] void unknown_key(const std::vector<Key>& keys, const std::string& name,
+                              const std::string& source) {
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& k : keys) {
+    size_t d = edit_distance(k.name, name);
+    if (d < best_d) best_d = d, best = k.name;
+  }
+  if (!best.empty()) fail("{}: unknown config key '{}' (did you mean '{}'?)", source, name, best);
+  fail("{}: unknown config key '{}' (see `kiln train --help` for the keys)", source, name);
+}
+
+Key& find_key(std::vector<Key>& keys, const std::string& name, const std::string& source) {
+  for (auto& k : keys)
+    if (k.name == name) return k;
+  unknown_key(keys, name, source);
+}
+
+void set_from_toml(Key& k, const toml::node& v, const std::string& source) {
+  auto wrong = [&](const char* want) {
+    std::ostringstream got;
+    got << v.type();
+    fail("{}: config key '{}' must be {}, got a {}", source, k.name, want, got.str());
+  };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) wrong("true or false");
+          *p = *v.value<bool>();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) wrong("a string");
+          *p = *v.value<std::string>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!v.is_number()) wrong("a number");
+          *p = *v.value<double>();
+        } else {
+          if (!v.is_integer()) wrong("an integer");
+          int64_t x = *v.value<int64_t>();
+          if constexpr (std::is_same_v<T, int>) {
+            if (x < INT32_MIN || x > INT32_MAX) fail("{}: config key '{}' is out of range", source, k.name);
+          }
+          *p = static_cast<T>(x);
+        }
+      },
+      k.field);
+}
+
+void apply_override(std::vector<Key>& keys, const std::string& ov) {
+  auto eq = ov.find('=');
+  if (eq == std::string::npos || eq == 0)
+    fail("--set '{}': expected section.key=value, e.g. --set train.lr=3e-4", ov);
+  std::string name = ov.substr(0, eq), value = ov.substr(eq + 1);
+  Key& k = find_key(keys, name, "--set");
+  // Strings may be given bare; everything else is parsed as a TOML value.
+  if (std::holds_alternative<std::string*>(k.field) && (value.empty() || value[0] != '"')) {
+    *std::get<std::string*>(k.field) = value;
+    return;
+  }
+  toml::table t;
+  try {
+    t = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    fail("--set {}: '{}' is not a valid value", name, value);
+  }
+  set_from_toml(k, *t.get("v"), "--set");
+}
+
+}  // namespace
+
+std::vector<std::string> train_config_keys() {
+  TrainConfig c;
+  std::vector<std::string> out;
+  for (auto& k : schema(c)) out.push_back(fmt::format("{:24} {}", k.name, k.help));
+  return out;
+}
+
+TrainConfig parse_train_config(const std::string& text, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  TrainConfig c;
+  c.source = source;
+  auto keys = schema(c);
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    fail("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description());
+  }
+  for (auto&& [section, node] : root) {
+    std::string sname(section.str());
+    const toml::table* tbl = node.as_table();
+    if (!tbl) unknown_key(keys, sname, source);
+    for (auto&& [key, value] : *tbl) {
+      std::string name = sname + "." + std::string(key.str());
+      set_from_toml(find_key(keys, name, source), value, source);
+    }
+  }
+  for (const auto& ov : overrides) apply_override(keys, ov);
+  c.model.padded_vocab_size = pad_vocab(c.model.vocab_size, c.vocab_multiple);
+  c.validate();
+  return c;
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  if (!f) fail("cannot read config file {}", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_train_config(ss.str(), path, overrides);
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  TrainConfig copy = *this;
+  nlohmann::json j;
+  for (auto& k : schema(copy)) {
+    auto dot = k.name.find('.');
+    std::string s = k.name.substr(0, dot), key = k.name.substr(dot + 1);
+    std::visit([&](auto* p) { j[s][key] = *p; }, k.field);
+  }
+  return j;
+}
+
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& source) {
+  // Through TOML text, so one schema and one set of checks serve both.
+  toml::table root;
+  for (auto& [section, tbl] : j.items()) {
+    toml::table t;
+    for (auto& [key, v] : tbl.items()) {
+      if (v.is_boolean()) t.insert(key, v.get<bool>());
+      else if (v.is_number_integer()) t.insert(key, v.get<int64_t>());
+      else if (v.is_number()) t.insert(key, v.get<double>());
+      else if (v.is_string()) t.insert(key, v.get<std::string>());
+      else fail("{}: config key '{}.{}' has an unsupported value", source, section, key);
+    }
+    root.insert(section, std::move(t));
+  }
+  std::stringstream ss;
+  ss << root;
+  return parse_train_config(ss.str(), source, {});
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  auto positive = [&](int v, const char* key) {
+    if (v <= 0) fail("{}: {} must be positive, got {}", source, key, v);
+  };
+  positive(batch_size, "train.batch_size");
+  positive(seq_len, "train.seq_len");
+  positive(grad_accum, "train.grad_accum");
+  positive(steps, "train.steps");
+  positive(log_every, "train.log_every");
+  if (seq_len > model.block_size)
+    fail("{}: train.seq_len ({}) exceeds model.block_size ({})", source, seq_len, model.block_size);
+  if (dtype != "fp32")
+    fail("{}: train.dtype = '{}' is not supported yet; use \"fp32\"", source, dtype);
+  if (resume != "none" && resume != "auto" && resume != "must")
+    fail("{}: train.resume must be \"none\", \"auto\" or \"must\", got '{}'", source, resume);
+  if (lr < 0 || min_lr < 0) fail("{}: train.lr and train.min_lr must not be negative", source);
+  if (warmup_steps < 0) fail("{}: train.warmup_steps must not be negative", source);
+  if (vocab_multiple < 1) fail("{}: model.vocab_multiple must be at least 1", source);
+  if (model.vocab_size > 65536)
+    fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);
+}
+
+}  // namespace kiln

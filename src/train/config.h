@@ -1,0 +1,71 @@
+// The training configuration: a TOML file with [model], [train], [data], [checkpoint] and
+// [hardware] tables, overridden by `--set section.key=value`. Every key is declared once in a
+// schema; an unknown or mistyped key is an error that names the key and the file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gpt2.h"
+
+namespace kiln {
+
+struct TrainConfig {
+  std::string source;  // the file it was read from
+
+  Gpt2Config model;
+  int vocab_multiple = 128;  // model.vocab_multiple: pad the vocabulary to a multiple of this
+
+  // [train]
+  int batch_size = 4;  // B: sequences per micro-batch
+  int seq_len = 64;    // T
+  int grad_accum = 1;  // micro-batches per step
+  int steps = 100;
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  int64_t seed = 1337;
+  std::string dtype = "fp32";
+  int threads = 0;  // 0: all cores
+  std::string resume = "none";  // "none" | "auto"
+  std::string init_from;        // a safetensors file with GPT-2 weights
+  std::string out_dir = "runs/default";
+  int val_every = 0;  // 0: never
+  int val_batches = 4;
+  int log_every = 1;
+
+  // [data]
+  std::string train_data;  // data.train: a shard or glob
+  std::string val_data;    // data.val
+  bool shuffle = false;
+
+  // [checkpoint]
+  int ckpt_every = 0;  // 0: only at the end
+  int keep_last = 3;   // 0: keep all
+
+  // [hardware]
+  double peak_gflops = 0;  // 0: measure at start
+
+  // Resolved form, every key with its value.
+  nlohmann::json to_json() const;
+  // Checks ranges and combinations; messages name the key.
+  void validate() const;
+};
+
+// Reads a TOML file and applies `section.key=value` overrides in order.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// Parses a config from TOML text (tests and checkpoints); `source` names it in messages.
+TrainConfig parse_train_config(const std::string& toml_text, const std::string& source,
+                               const std::vector<std::string>& overrides);
+// The same schema applied to a JSON object (a checkpoint's resolved config).
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& source);
+
+// All keys the schema knows, "section.key", for help text.
+std::vector<std::string> train_config_keys();
+
+}  // namespace kiln

@@ -1,0 +1,273 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/safetensors.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+#include "train/gpt2_weights.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+
+double learning_rate(const TrainConfig& c, int64_t s) {
+  if (s < c.warmup_steps) return c.lr * static_cast<double>(s + 1) / c.warmup_steps;
+  int64_t decay_steps = std::max<int64_t>(1, c.steps - c.warmup_steps);
+  double r = std::min(1.0, static_cast<double>(s - c.warmup_steps) / decay_steps);
+  return c.min_lr + 0.5 * (1.0 + std::cos(M_PI * r)) * (c.lr - c.min_lr);
+}
+
+Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
+    : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
+  cfg_.validate();
+  set_num_threads(cfg_.threads);
+  const int B = cfg_.batch_size, T = cfg_.seq_len;
+  model_ = std::make_unique<Gpt2>(cfg_.model, B, T);
+  const int64_t n = model_->layout().total;
+  params_.resize(n);
+  grads_.resize(n);
+  m_.resize(n);
+  v_.resize(n);
+  inputs_.resize(static_cast<size_t>(B) * T);
+  targets_.resize(static_cast<size_t>(B) * T);
+  flops_per_token_ = gpt2_flops_per_token(cfg_.model, T);
+
+  if (!opts_.batches) {
+    train_shards_ = ShardSet(expand_shard_pattern(cfg_.train_data, "data.train"), "data.train");
+    train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size,
+                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed));
+    if (!cfg_.val_data.empty())
+      val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
+    else if (cfg_.val_every > 0)
+      fail("{}: train.val_every = {} but data.val is empty; set data.val or train.val_every = 0",
+           cfg_.source, cfg_.val_every);
+  }
+
+  gpt2_init(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
+  std::optional<CheckpointRef> ck;
+  if (cfg_.resume != "none") {
+    remove_stale_checkpoint_temps(checkpoint_root());
+    ck = latest_checkpoint(checkpoint_root());
+    if (!ck && cfg_.resume == "must")
+      fail("--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
+           "start fresh)",
+           checkpoint_root());
+  }
+  if (ck) {
+    resume_from(ck->dir);
+  } else if (!cfg_.init_from.empty()) {
+    SafeTensorsReader f(cfg_.init_from);
+    gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
+  }
+
+  peak_gflops_ = cfg_.peak_gflops;
+  if (peak_gflops_ <= 0 && opts_.measure_peak) peak_gflops_ = measure_peak_gflops(0.1);
+  fs::create_directories(cfg_.out_dir);
+  if (!opts_.batches) metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
+}
+
+std::string Trainer::checkpoint_root() const {
+  return (fs::path(cfg_.out_dir) / "checkpoints").string();
+}
+
+MemoryReport Trainer::memory() const {
+  MemoryReport r;
+  r.params = params_.bytes();
+  r.grads = grads_.bytes();
+  r.optimizer = m_.bytes() + v_.bytes();
+  r.activations = model_->activation_bytes();
+  return r;
+}
+
+void Trainer::next_batch() {
+  if (train_loader_) {
+    train_loader_->next(inputs_.data(), targets_.data());
+    return;
+  }
+  opts_.batches(inputs_.data(), targets_.data());
+}
+
+StepResult Trainer::step() {
+  double t0 = now_seconds();
+  StepResult r;
+  const int64_t tokens = static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len;
+  const float dloss = 1.0f / static_cast<float>(tokens);
+  grads_.zero();
+  double loss_sum = 0;
+  for (int micro = 0; micro < cfg_.grad_accum; micro++) {
+    next_batch();
+    loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss);
+    model_->backward(params_.data(), grads_.data(), inputs_.data());
+  }
+  r.loss = loss_sum / static_cast<double>(tokens);
+  r.grad_norm = std::sqrt(sum_squares(grads_.data(), grads_.size()));
+  r.lr = learning_rate(cfg_, step_);
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    r.skipped = true;
+    skipped_steps_++;
+  } else {
+    // torch.nn.utils.clip_grad_norm_ semantics.
+    float scale = 1.0f;
+    if (cfg_.grad_clip > 0) {
+      double coef = cfg_.grad_clip / (r.grad_norm + 1e-6);
+      if (coef < 1.0) scale = static_cast<float>(coef);
+    }
+    for (const auto& t : model_->layout().tensors) {
+      AdamWParams a{static_cast<float>(r.lr),
+                    static_cast<float>(cfg_.beta1),
+                    static_cast<float>(cfg_.beta2),
+                    static_cast<float>(cfg_.eps),
+                    t.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f,
+                    scale,
+                    step_ + 1 - skipped_steps_};
+      adamw_update(params_.data() + t.offset, grads_.data() + t.offset, m_.data() + t.offset,
+                   v_.data() + t.offset, t.numel, a);
+    }
+  }
+  step_++;
+  r.seconds = now_seconds() - t0;
+  return r;
+}
+
+double Trainer::validate() {
+  if (val_shards_.num_tokens() == 0) fail("validation needs data.val");
+  Loader val(val_shards_, cfg_.batch_size, cfg_.seq_len, cfg_.model.vocab_size, false, 0);
+  double sum = 0;
+  int64_t count = 0;
+  for (int i = 0; i < cfg_.val_batches; i++) {
+    val.next(inputs_.data(), targets_.data());
+    sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
+    count += static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
+  }
+  return sum / static_cast<double>(count);
+}
+
+std::string Trainer::save_checkpoint() {
+  const auto& layout = model_->layout();
+  const Gpt2Config& mc = cfg_.model;
+  nlohmann::json state = {
+      {"step", step_},
+      {"adam_steps", step_ - skipped_steps_},
+      {"skipped_steps", skipped_steps_},
+      {"data", {{"train_position", train_loader_ ? train_loader_->position() : 0}}},
+      {"rng_state", rng_.state()},
+      {"config", cfg_.to_json()},
+      {"kiln_version", KILN_VERSION},
+  };
+  return commit_checkpoint(
+      checkpoint_root(), step_,
+      [&](const std::string& dir) {
+        auto p = fs::path(dir);
+        write_safetensors((p / "model.safetensors").string(),
+                          gpt2_named_tensors(layout, mc, params_.data()), {{"format", "pt"}});
+        write_file_atomic((p / "config.json").string(), gpt2_hf_config(mc).dump(2) + "\n");
+        auto opt = gpt2_named_tensors(layout, mc, m_.data(), "exp_avg.");
+        auto vv = gpt2_named_tensors(layout, mc, v_.data(), "exp_avg_sq.");
+        opt.insert(opt.end(), vv.begin(), vv.end());
+        write_safetensors((p / "optimizer.safetensors").string(), opt,
+                          {{"optimizer", "adamw"}, {"step", std::to_string(step_)}});
+        // Written last: its presence marks the files above as complete.
+        write_file_atomic((p / "trainer_state.json").string(), state.dump(2) + "\n");
+      },
+      cfg_.keep_last);
+}
+
+void Trainer::resume_from(const std::string& dir) {
+  auto p = fs::path(dir);
+  std::string state_path = (p / "trainer_state.json").string();
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(read_file(state_path, "trainer state"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: damaged trainer state ({}); remove the checkpoint directory {} to resume from an "
+         "older one",
+         state_path, e.what(), dir);
+  }
+  TrainConfig saved = train_config_from_json(state.at("config"), state_path);
+  for (auto [key, a, b] : {std::tuple{"model.n_layer", saved.model.n_layer, cfg_.model.n_layer},
+                           {"model.n_head", saved.model.n_head, cfg_.model.n_head},
+                           {"model.n_embd", saved.model.n_embd, cfg_.model.n_embd},
+                           {"model.block_size", saved.model.block_size, cfg_.model.block_size},
+                           {"model.vocab_size", saved.model.vocab_size, cfg_.model.vocab_size}})
+    if (a != b)
+      fail("cannot resume from {}: it was trained with {} = {}, the config says {}", dir, key, a,
+           b);
+  const auto& layout = model_->layout();
+  SafeTensorsReader model_file((p / "model.safetensors").string());
+  gpt2_load_tensors(model_file, layout, cfg_.model, params_.data());
+  SafeTensorsReader opt_file((p / "optimizer.safetensors").string());
+  gpt2_load_tensors(opt_file, layout, cfg_.model, m_.data(), "exp_avg.");
+  gpt2_load_tensors(opt_file, layout, cfg_.model, v_.data(), "exp_avg_sq.");
+  step_ = state.at("step").get<int64_t>();
+  skipped_steps_ = state.value("skipped_steps", int64_t{0});
+  rng_.set_state(state.at("rng_state").get<uint64_t>());
+  if (train_loader_) train_loader_->set_position(state.at("data").at("train_position").get<uint64_t>());
+  if (!opts_.quiet) fmt::print("resumed from {} (step {})\n", dir, step_);
+}
+
+void Trainer::log_step(const StepResult& r) {
+  const int64_t tokens = static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len;
+  double tps = tokens / r.seconds;
+  double mfu = peak_gflops_ > 0 ? flops_per_token_ * tps / (peak_gflops_ * 1e9) : 0.0;
+  if (metrics_)
+    metrics_->write({{"type", "train"},
+                  {"step", step_},
+                  {"loss", r.loss},
+                  {"lr", r.lr},
+                  {"grad_norm", r.grad_norm},
+                  {"tokens", step_ * tokens},
+                  {"tokens_per_sec", tps},
+                  {"step_ms", r.seconds * 1e3},
+                  {"mfu", mfu},
+                  {"skipped", r.skipped}});
+  if (opts_.quiet || (step_ % cfg_.log_every != 0 && step_ != cfg_.steps)) return;
+  double per_step = (now_seconds() - run_start_) / std::max<int64_t>(1, step_ - run_first_step_);
+  double eta = per_step * static_cast<double>(cfg_.steps - step_);
+  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+             "ETA {}{}\n",
+             step_, std::to_string(cfg_.steps).size(), cfg_.steps, r.loss, r.lr, r.grad_norm, tps,
+             mfu * 100, format_duration(eta), r.skipped ? " | SKIPPED (non-finite)" : "");
+  std::fflush(stdout);
+}
+
+void Trainer::run() {
+  if (!opts_.quiet) {
+    MemoryReport m = memory();
+    fmt::print("kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | {} threads | "
+               "peak {:.0f} GFLOP/s\n",
+               KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
+               gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
+               num_threads(), peak_gflops_);
+    fmt::print("memory: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations "
+               "{:.1f} MiB\n",
+               m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
+               m.activations / 1048576.0);
+    std::fflush(stdout);
+  }
+  run_start_ = now_seconds();
+  run_first_step_ = step_;
+  while (step_ < cfg_.steps) {
+    StepResult r = step();
+    log_step(r);
+    bool last = step_ == cfg_.steps;
+    if (cfg_.val_every > 0 && (step_ % cfg_.val_every == 0 || last)) {
+      double vl = validate();
+      if (metrics_) metrics_->write({{"type", "val"}, {"step", step_}, {"val_loss", vl}});
+      if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
+    }
+    if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) {
+      double t0 = now_seconds();
+      std::string dir = save_checkpoint();
+      if (!opts_.quiet) fmt::print("checkpoint {} ({:.2f} s)\n", dir, now_seconds() - t0);
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,95 @@
+// The Trainer owns everything a training run needs: the model, the flat parameter, gradient and
+// AdamW buffers, the data loaders, the metrics log and the checkpoints. Nothing is global.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/rng.h"
+#include "data/loader.h"
+#include "data/shards.h"
+#include "model/gpt2.h"
+#include "obs/metrics_log.h"
+#include "train/config.h"
+
+namespace kiln {
+
+// Learning rate of step s (0-based): linear warm-up to lr over warmup_steps (step s uses
+// lr*(s+1)/warmup), then cosine decay from lr to min_lr over the remaining steps.
+double learning_rate(const TrainConfig& c, int64_t s);
+
+struct StepResult {
+  double loss = 0;       // mean loss over the step's tokens, before the update
+  double grad_norm = 0;  // global L2 norm before clipping
+  double lr = 0;
+  bool skipped = false;  // non-finite loss or gradient: no update was made
+  double seconds = 0;
+};
+
+// Fills one micro-batch: inputs and targets, each (B,T).
+using BatchSource = std::function<void(int32_t* inputs, int32_t* targets)>;
+
+struct TrainerOptions {
+  BatchSource batches;  // when set, replaces data.train (benchmarks, tests); no metrics file
+  bool quiet = false;   // no progress lines
+  bool measure_peak = true;     // measure peak GFLOP/s when the config states none
+};
+
+// Memory held per kind, in bytes.
+struct MemoryReport {
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t total() const { return params + grads + optimizer + activations; }
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig cfg, TrainerOptions opts = {});
+
+  // One optimizer step over grad_accum micro-batches.
+  StepResult step();
+  // Mean loss over val_batches micro-batches from the start of data.val.
+  double validate();
+  // Writes a checkpoint of the current state; returns its directory.
+  std::string save_checkpoint();
+  // Trains until train.steps, logging, validating and checkpointing as configured.
+  void run();
+
+  int64_t steps_done() const { return step_; }
+  const TrainConfig& config() const { return cfg_; }
+  const Gpt2& model() const { return *model_; }
+  Gpt2& model() { return *model_; }
+  const float* params() const { return params_.data(); }
+  float* mutable_params() { return params_.data(); }
+  const float* grads() const { return grads_.data(); }
+  int64_t num_params() const { return params_.size(); }
+  MemoryReport memory() const;
+  double peak_gflops() const { return peak_gflops_; }
+  std::string checkpoint_root() const;
+
+ private:
+  void resume_from(const std::string& dir);
+  void next_batch();
+  void log_step(const StepResult& r);
+
+  TrainConfig cfg_;
+  TrainerOptions opts_;
+  std::unique_ptr<Gpt2> model_;
+  Buffer<float> params_, grads_, m_, v_;
+  Buffer<int32_t> inputs_, targets_;
+  ShardSet train_shards_, val_shards_;
+  std::unique_ptr<Loader> train_loader_;
+  Rng rng_;  // saved and restored with checkpoints, for stochastic layers to come
+  int64_t step_ = 0;
+  int64_t skipped_steps_ = 0;
+  double peak_gflops_ = 0;
+  double flops_per_token_ = 0;
+  double run_start_ = 0;
+  int64_t run_first_step_ = 0;
+  std::optional<MetricsLog> metrics_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,134 @@
+#include "data/shards.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "data/loader.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using kiln::testing::TempDir;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<uint16_t> iota_tokens(int n, int start = 0) {
+  std::vector<uint16_t> t(n);
+  for (int i = 0; i < n; i++) t[i] = static_cast<uint16_t>((start + i) % 1000);
+  return t;
+}
+
+TEST(Shards, ConcatenationReadsAcrossShardBoundaries) {
+  TempDir dir;
+  write_shard(dir / "a_000.bin", iota_tokens(10, 0));
+  write_shard(dir / "a_001.bin", iota_tokens(7, 10));
+  ShardSet s(expand_shard_pattern(dir / "a_*.bin", "data.train"), "data.train");
+  EXPECT_EQ(s.num_tokens(), 17);
+  std::vector<int32_t> out(9);
+  s.read(6, 9, out.data(), 1000);
+  for (int i = 0; i < 9; i++) EXPECT_EQ(out[i], 6 + i);
+}
+
+TEST(Shards, UnshuffledLoaderFollowsLlmcOrder) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(100));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  const int B = 2, T = 4;
+  Loader l(s, B, T, 1000, false, 0);
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int k = 0; k < 30; k++) {
+    l.next(in.data(), tg.data());
+    int64_t start = (k % ((100 - 1) / (B * T))) * B * T;  // wraps after the last whole window
+    for (int i = 0; i < B * T; i++) {
+      ASSERT_EQ(in[i], start + i) << "micro-batch " << k;
+      ASSERT_EQ(tg[i], start + i + 1) << "micro-batch " << k;
+    }
+  }
+}
+
+TEST(Shards, ShuffledLoaderVisitsEveryWindowOncePerEpochAndIsSeeded) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(801));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  Loader a(s, 2, 4, 1000, true, 7), b(s, 2, 4, 1000, true, 7), c(s, 2, 4, 1000, true, 8);
+  std::vector<int32_t> in(8), tg(8), in2(8), in3(8);
+  std::set<int32_t> starts;
+  bool differs = false;
+  for (int k = 0; k < a.windows_per_epoch(); k++) {
+    a.next(in.data(), tg.data());
+    b.next(in2.data(), tg.data());
+    c.next(in3.data(), tg.data());
+    EXPECT_EQ(in, in2);
+    differs |= in != in3;
+    starts.insert(in[0]);
+  }
+  EXPECT_EQ(static_cast<int64_t>(starts.size()), a.windows_per_epoch());
+  EXPECT_TRUE(differs);
+}
+
+TEST(Shards, LoaderResumesFromItsPosition) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(801));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  Loader a(s, 2, 4, 1000, true, 3), b(s, 2, 4, 1000, true, 3);
+  std::vector<int32_t> in(8), tg(8), in2(8), tg2(8);
+  for (int k = 0; k < 150; k++) a.next(in.data(), tg.data());
+  b.set_position(a.position());
+  for (int k = 0; k < 60; k++) {
+    a.next(in.data(), tg.data());
+    b.next(in2.data(), tg2.data());
+    ASSERT_EQ(in, in2);
+    ASSERT_EQ(tg, tg2);
+  }
+}
+
+TEST(Shards, WrongMagicNamesTheFile) {
+  TempDir dir;
+  std::ofstream f(dir / "bad.bin", std::ios::binary);
+  std::vector<int32_t> header(256, 0);
+  header[0] = 12345;
+  f.write(reinterpret_cast<const char*>(header.data()), 1024);
+  f.close();
+  std::string e = error_of([&] { ShardSet s({dir / "bad.bin"}, "data.train"); });
+  EXPECT_NE(e.find("bad.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("magic number 12345"), std::string::npos) << e;
+}
+
+TEST(Shards, TruncatedShardIsDetected) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(100));
+  std::filesystem::resize_file(dir / "t.bin", 1024 + 150);
+  std::string e = error_of([&] { ShardSet s({dir / "t.bin"}, "data.train"); });
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  EXPECT_NE(e.find("t.bin"), std::string::npos) << e;
+}
+
+TEST(Shards, MissingShardPatternNamesTheKey) {
+  TempDir dir;
+  std::string e = error_of([&] { expand_shard_pattern(dir / "nothing_*.bin", "data.val"); });
+  EXPECT_NE(e.find("data.val"), std::string::npos) << e;
+  EXPECT_NE(e.find("matches no file"), std::string::npos) << e;
+}
+
+TEST(Shards, TokenOutsideVocabularyIsReported) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(100));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  std::vector<int32_t> out(100);
+  std::string e = error_of([&] { s.read(0, 100, out.data(), 50); });
+  EXPECT_NE(e.find("outside the vocabulary"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace kiln
