@@ -1,0 +1,157 @@
+// The whole model against PyTorch: tests/fixtures/gpt2_tiny_ref.safetensors holds float64
+// reference values made by tests/fixtures/make_gpt2_reference.py (see its README).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "ckpt/safetensors.h"
+#include "model/gpt2.h"
+#include "test_util.h"
+#include "train/gpt2_weights.h"
+#include "train/trainer.h"
+
+namespace kiln {
+namespace {
+
+using kiln::testing::TempDir;
+
+constexpr double kRelTol = 1e-5;
+
+class Gpt2VsTorch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ref_ = std::make_unique<SafeTensorsReader>(
+        kiln::testing::source_path("tests/fixtures/gpt2_tiny_ref.safetensors"));
+    const auto& md = ref_->metadata();
+    cfg_.n_layer = std::stoi(md.at("n_layer"));
+    cfg_.n_head = std::stoi(md.at("n_head"));
+    cfg_.n_embd = std::stoi(md.at("n_embd"));
+    cfg_.block_size = std::stoi(md.at("block_size"));
+    cfg_.vocab_size = std::stoi(md.at("vocab_size"));
+    cfg_.padded_vocab_size = pad_vocab(cfg_.vocab_size, 64);  // 50 -> 64: padding is exercised
+    B_ = std::stoi(md.at("B"));
+    T_ = std::stoi(md.at("T"));
+    auto tokens = ref_->read_i32("tokens");
+    for (int b = 0; b < B_; b++)
+      for (int t = 0; t < T_; t++) {
+        inputs_.push_back(tokens[b * (T_ + 1) + t]);
+        targets_.push_back(tokens[b * (T_ + 1) + t + 1]);
+      }
+    // The initial weights, alone in a Hugging Face style file, as --init-from reads them.
+    layout_ = gpt2_param_layout(cfg_);
+    params_.resize(layout_.total);
+    std::vector<std::vector<float>> store;
+    std::vector<SafeTensorOut> out;
+    for (const auto& t : layout_.tensors) {
+      const auto& e = ref_->entry(t.name);
+      store.emplace_back(e.numel());
+      ref_->read_f32(t.name, e.shape, store.back().data());
+      out.push_back({"transformer." + t.name, "F32", e.shape, store.back().data()});
+    }
+    weights_path_ = dir_ / "weights.safetensors";
+    write_safetensors(weights_path_, out, {{"format", "pt"}});
+    SafeTensorsReader w(weights_path_);
+    gpt2_load_tensors(w, layout_, cfg_, params_.data());
+  }
+
+  // max |a - ref| over max |ref|, for the first n values.
+  static double rel_err(const float* a, const std::vector<double>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+      num = std::max(num, std::abs(a[i] - ref[i]));
+      den = std::max(den, std::abs(ref[i]));
+    }
+    return num / den;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<SafeTensorsReader> ref_;
+  Gpt2Config cfg_;
+  int B_ = 0, T_ = 0;
+  std::vector<int32_t> inputs_, targets_;
+  ParamLayout layout_;
+  Buffer<float> params_;
+  std::string weights_path_;
+};
+
+TEST_F(Gpt2VsTorch, LogitsAndLossMatchPyTorch) {
+  Gpt2 model(cfg_, B_, T_);
+  double loss = model.forward(params_.data(), inputs_.data(), targets_.data(), 0.0f) / (B_ * T_);
+  double ref_loss = ref_->read_f64("ref.loss")[0];
+  EXPECT_NEAR(loss, ref_loss, kRelTol * std::abs(ref_loss));
+  auto ref_logits = ref_->read_f64("ref.logits");  // (B,T,V)
+  // the forward above replaced the logits by exponentials; run again without targets
+  model.forward(params_.data(), inputs_.data(), nullptr, 0.0f);
+  std::vector<float> logits;
+  for (int m = 0; m < B_ * T_; m++)
+    for (int v = 0; v < cfg_.vocab_size; v++)
+      logits.push_back(model.logits()[m * cfg_.padded_vocab_size + v]);
+  EXPECT_LT(rel_err(logits.data(), ref_logits), kRelTol);
+}
+
+TEST_F(Gpt2VsTorch, EveryParameterGradientMatchesPyTorch) {
+  Gpt2 model(cfg_, B_, T_);
+  Buffer<float> grads(layout_.total);
+  model.forward(params_.data(), inputs_.data(), targets_.data(), 1.0f / (B_ * T_));
+  model.backward(params_.data(), grads.data(), inputs_.data());
+  for (const auto& t : layout_.tensors) {
+    auto ref = ref_->read_f64("ref.grad." + t.name);
+    EXPECT_LT(rel_err(grads.data() + t.offset, ref), kRelTol) << t.name;
+  }
+  // The padded vocabulary rows get no gradient.
+  const auto& wte = layout_.find("wte.weight");
+  for (int64_t i = static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd; i < wte.numel; i++)
+    ASSERT_EQ(grads[wte.offset + i], 0.0f);
+}
+
+TEST_F(Gpt2VsTorch, TenAdamWStepsMatchPyTorch) {
+  const auto& md = ref_->metadata();
+  std::string toml = fmt::format(
+      "[model]\nn_layer={}\nn_head={}\nn_embd={}\nblock_size={}\nvocab_size={}\nvocab_multiple=64\n"
+      "[train]\nbatch_size={}\nseq_len={}\nsteps={}\nlr={}\nmin_lr={}\nwarmup_steps={}\n"
+      "weight_decay={}\nbeta1={}\nbeta2={}\neps={}\ngrad_clip={}\nout_dir=\"{}\"\n"
+      "init_from=\"{}\"\n[hardware]\npeak_gflops=100.0\n",
+      cfg_.n_layer, cfg_.n_head, cfg_.n_embd, cfg_.block_size, cfg_.vocab_size, B_, T_,
+      md.at("steps"), md.at("max_lr"), md.at("min_lr"), md.at("warmup"), md.at("weight_decay"),
+      md.at("beta1"), md.at("beta2"), md.at("eps"), md.at("grad_clip"), dir_ / "run",
+      weights_path_);
+  TrainConfig cfg = parse_train_config(toml, "test", {});
+  TrainerOptions opts;
+  opts.quiet = true;
+  opts.batches = [&](int32_t* in, int32_t* tg) {
+    std::copy(inputs_.begin(), inputs_.end(), in);
+    std::copy(targets_.begin(), targets_.end(), tg);
+  };
+  Trainer trainer(cfg, opts);
+  auto losses = ref_->read_f64("adamw.losses");
+  auto norms = ref_->read_f64("adamw.grad_norms");
+  auto lrs = ref_->read_f64("adamw.lrs");
+  for (size_t s = 0; s < losses.size(); s++) {
+    StepResult r = trainer.step();
+    EXPECT_NEAR(r.loss, losses[s], kRelTol * losses[s]) << "step " << s;
+    EXPECT_NEAR(r.grad_norm, norms[s], kRelTol * norms[s]) << "step " << s;
+    EXPECT_NEAR(r.lr, lrs[s], 1e-12) << "step " << s;
+  }
+  // Final weights. Adam divides by sqrt(v), so where the true gradient is zero its update is
+  // the sign of rounding noise: the key bias is such a place (adding a constant to every key
+  // leaves the softmax unchanged), and is skipped. Elsewhere fp32 rounding compounds over ten
+  // steps, hence a looser bound than the loss's.
+  for (const auto& t : layout_.tensors) {
+    auto ref = ref_->read_f64("adamw.final." + t.name);
+    const float* got = trainer.params() + t.offset;
+    if (t.name.ends_with("attn.c_attn.bias")) {
+      const int C = cfg_.n_embd;
+      std::vector<double> q(ref.begin(), ref.begin() + C), v(ref.begin() + 2 * C, ref.end());
+      EXPECT_LT(rel_err(got, q), 1e-3) << t.name << " (query part)";
+      EXPECT_LT(rel_err(got + 2 * C, v), 1e-3) << t.name << " (value part)";
+      continue;
+    }
+    EXPECT_LT(rel_err(got, ref), 1e-3) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
