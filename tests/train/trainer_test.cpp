@@ -1,0 +1,296 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/shards.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+namespace {
+
+using kiln::testing::TempDir;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A small run: 2 layers, vocab 100 (padded to 128), random-but-seeded tokens with some
+// structure (a repeating pattern plus noise), so the loss falls.
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Rng rng(42);
+    std::vector<uint16_t> tokens(20000);
+    for (size_t i = 0; i < tokens.size(); i++)
+      tokens[i] = static_cast<uint16_t>(rng.uniform() < 0.8 ? (i * 7) % 100 : rng.below(100));
+    write_shard(dir_ / "train_000.bin",
+                std::vector<uint16_t>(tokens.begin(), tokens.begin() + 12000));
+    write_shard(dir_ / "train_001.bin",
+                std::vector<uint16_t>(tokens.begin() + 12000, tokens.begin() + 18000));
+    write_shard(dir_ / "val_000.bin", std::vector<uint16_t>(tokens.begin() + 18000, tokens.end()));
+  }
+
+  TrainConfig config(const std::string& out, std::vector<std::string> sets = {}) {
+    std::string toml = fmt::format(R"(
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+block_size = 32
+vocab_size = 100
+[train]
+batch_size = 4
+seq_len = 16
+steps = 8
+lr = 1e-2
+min_lr = 1e-3
+warmup_steps = 2
+seed = 5
+out_dir = "{}"
+val_every = 4
+val_batches = 2
+[data]
+train = "{}"
+val = "{}"
+shuffle = true
+[checkpoint]
+every = 4
+keep_last = 0
+[hardware]
+peak_gflops = 100.0
+)",
+                                   out, dir_ / "train_*.bin", dir_ / "val_*.bin");
+    return parse_train_config(toml, "test.toml", sets);
+  }
+
+  static TrainerOptions quiet() {
+    TrainerOptions o;
+    o.quiet = true;
+    return o;
+  }
+
+  TempDir dir_;
+};
+
+bool same_bits(const Trainer& a, const Trainer& b) {
+  return a.num_params() == b.num_params() &&
+         std::memcmp(a.params(), b.params(), a.num_params() * sizeof(float)) == 0;
+}
+
+TEST_F(TrainerTest, LossFallsOnLearnableData) {
+  Trainer t(config(dir_ / "run", {"train.steps=40"}), quiet());
+  double first = t.step().loss, last = 0;
+  for (int i = 1; i < 40; i++) {
+    double l = t.step().loss;
+    if (i >= 35) last += l / 5;
+  }
+  EXPECT_LT(last, first - 0.5) << "first " << first << ", mean of the last five " << last;
+}
+
+TEST_F(TrainerTest, SameSeedGivesTheSameBits) {
+  Trainer a(config(dir_ / "a"), quiet()), b(config(dir_ / "b"), quiet());
+  a.run();
+  b.run();
+  EXPECT_TRUE(same_bits(a, b));
+  Trainer c(config(dir_ / "c", {"train.seed=6"}), quiet());
+  c.run();
+  EXPECT_FALSE(same_bits(a, c));
+}
+
+TEST_F(TrainerTest, ResumeAfterStopMatchesUninterruptedRun) {
+  Trainer full(config(dir_ / "full"), quiet());
+  full.run();
+  // A run that stopped after step 4: only the step-4 checkpoint exists.
+  fs::create_directories(dir_ / "resumed/checkpoints");
+  fs::copy(dir_ / "full/checkpoints/step_00000004", dir_ / "resumed/checkpoints/step_00000004",
+           fs::copy_options::recursive);
+  Trainer resumed(config(dir_ / "resumed", {"train.resume=must"}), quiet());
+  EXPECT_EQ(resumed.steps_done(), 4);
+  resumed.run();
+  EXPECT_EQ(resumed.steps_done(), 8);
+  EXPECT_TRUE(same_bits(full, resumed));
+}
+
+TEST_F(TrainerTest, FourMicroBatchesEqualOneBatchFourTimesLarger) {
+  Trainer small(
+      config(dir_ / "a", {"train.batch_size=2", "train.grad_accum=4", "data.shuffle=false"}),
+      quiet());
+  Trainer large(
+      config(dir_ / "b", {"train.batch_size=8", "train.grad_accum=1", "data.shuffle=false"}),
+      quiet());
+  for (int s = 0; s < 3; s++) {
+    StepResult a = small.step(), b = large.step();
+    EXPECT_NEAR(a.loss, b.loss, 1e-5 * b.loss) << "step " << s;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-4 * b.grad_norm) << "step " << s;
+  }
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < small.num_params(); i++) {
+    num = std::max(num, static_cast<double>(std::abs(small.params()[i] - large.params()[i])));
+    den = std::max(den, static_cast<double>(std::abs(large.params()[i])));
+  }
+  EXPECT_LT(num / den, 1e-4);
+}
+
+TEST_F(TrainerTest, CheckpointIsAHuggingFaceGpt2Directory) {
+  Trainer t(config(dir_ / "run", {"train.steps=1"}), quiet());
+  t.run();
+  std::string ck = dir_ / "run/checkpoints/step_00000001";
+  SafeTensorsReader m(ck + "/model.safetensors");
+  EXPECT_EQ(m.entry("wte.weight").shape, (std::vector<int64_t>{100, 32}));  // unpadded
+  EXPECT_EQ(m.entry("wpe.weight").shape, (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(m.entry("h.1.attn.c_attn.weight").shape, (std::vector<int64_t>{32, 96}));
+  EXPECT_EQ(m.entry("h.0.mlp.c_proj.weight").shape, (std::vector<int64_t>{128, 32}));
+  EXPECT_TRUE(m.has("ln_f.bias"));
+  auto cfg = nlohmann::json::parse(std::ifstream(ck + "/config.json"));
+  EXPECT_EQ(cfg["model_type"], "gpt2");
+  EXPECT_EQ(cfg["n_layer"], 2);
+  EXPECT_EQ(cfg["n_positions"], 32);
+  EXPECT_EQ(cfg["vocab_size"], 100);
+  auto state = nlohmann::json::parse(std::ifstream(ck + "/trainer_state.json"));
+  EXPECT_EQ(state["step"], 1);
+  EXPECT_EQ(state["config"]["train"]["seed"], 5);
+  EXPECT_TRUE(state.contains("kiln_version"));
+  EXPECT_TRUE(fs::exists(ck + "/optimizer.safetensors"));
+}
+
+TEST_F(TrainerTest, KeepLastPrunesOlderCheckpoints) {
+  Trainer t(config(dir_ / "run", {"checkpoint.every=2", "checkpoint.keep_last=2"}), quiet());
+  t.run();
+  auto all = list_checkpoints(dir_ / "run/checkpoints");
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].step, 6);
+  EXPECT_EQ(all[1].step, 8);
+}
+
+TEST_F(TrainerTest, FailedCheckpointWriteKeepsThePreviousOne) {
+  Trainer t(config(dir_ / "run", {"train.steps=4"}), quiet());
+  t.run();
+  std::string root = dir_ / "run/checkpoints";
+  auto bytes_of = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  std::string model_before = bytes_of(root + "/step_00000004/model.safetensors");
+  // A writer that dies half-way through the same step and through a newer one.
+  for (int64_t step : {4, 5}) {
+    std::string e = error_of([&] {
+      commit_checkpoint(
+          root, step,
+          [](const std::string& dir) {
+            std::ofstream(dir + "/model.safetensors") << "half";
+            fail("disk full");
+          },
+          0);
+    });
+    EXPECT_EQ(e, "disk full");
+  }
+  // A writer killed outright leaves only a temporary directory behind.
+  fs::create_directories(root + "/.tmp-step_00000009-123");
+  auto latest = latest_checkpoint(root);
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->step, 4);
+  EXPECT_EQ(bytes_of(root + "/step_00000004/model.safetensors"), model_before);
+  Trainer resumed(config(dir_ / "run", {"train.resume=must"}), quiet());
+  EXPECT_EQ(resumed.steps_done(), 4);
+  EXPECT_FALSE(fs::exists(root + "/.tmp-step_00000009-123"));
+}
+
+TEST_F(TrainerTest, ResumeWithNoCheckpointIsAClearError) {
+  std::string e =
+      error_of([&] { Trainer t(config(dir_ / "empty", {"train.resume=must"}), quiet()); });
+  EXPECT_NE(e.find("no complete checkpoint"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir_ / "empty/checkpoints"), std::string::npos) << e;
+  // "auto" starts fresh instead.
+  Trainer t(config(dir_ / "empty", {"train.resume=auto"}), quiet());
+  EXPECT_EQ(t.steps_done(), 0);
+}
+
+TEST_F(TrainerTest, ResumeWithADifferentModelIsRefused) {
+  Trainer t(config(dir_ / "run", {"train.steps=1"}), quiet());
+  t.run();
+  std::string e = error_of([&] {
+    Trainer r(config(dir_ / "run", {"train.resume=must", "model.n_embd=64"}), quiet());
+  });
+  EXPECT_NE(e.find("model.n_embd"), std::string::npos) << e;
+}
+
+TEST_F(TrainerTest, InitFromATensorOfTheWrongShapeNamesIt) {
+  Trainer t(config(dir_ / "run", {"train.steps=1"}), quiet());
+  t.run();
+  std::string e = error_of([&] {
+    Trainer r(
+        config(dir_ / "other",
+               {"model.block_size=64",
+                "train.init_from=" + (dir_ / "run/checkpoints/step_00000001/model.safetensors")}),
+        quiet());
+  });
+  EXPECT_NE(e.find("wpe.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("(32, 32)"), std::string::npos) << e;
+}
+
+TEST_F(TrainerTest, InitFromKilnCheckpointReproducesItsWeights) {
+  Trainer t(config(dir_ / "run", {"train.steps=2"}), quiet());
+  t.run();
+  Trainer r(config(dir_ / "other", {"train.init_from=" +
+                                    (dir_ / "run/checkpoints/step_00000002/model.safetensors")}),
+            quiet());
+  EXPECT_TRUE(same_bits(t, r));
+}
+
+TEST(TrainConfigTest, UnknownKeyNamesTheKeyAndTheFileAndSuggests) {
+  std::string e =
+      error_of([] { parse_train_config("[train]\nlearning_rate = 1e-3\n", "configs/x.toml", {}); });
+  EXPECT_NE(e.find("configs/x.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.learning_rate"), std::string::npos) << e;
+  e = error_of([] { parse_train_config("[train]\nbatch_sise = 4\n", "c.toml", {}); });
+  EXPECT_NE(e.find("did you mean 'train.batch_size'"), std::string::npos) << e;
+}
+
+TEST(TrainConfigTest, WrongTypeAndBadOverrideAreErrors) {
+  std::string base = "[model]\nn_layer=1\nn_head=1\nn_embd=8\nblock_size=8\nvocab_size=10\n";
+  std::string e =
+      error_of([&] { parse_train_config(base + "[train]\nsteps = \"ten\"\n", "c.toml", {}); });
+  EXPECT_NE(e.find("train.steps"), std::string::npos) << e;
+  EXPECT_NE(e.find("integer"), std::string::npos) << e;
+  e = error_of([&] { parse_train_config(base, "c.toml", {"train.stepz=3"}); });
+  EXPECT_NE(e.find("train.stepz"), std::string::npos) << e;
+  e = error_of([&] { parse_train_config(base, "c.toml", {"train.seq_len=16"}); });
+  EXPECT_NE(e.find("model.block_size"), std::string::npos) << e;
+  TrainConfig c =
+      parse_train_config(base, "c.toml", {"train.seq_len=8", "train.lr=0.5", "train.out_dir=x/y"});
+  EXPECT_EQ(c.lr, 0.5);
+  EXPECT_EQ(c.out_dir, "x/y");
+}
+
+TEST(LearningRate, WarmupThenCosineToMin) {
+  TrainConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.1;
+  c.warmup_steps = 4;
+  c.steps = 14;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 3), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4), 1.0);
+  EXPECT_NEAR(learning_rate(c, 9), 0.55, 1e-12);  // half-way through the decay
+  EXPECT_GT(learning_rate(c, 13), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 14), 0.1);
+}
+
+}  // namespace
+}  // namespace kiln
