@@ -12,7 +12,9 @@ namespace fs = std::filesystem;
 
 namespace kiln {
 
-std::string checkpoint_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string checkpoint_name(int64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
 
 namespace {
 std::optional<int64_t> parse_step(const std::string& name) {

@@ -31,7 +31,8 @@ void write_split(const std::string& dir, const std::string& split, const std::ve
   for (int64_t i = 0, k = 0; i < static_cast<int64_t>(t.size()); i += per_shard, k++) {
     int64_t end = std::min<int64_t>(t.size(), i + per_shard);
     std::string name = fmt::format("{}_{:06d}.bin", split, k);
-    write_shard((fs::path(dir) / name).string(), std::vector<uint16_t>(t.begin() + i, t.begin() + end));
+    write_shard((fs::path(dir) / name).string(),
+                std::vector<uint16_t>(t.begin() + i, t.begin() + end));
     files.push_back({{"file", name}, {"tokens", end - i}});
   }
   manifest[split] = {{"tokens", t.size()}, {"shards", files}};
@@ -39,9 +40,10 @@ void write_split(const std::string& dir, const std::string& split, const std::ve
 
 void prepare(const PrepareOpts& o) {
   if (o.tokenizer != "bytes")
-    fail("--tokenizer {}: this build knows the 'bytes' tokenizer (vocabulary 257: one token per "
-         "byte, 256 = end of text)",
-         o.tokenizer);
+    fail(
+        "--tokenizer {}: this build knows the 'bytes' tokenizer (vocabulary 257: one token per "
+        "byte, 256 = end of text)",
+        o.tokenizer);
   if (o.val_fraction < 0 || o.val_fraction >= 1)
     fail("--val-fraction must be in [0, 1), got {}", o.val_fraction);
   std::vector<std::string> files;

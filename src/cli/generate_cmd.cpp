@@ -1,5 +1,121 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/safetensors.h"
 #include "cli/commands.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/rng.h"
+#include "kernels/matmul.h"
+#include "model/kv_cache_decoder.h"
+#include "model/sampler.h"
+#include "train/gpt2_weights.h"
+
+namespace fs = std::filesystem;
 
 namespace kiln::cli {
-void register_generate(CLI::App&) {}
+namespace {
+
+struct GenerateOpts {
+  std::string checkpoint;
+  int max_new_tokens = 64;
+  double temperature = 1.0;
+  int top_k = 0;
+  int64_t seed = 1337;
+  std::string prompt_ids;
+  int threads = 0;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t used;
+      out.push_back(std::stoi(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      fail("--prompt-ids: '{}' is not a token id (expected e.g. 50256,464,3290)", item);
+    }
+  }
+  return out;
+}
+
+void generate(const GenerateOpts& o) {
+  set_num_threads(o.threads);
+  // A run directory or its checkpoints folder resolves to the newest checkpoint in it.
+  std::string dir = o.checkpoint;
+  if (!fs::exists(fs::path(dir) / "model.safetensors")) {
+    for (auto root : {fs::path(dir), fs::path(dir) / "checkpoints"})
+      if (auto ck = latest_checkpoint(root.string())) {
+        dir = ck->dir;
+        break;
+      }
+  }
+  std::string cfg_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(cfg_path))
+    fail(
+        "--checkpoint {}: no config.json and model.safetensors there (give a checkpoint "
+        "directory such as runs/tiny/checkpoints/step_00000050, or a run directory)",
+        o.checkpoint);
+  nlohmann::json hf;
+  try {
+    hf = nlohmann::json::parse(read_file(cfg_path, "config"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", cfg_path, e.what());
+  }
+  Gpt2Config c = gpt2_config_from_hf(hf, cfg_path, 128);
+  Buffer<float> params(gpt2_param_layout(c).total);
+  SafeTensorsReader f((fs::path(dir) / "model.safetensors").string());
+  gpt2_load_tensors(f, gpt2_param_layout(c), c, params.data());
+
+  std::vector<int32_t> prompt = parse_ids(o.prompt_ids);
+  if (prompt.empty()) prompt.push_back(c.vocab_size - 1);  // end-of-text starts a document
+  if (o.max_new_tokens < 0) fail("--max-new-tokens must not be negative");
+  if (static_cast<int>(prompt.size()) + o.max_new_tokens > c.block_size)
+    fail("prompt ({} tokens) + --max-new-tokens ({}) exceeds the model's {} positions",
+         prompt.size(), o.max_new_tokens, c.block_size);
+  KvCacheDecoder dec(c, params.data());
+  Rng rng(static_cast<uint64_t>(o.seed));
+  const float* logits = nullptr;
+  for (int32_t t : prompt) logits = dec.step(t);
+  std::string out;
+  for (int i = 0; i < o.max_new_tokens; i++) {
+    int32_t next =
+        sample_token(logits, c.vocab_size, static_cast<float>(o.temperature), o.top_k, rng);
+    out += (i ? " " : "") + std::to_string(next);
+    if (i + 1 < o.max_new_tokens) logits = dec.step(next);
+  }
+  fmt::print("{}\n", out);
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate",
+                                 "Sample token ids from a trained checkpoint (KV-cached decoding)");
+  auto o = std::make_shared<GenerateOpts>();
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required();
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "softmax temperature; 0 = greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "sample among the k most likely tokens (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--prompt-ids", o->prompt_ids,
+                  "comma-separated token ids to start from (default: end-of-text)");
+  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
+  cmd->callback([o]() { generate(*o); });
+}
+
 }  // namespace kiln::cli

@@ -6,8 +6,9 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"kiln: train transformer language models on a cluster of CPUs\n"
-               "Run `kiln <command> --help` for the options of each command."};
+  CLI::App app{
+      "kiln: train transformer language models on a cluster of CPUs\n"
+      "Run `kiln <command> --help` for the options of each command."};
   app.require_subcommand(1);
   app.set_version_flag("--version", KILN_VERSION);
   kiln::cli::register_train(app);

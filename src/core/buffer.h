@@ -17,7 +17,8 @@ class Buffer {
   ~Buffer() { std::free(data_); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  Buffer(Buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   Buffer& operator=(Buffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);

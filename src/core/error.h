@@ -19,10 +19,10 @@ template <typename... Args>
 }
 
 // KILN_CHECK guards invariants of kiln's own code (not user input): it reports file:line.
-#define KILN_CHECK(cond)                                                                   \
-  do {                                                                                     \
-    if (!(cond)) ::kiln::fail("internal error at {}:{}: check failed: {}", __FILE__, __LINE__, \
-                              #cond);                                                      \
+#define KILN_CHECK(cond)                                                                    \
+  do {                                                                                      \
+    if (!(cond))                                                                            \
+      ::kiln::fail("internal error at {}:{}: check failed: {}", __FILE__, __LINE__, #cond); \
   } while (0)
 
 }  // namespace kiln

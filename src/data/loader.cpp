@@ -10,9 +10,10 @@ Loader::Loader(const ShardSet& shards, int B, int T, int vocab, bool shuffle, ui
   const int64_t bt = static_cast<int64_t>(B) * T;
   windows_ = (shards.num_tokens() - 1) / bt;
   if (windows_ < 1)
-    fail("the data ({} tokens in {}) is shorter than one micro-batch of batch_size*seq_len+1 = "
-         "{} tokens; use more data or a smaller batch",
-         shards.num_tokens(), shards.files().empty() ? "" : shards.files()[0], bt + 1);
+    fail(
+        "the data ({} tokens in {}) is shorter than one micro-batch of batch_size*seq_len+1 = "
+        "{} tokens; use more data or a smaller batch",
+        shards.num_tokens(), shards.files().empty() ? "" : shards.files()[0], bt + 1);
   buf_.resize(bt + 1);
 }
 

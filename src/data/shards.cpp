@@ -15,7 +15,8 @@
 namespace kiln {
 
 std::vector<std::string> expand_shard_pattern(const std::string& pattern, const std::string& what) {
-  if (pattern.empty()) fail("{} is empty: set it to a shard file or a glob such as 'dir/*.bin'", what);
+  if (pattern.empty())
+    fail("{} is empty: set it to a shard file or a glob such as 'dir/*.bin'", what);
   glob_t g;
   std::memset(&g, 0, sizeof(g));
   int rc = glob(pattern.c_str(), 0, nullptr, &g);
@@ -75,17 +76,18 @@ void ShardSet::open_all(const std::vector<std::string>& files, const std::string
     int32_t header[3];
     std::memcpy(header, s.map, sizeof(header));
     if (header[0] != kShardMagic)
-      fail("{}: {} is not a token shard: magic number {} (expected {}, llm.c's format)", what,
-           path, header[0], kShardMagic);
+      fail("{}: {} is not a token shard: magic number {} (expected {}, llm.c's format)", what, path,
+           header[0], kShardMagic);
     if (header[1] != kShardVersion)
       fail("{}: shard {} has version {}; kiln reads version 1 (uint16 tokens)", what, path,
            header[1]);
     int64_t n = header[2];
     size_t expect = kShardHeaderBytes + static_cast<size_t>(n) * 2;
     if (n < 0 || size != expect)
-      fail("{}: shard {} is truncated or damaged: header says {} tokens ({} bytes), file has {} "
-           "bytes; prepare it again",
-           what, path, n, expect, size);
+      fail(
+          "{}: shard {} is truncated or damaged: header says {} tokens ({} bytes), file has {} "
+          "bytes; prepare it again",
+          what, path, n, expect, size);
     Shard& b = shards_.back();
     b.tokens = reinterpret_cast<const uint16_t*>(b.map + kShardHeaderBytes);
     b.n = n;
@@ -99,7 +101,9 @@ ShardSet::~ShardSet() {
     if (s.map) munmap(const_cast<uint8_t*>(s.map), s.map_bytes);
 }
 
-ShardSet::ShardSet(ShardSet&& o) noexcept { *this = std::move(o); }
+ShardSet::ShardSet(ShardSet&& o) noexcept {
+  *this = std::move(o);
+}
 
 ShardSet& ShardSet::operator=(ShardSet&& o) noexcept {
   std::swap(shards_, o.shards_);
@@ -123,9 +127,10 @@ void ShardSet::read(int64_t start, int64_t n, int32_t* out, int vocab) const {
     for (int64_t i = 0; i < take; i++) {
       int32_t tok = s.tokens[off + i];
       if (tok >= vocab)
-        fail("{}: token id {} at position {} of shard {} is outside the vocabulary "
-             "(model.vocab_size = {})",
-             what_, tok, off + i, s.path, vocab);
+        fail(
+            "{}: token id {} at position {} of shard {} is outside the vocabulary "
+            "(model.vocab_size = {})",
+            what_, tok, off + i, s.path, vocab);
       out[done + i] = tok;
     }
     done += take;

@@ -97,4 +97,34 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
   }
 }
 
+void attention_decode(float* out, float* scores, const float* q, const float* k_cache,
+                      const float* v_cache, int n, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int h = 0; h < NH; h++) {
+    const float* qh = q + h * hs;
+    float maxv = -INFINITY;
+    for (int t = 0; t < n; t++) {
+      const float* k = k_cache + static_cast<int64_t>(t) * C + h * hs;
+      float s = 0;
+      for (int i = 0; i < hs; i++) s += qh[i] * k[i];
+      s *= scale;
+      scores[t] = s;
+      if (s > maxv) maxv = s;
+    }
+    float sum = 0;
+    for (int t = 0; t < n; t++) {
+      scores[t] = std::exp(scores[t] - maxv);
+      sum += scores[t];
+    }
+    float* o = out + h * hs;
+    for (int i = 0; i < hs; i++) o[i] = 0;
+    for (int t = 0; t < n; t++) {
+      const float* v = v_cache + static_cast<int64_t>(t) * C + h * hs;
+      float w = scores[t] / sum;
+      for (int i = 0; i < hs; i++) o[i] += w * v[i];
+    }
+  }
+}
+
 }  // namespace kiln

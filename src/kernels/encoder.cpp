@@ -17,8 +17,8 @@ void encoder_forward(float* out, const int32_t* inp, const float* wte, const flo
   }
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
-                      int T, int C) {
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                      int C) {
   // Each thread owns a range of channels and visits positions in order: no races, fixed order.
   constexpr int kBlock = 64;
   int nblocks = (C + kBlock - 1) / kBlock;

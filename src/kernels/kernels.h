@@ -17,8 +17,8 @@ namespace kiln {
 void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                      int T, int C);
 // dwte, dwpe += scatter of dout (B,T,C).
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
-                      int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                      int C);
 
 // ---- layernorm (eps 1e-5) -------------------------------------------------------------------
 // out (M,C), mean (M), rstd (M) from inp (M,C).
@@ -40,6 +40,11 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 // dqkv (B,T,3C) is written; datt (B,NH,T,T) is scratch.
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
+
+// One query position against a KV cache, for incremental decoding: q (C) attends to the first
+// n rows of k_cache and v_cache (each (n,C), heads side by side); out (C); scores (n) is scratch.
+void attention_decode(float* out, float* scores, const float* q, const float* k_cache,
+                      const float* v_cache, int n, int C, int NH);
 
 // ---- bias gradient --------------------------------------------------------------------------
 // db (N) += column sums of dout (M,N).

@@ -88,7 +88,9 @@ void set_num_threads(int n) {
   if (n > 0) omp_set_num_threads(n);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
 double measure_peak_gflops(double seconds) {
   double best = 0;

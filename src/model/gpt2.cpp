@@ -110,9 +110,8 @@ void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, ui
              t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
     if (t.shape.size() == 2) {
-      double std = (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight"))
-                       ? residual_std
-                       : 0.02;
+      double std =
+          (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) ? residual_std : 0.02;
       int64_t n = t.numel;
       if (t.name == "wte.weight") n = static_cast<int64_t>(c.vocab_size) * c.n_embd;
       Rng rng(mix_seed(seed, i));
@@ -138,8 +137,7 @@ int64_t gpt2_scratch_floats(const Gpt2Config& c, int B, int T) {
 
 Gpt2::Gpt2(const Gpt2Config& c, int B, int T) : cfg_(c), B_(B), T_(T) {
   c.validate();
-  if (T > c.block_size)
-    fail("sequence length {} exceeds model.block_size {}", T, c.block_size);
+  if (T > c.block_size) fail("sequence length {} exceeds model.block_size {}", T, c.block_size);
   layout_ = gpt2_param_layout(c);
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
 
@@ -193,7 +191,8 @@ namespace {
 // Times a region into one of the profile's counters when profiling is on.
 class Timed {
  public:
-  Timed(Profile& p, double Profile::*field) : p_(p), field_(field), t0_(p.enabled ? now_seconds() : 0) {}
+  Timed(Profile& p, double Profile::*field)
+      : p_(p), field_(field), t0_(p.enabled ? now_seconds() : 0) {}
   ~Timed() {
     if (p_.enabled) p_.*field_ += now_seconds() - t0_;
   }

@@ -17,8 +17,8 @@ struct Gpt2Config {
   int n_layer = 0;
   int n_head = 0;
   int n_embd = 0;
-  int block_size = 0;       // maximum sequence length (n_positions)
-  int vocab_size = 0;       // real vocabulary
+  int block_size = 0;         // maximum sequence length (n_positions)
+  int vocab_size = 0;         // real vocabulary
   int padded_vocab_size = 0;  // vocab_size rounded up; padded logits are masked out of the loss
 
   // Throws kiln::Error naming the offending field.
@@ -109,8 +109,8 @@ int64_t gpt2_scratch_floats(const Gpt2Config& c, int B, int T);
 // Times spent per kind of work, in seconds, when profiling is on.
 struct Profile {
   bool enabled = false;
-  double matmul = 0, attention = 0, layernorm = 0, gelu = 0, lm_head = 0, loss = 0,
-         embedding = 0, residual = 0;
+  double matmul = 0, attention = 0, layernorm = 0, gelu = 0, lm_head = 0, loss = 0, embedding = 0,
+         residual = 0;
   void reset() { *this = Profile{enabled}; }
 };
 

@@ -1,10 +1,10 @@
 #include "train/config.h"
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <fstream>
 #include <functional>
 #include <sstream>
-#include <toml++/toml.h>
 #include <variant>
 
 #include "core/error.h"
@@ -43,7 +43,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.seed", &c.seed, "seed of initialisation and data order"},
       {"train.dtype", &c.dtype, "compute precision: fp32"},
       {"train.threads", &c.threads, "threads per process (0: all cores)"},
-      {"train.resume", &c.resume, "\"none\", \"auto\" (newest complete checkpoint if any) or \"must\""},
+      {"train.resume", &c.resume,
+       "\"none\", \"auto\" (newest complete checkpoint if any) or \"must\""},
       {"train.init_from", &c.init_from, "start from GPT-2 weights in a safetensors file"},
       {"train.out_dir", &c.out_dir, "run directory (metrics, checkpoints)"},
       {"train.val_every", &c.val_every, "validation every N steps (0: never)"},
@@ -111,7 +112,8 @@ void set_from_toml(Key& k, const toml::node& v, const std::string& source) {
           if (!v.is_integer()) wrong("an integer");
           int64_t x = *v.value<int64_t>();
           if constexpr (std::is_same_v<T, int>) {
-            if (x < INT32_MIN || x > INT32_MAX) fail("{}: config key '{}' is out of range", source, k.name);
+            if (x < INT32_MIN || x > INT32_MAX)
+              fail("{}: config key '{}' is out of range", source, k.name);
           }
           *p = static_cast<T>(x);
         }
@@ -199,11 +201,16 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& s
   for (auto& [section, tbl] : j.items()) {
     toml::table t;
     for (auto& [key, v] : tbl.items()) {
-      if (v.is_boolean()) t.insert(key, v.get<bool>());
-      else if (v.is_number_integer()) t.insert(key, v.get<int64_t>());
-      else if (v.is_number()) t.insert(key, v.get<double>());
-      else if (v.is_string()) t.insert(key, v.get<std::string>());
-      else fail("{}: config key '{}.{}' has an unsupported value", source, section, key);
+      if (v.is_boolean())
+        t.insert(key, v.get<bool>());
+      else if (v.is_number_integer())
+        t.insert(key, v.get<int64_t>());
+      else if (v.is_number())
+        t.insert(key, v.get<double>());
+      else if (v.is_string())
+        t.insert(key, v.get<std::string>());
+      else
+        fail("{}: config key '{}.{}' has an unsupported value", source, section, key);
     }
     root.insert(section, std::move(t));
   }

@@ -31,7 +31,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 disables clipping
   int64_t seed = 1337;
   std::string dtype = "fp32";
-  int threads = 0;  // 0: all cores
+  int threads = 0;              // 0: all cores
   std::string resume = "none";  // "none" | "auto"
   std::string init_from;        // a safetensors file with GPT-2 weights
   std::string out_dir = "runs/default";

@@ -24,16 +24,19 @@ void gpt2_load_tensors(const SafeTensorsReader& f, const ParamLayout& layout, co
     if (n.rfind(prefix, 0) != 0) continue;
     n = n.substr(prefix.size());
     if (n.rfind("transformer.", 0) == 0) n = n.substr(12);
-    bool known = n == "lm_head.weight" || n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias");
+    bool known =
+        n == "lm_head.weight" || n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias");
     for (const auto& t : layout.tensors) known = known || t.name == n;
     if (!known)
-      fail("{}: unexpected tensor '{}' for a GPT-2 with n_layer={} (is this a GPT-2 checkpoint of "
-           "the same size?)",
-           f.path(), name, c.n_layer);
+      fail(
+          "{}: unexpected tensor '{}' for a GPT-2 with n_layer={} (is this a GPT-2 checkpoint of "
+          "the same size?)",
+          f.path(), name, c.n_layer);
   }
   for (const auto& t : layout.tensors) {
     std::string name = prefix + t.name;
-    if (!f.has(name) && f.has(prefix + "transformer." + t.name)) name = prefix + "transformer." + t.name;
+    if (!f.has(name) && f.has(prefix + "transformer." + t.name))
+      name = prefix + "transformer." + t.name;
     std::vector<int64_t> shape = t.shape;
     float* dst = base + t.offset;
     if (t.name == "wte.weight") {

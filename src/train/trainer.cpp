@@ -56,9 +56,10 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
     remove_stale_checkpoint_temps(checkpoint_root());
     ck = latest_checkpoint(checkpoint_root());
     if (!ck && cfg_.resume == "must")
-      fail("--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
-           "start fresh)",
-           checkpoint_root());
+      fail(
+          "--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
+          "start fresh)",
+          checkpoint_root());
   }
   if (ck) {
     resume_from(ck->dir);
@@ -186,9 +187,10 @@ void Trainer::resume_from(const std::string& dir) {
   try {
     state = nlohmann::json::parse(read_file(state_path, "trainer state"));
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: damaged trainer state ({}); remove the checkpoint directory {} to resume from an "
-         "older one",
-         state_path, e.what(), dir);
+    fail(
+        "{}: damaged trainer state ({}); remove the checkpoint directory {} to resume from an "
+        "older one",
+        state_path, e.what(), dir);
   }
   TrainConfig saved = train_config_from_json(state.at("config"), state_path);
   for (auto [key, a, b] : {std::tuple{"model.n_layer", saved.model.n_layer, cfg_.model.n_layer},
@@ -208,7 +210,8 @@ void Trainer::resume_from(const std::string& dir) {
   step_ = state.at("step").get<int64_t>();
   skipped_steps_ = state.value("skipped_steps", int64_t{0});
   rng_.set_state(state.at("rng_state").get<uint64_t>());
-  if (train_loader_) train_loader_->set_position(state.at("data").at("train_position").get<uint64_t>());
+  if (train_loader_)
+    train_loader_->set_position(state.at("data").at("train_position").get<uint64_t>());
   if (!opts_.quiet) fmt::print("resumed from {} (step {})\n", dir, step_);
 }
 
@@ -218,37 +221,40 @@ void Trainer::log_step(const StepResult& r) {
   double mfu = peak_gflops_ > 0 ? flops_per_token_ * tps / (peak_gflops_ * 1e9) : 0.0;
   if (metrics_)
     metrics_->write({{"type", "train"},
-                  {"step", step_},
-                  {"loss", r.loss},
-                  {"lr", r.lr},
-                  {"grad_norm", r.grad_norm},
-                  {"tokens", step_ * tokens},
-                  {"tokens_per_sec", tps},
-                  {"step_ms", r.seconds * 1e3},
-                  {"mfu", mfu},
-                  {"skipped", r.skipped}});
+                     {"step", step_},
+                     {"loss", r.loss},
+                     {"lr", r.lr},
+                     {"grad_norm", r.grad_norm},
+                     {"tokens", step_ * tokens},
+                     {"tokens_per_sec", tps},
+                     {"step_ms", r.seconds * 1e3},
+                     {"mfu", mfu},
+                     {"skipped", r.skipped}});
   if (opts_.quiet || (step_ % cfg_.log_every != 0 && step_ != cfg_.steps)) return;
   double per_step = (now_seconds() - run_start_) / std::max<int64_t>(1, step_ - run_first_step_);
   double eta = per_step * static_cast<double>(cfg_.steps - step_);
-  fmt::print("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
-             "ETA {}{}\n",
-             step_, std::to_string(cfg_.steps).size(), cfg_.steps, r.loss, r.lr, r.grad_norm, tps,
-             mfu * 100, format_duration(eta), r.skipped ? " | SKIPPED (non-finite)" : "");
+  fmt::print(
+      "step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+      "ETA {}{}\n",
+      step_, std::to_string(cfg_.steps).size(), cfg_.steps, r.loss, r.lr, r.grad_norm, tps,
+      mfu * 100, format_duration(eta), r.skipped ? " | SKIPPED (non-finite)" : "");
   std::fflush(stdout);
 }
 
 void Trainer::run() {
   if (!opts_.quiet) {
     MemoryReport m = memory();
-    fmt::print("kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | {} threads | "
-               "peak {:.0f} GFLOP/s\n",
-               KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
-               gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
-               num_threads(), peak_gflops_);
-    fmt::print("memory: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations "
-               "{:.1f} MiB\n",
-               m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
-               m.activations / 1048576.0);
+    fmt::print(
+        "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | {} threads | "
+        "peak {:.0f} GFLOP/s\n",
+        KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
+        gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
+        num_threads(), peak_gflops_);
+    fmt::print(
+        "memory: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations "
+        "{:.1f} MiB\n",
+        m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
+        m.activations / 1048576.0);
     std::fflush(stdout);
   }
   run_start_ = now_seconds();

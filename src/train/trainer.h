@@ -34,9 +34,9 @@ struct StepResult {
 using BatchSource = std::function<void(int32_t* inputs, int32_t* targets)>;
 
 struct TrainerOptions {
-  BatchSource batches;  // when set, replaces data.train (benchmarks, tests); no metrics file
-  bool quiet = false;   // no progress lines
-  bool measure_peak = true;     // measure peak GFLOP/s when the config states none
+  BatchSource batches;       // when set, replaces data.train (benchmarks, tests); no metrics file
+  bool quiet = false;        // no progress lines
+  bool measure_peak = true;  // measure peak GFLOP/s when the config states none
 };
 
 // Memory held per kind, in bytes.
