@@ -1,5 +1,156 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/matmul.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace kiln::cli {
-void register_bench(CLI::App&) {}
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct BenchTrainOpts {
+  std::string config;
+  std::vector<std::string> sets;
+  int steps = 11;
+  bool json = false;
+};
+
+// Times optimizer steps on random tokens (no data files needed); reports the median of steps
+// 2..N, so the first step's one-time costs (primitive creation, page faults) are left out.
+void bench_train(const BenchTrainOpts& o) {
+  if (o.steps < 2) fail("--steps must be at least 2 (the first step is not timed)");
+  TrainConfig cfg = load_train_config(o.config, o.sets);
+  TrainerOptions opts;
+  opts.quiet = true;
+  Rng rng(static_cast<uint64_t>(cfg.seed));
+  const int V = cfg.model.vocab_size;
+  opts.batches = [&](int32_t* in, int32_t* tg) {
+    for (int i = 0; i < cfg.batch_size * cfg.seq_len; i++) {
+      in[i] = static_cast<int32_t>(rng.below(V));
+      tg[i] = static_cast<int32_t>(rng.below(V));
+    }
+  };
+  Trainer trainer(cfg, opts);
+  Profile& prof = trainer.model().profile();
+  std::vector<double> times;
+  Profile sum;
+  for (int s = 0; s < o.steps; s++) {
+    prof.reset();
+    prof.enabled = s > 0;
+    StepResult r = trainer.step();
+    if (s == 0) continue;
+    times.push_back(r.seconds);
+    for (auto f : {&Profile::matmul, &Profile::attention, &Profile::layernorm, &Profile::gelu,
+                   &Profile::lm_head, &Profile::loss, &Profile::embedding, &Profile::residual})
+      sum.*f += prof.*f;
+  }
+  // The profile's timers add a clock read per region; the timed steps above include them.
+  const double step_s = median(times);
+  const int64_t tokens = static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len;
+  const double tps = tokens / step_s;
+  const double gflops = gpt2_flops_per_token(cfg.model, cfg.seq_len) * tps * 1e-9;
+  const double peak = trainer.peak_gflops();
+  const double mfu = peak > 0 ? gflops / peak : 0.0;
+  MemoryReport mem = trainer.memory();
+  const double n = static_cast<double>(times.size());
+  struct Part {
+    const char* name;
+    double seconds;
+  };
+  std::vector<Part> parts{{"matmul (blocks)", sum.matmul / n},
+                          {"lm head matmuls", sum.lm_head / n},
+                          {"attention", sum.attention / n},
+                          {"layernorm", sum.layernorm / n},
+                          {"gelu", sum.gelu / n},
+                          {"softmax + loss", sum.loss / n},
+                          {"residual copies", sum.residual / n},
+                          {"embedding", sum.embedding / n}};
+  double accounted = 0;
+  for (auto& p : parts) accounted += p.seconds;
+  if (o.json) {
+    nlohmann::json j = {{"step_ms", step_s * 1e3},
+                        {"tokens_per_sec", tps},
+                        {"gflops", gflops},
+                        {"mfu", mfu},
+                        {"peak_gflops", peak},
+                        {"threads", num_threads()},
+                        {"steps_timed", times.size()},
+                        {"memory_bytes",
+                         {{"params", mem.params},
+                          {"grads", mem.grads},
+                          {"optimizer", mem.optimizer},
+                          {"activations", mem.activations}}},
+                        {"config", cfg.to_json()}};
+    nlohmann::json br;
+    for (auto& p : parts) br[p.name] = p.seconds * 1e3;
+    br["optimizer + grad norm + rest"] = (step_s - accounted) * 1e3;
+    j["breakdown_ms"] = br;
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print(
+      "kiln bench train: {} | GPT-2 {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
+      "threads\n",
+      o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd,
+      gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads());
+  fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
+             "value");
+  fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);
+  fmt::print("{:<28} {:>12.0f}\n", "tokens/s", tps);
+  fmt::print("{:<28} {:>12.1f}\n", "model GFLOP/s", gflops);
+  fmt::print("{:<28} {:>12.1f}\n", "peak GFLOP/s", peak);
+  fmt::print("{:<28} {:>11.1f}%\n", "MFU", mfu * 100);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: params MiB", mem.params / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: grads MiB", mem.grads / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: optimizer MiB", mem.optimizer / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: activations MiB", mem.activations / 1048576.0);
+  fmt::print("\n{:<28} {:>10} {:>7}\n", "where a step goes (mean)", "ms", "share");
+  for (auto& p : parts)
+    fmt::print("{:<28} {:>10.1f} {:>6.1f}%\n", p.name, p.seconds * 1e3, 100 * p.seconds / step_s);
+  fmt::print("{:<28} {:>10.1f} {:>6.1f}%\n", "optimizer, grad norm, rest",
+             (step_s - accounted) * 1e3, 100 * (step_s - accounted) / step_s);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks that print tables (never assertions)");
+  bench->require_subcommand(1);
+
+  auto* train = bench->add_subcommand("train", "Time training steps of a config on random tokens");
+  auto o = std::make_shared<BenchTrainOpts>();
+  train->add_option("--config", o->config, "TOML config")->required();
+  train->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  train->add_option("--steps", o->steps, "steps to run; the first is not timed")
+      ->capture_default_str();
+  train->add_flag("--json", o->json, "print one JSON object instead of a table");
+  train->callback([o]() { bench_train(*o); });
+
+  auto* peak = bench->add_subcommand(
+      "peak", "Measure the best fp32 matmul rate (the peak MFU is measured against)");
+  auto seconds = std::make_shared<double>(1.0);
+  auto threads = std::make_shared<int>(0);
+  peak->add_option("--seconds", *seconds, "seconds per shape")->capture_default_str();
+  peak->add_option("--threads", *threads, "threads (0 = all cores)")->capture_default_str();
+  peak->callback([seconds, threads]() {
+    set_num_threads(*threads);
+    double g = measure_peak_gflops(*seconds);
+    fmt::print("peak fp32 matmul: {:.1f} GFLOP/s on {} threads\n", g, num_threads());
+    fmt::print("use it with: --set hardware.peak_gflops={:.0f}\n", g);
+  });
+}
+
 }  // namespace kiln::cli

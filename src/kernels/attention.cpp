@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/vec_math.h"
 
 namespace kiln {
 
@@ -18,18 +19,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         float maxv = -INFINITY;
         for (int t2 = 0; t2 <= t; t2++) {
           const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
-          float s = 0;
-          for (int i = 0; i < hs; i++) s += q[i] * k[i];
-          s *= scale;
+          float s = dot_vec(q, k, hs) * scale;
           a[t2] = s;
           if (s > maxv) maxv = s;
         }
+        for (int t2 = 0; t2 <= t; t2++) a[t2] = exp_vec(a[t2] - maxv);
         float sum = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          float e = std::exp(a[t2] - maxv);
-          a[t2] = e;
-          sum += e;
-        }
+        for (int t2 = 0; t2 <= t; t2++) sum += a[t2];
         float inv = 1.0f / sum;
         for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
         for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
@@ -71,12 +67,8 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
         for (int t2 = 0; t2 <= t; t2++) {
           const float* v = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * hs;
           float* dv = dqkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * hs;
-          float s = 0;
-          for (int i = 0; i < hs; i++) {
-            s += d[i] * v[i];
-            dv[i] += a[t2] * d[i];
-          }
-          da[t2] = s;
+          for (int i = 0; i < hs; i++) dv[i] += a[t2] * d[i];
+          da[t2] = dot_vec(d, v, hs);
         }
         // through the softmax
         float dot = 0;
@@ -106,17 +98,13 @@ void attention_decode(float* out, float* scores, const float* q, const float* k_
     float maxv = -INFINITY;
     for (int t = 0; t < n; t++) {
       const float* k = k_cache + static_cast<int64_t>(t) * C + h * hs;
-      float s = 0;
-      for (int i = 0; i < hs; i++) s += qh[i] * k[i];
-      s *= scale;
+      float s = dot_vec(qh, k, hs) * scale;
       scores[t] = s;
       if (s > maxv) maxv = s;
     }
+    for (int t = 0; t < n; t++) scores[t] = exp_vec(scores[t] - maxv);
     float sum = 0;
-    for (int t = 0; t < n; t++) {
-      scores[t] = std::exp(scores[t] - maxv);
-      sum += scores[t];
-    }
+    for (int t = 0; t < n; t++) sum += scores[t];
     float* o = out + h * hs;
     for (int i = 0; i < hs; i++) o[i] = 0;
     for (int t = 0; t < n; t++) {

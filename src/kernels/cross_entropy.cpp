@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/vec_math.h"
 
 namespace kiln {
 
@@ -14,12 +15,9 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
     for (int i = 0; i < V; i++) maxv = x[i] > maxv ? x[i] : maxv;
     float target_logit = y >= 0 ? x[y] : 0.0f;
     // One exp per element: the exponentials overwrite the logits and become the gradient.
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-      float e = std::exp(x[i] - maxv);
-      x[i] = e;
-      sum += e;
-    }
+    for (int i = 0; i < V; i++) x[i] = exp_vec(x[i] - maxv);
+    double sum = 0;  // in order, in double: the same bits for any vector width
+    for (int i = 0; i < V; i++) sum += x[i];
     losses[m] = y >= 0 ? static_cast<float>(std::log(sum) + maxv - target_logit) : 0.0f;
     if (dlogits_scale != 0.0f) {
       float s = y >= 0 ? static_cast<float>(dlogits_scale / sum) : 0.0f;

@@ -52,9 +52,10 @@ void bias_backward(float* db, const float* dout, int64_t M, int N);
 
 // ---- loss -----------------------------------------------------------------------------------
 // From logits (M,Vp) whose first V columns are real: losses (M) = -log softmax[target].
-// If dlogits_scale != 0, the logits are replaced in place by dloss/dlogits with
-// dloss = dlogits_scale per row: (softmax - onehot) * scale, and 0 in the padded columns.
-// Targets < 0 are ignored (loss 0, gradient 0).
+// The logits are consumed: one exponential per element is computed in place. If
+// dlogits_scale != 0 they end as dloss/dlogits with dloss = dlogits_scale per row:
+// (softmax - onehot) * scale, and 0 in the padded columns; otherwise their content is
+// unspecified. Targets < 0 are ignored (loss 0, gradient 0).
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
                            int Vp, float dlogits_scale);
 

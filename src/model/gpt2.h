@@ -129,7 +129,8 @@ class Gpt2 {
   // Accumulates parameter gradients into grads (same layout as params).
   void backward(const float* params, float* grads, const int32_t* inputs);
 
-  const float* logits() const { return acts_.logits; }  // (B,T,Vp), valid after forward w/o dloss
+  // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
+  const float* logits() const { return acts_.logits; }
   const float* losses() const { return acts_.losses; }
   int64_t activation_bytes() const { return acts_.mem.bytes() + scratch_.mem.bytes(); }
   Profile& profile() { return profile_; }

@@ -1,0 +1,714 @@
+// Kernels against float64 references written here with plain loops (the textbook math).
+//
+// Forward: kiln's float32 output against the float64 reference, within kFwdTol of the largest
+// reference magnitude. Backward: for a fixed random R, L = sum(out * R), so dL/dout = R is the
+// dout given to kiln's float32 backward; every input and parameter gradient is compared with
+// central finite differences of the float64 reference, within kGradTol of the largest gradient.
+// Accumulated gradients (+=) are checked against a random pre-fill plus the gradient; written
+// gradients (=) start from garbage that must be overwritten.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+
+namespace kiln {
+namespace {
+
+using Vec = std::vector<float>;
+using Vec64 = std::vector<double>;
+using Fn = std::function<double(const Vec64&)>;
+
+constexpr double kFwdTol = 1e-5;    // max |kiln - reference| / max |reference|
+constexpr double kGradTol = 1e-4;   // max |kiln - finite difference| / max |finite difference|
+constexpr double kFdStep = 1e-6;    // central-difference step, in float64
+constexpr float kGarbage = 123.0f;  // pre-fill of buffers a kernel must overwrite
+
+Vec RandomVec(std::mt19937& rng, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Vec64 ToDouble(const Vec& v) {
+  return Vec64(v.begin(), v.end());
+}
+
+double MaxAbs(const Vec64& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// sum(out * R): the scalar whose gradient the backward kernels compute with dout = R.
+double Dot(const Vec64& out, const Vec& r) {
+  double s = 0;
+  for (size_t i = 0; i < out.size(); i++) s += out[i] * static_cast<double>(r[i]);
+  return s;
+}
+
+// Central finite differences of f at x, one coordinate at a time.
+Vec64 FiniteDiff(const Fn& f, Vec64 x) {
+  Vec64 g(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double xi = x[i];
+    x[i] = xi + kFdStep;
+    const double fp = f(x);
+    x[i] = xi - kFdStep;
+    const double fm = f(x);
+    x[i] = xi;
+    g[i] = (fp - fm) / (2 * kFdStep);
+  }
+  return g;
+}
+
+// |(got[i] - base[i]) - want[i]| <= rel_tol * max|want| for every i (base may be empty: zero).
+// Reports the worst element.
+::testing::AssertionResult Near(const Vec& got, const Vec& base, const Vec64& want,
+                                double rel_tol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  }
+  const double scale = MaxAbs(want) > 0 ? MaxAbs(want) : 1.0;
+  double worst = 0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double g = static_cast<double>(got[i]) - (base.empty() ? 0.0 : base[i]);
+    double err = std::fabs(g - want[i]);
+    if (std::isnan(err)) err = INFINITY;
+    if (err > worst) {
+      worst = err;
+      worst_i = i;
+    }
+  }
+  if (worst <= rel_tol * scale) return ::testing::AssertionSuccess();
+  const double g = static_cast<double>(got[worst_i]) - (base.empty() ? 0.0 : base[worst_i]);
+  return ::testing::AssertionFailure()
+         << "worst element " << worst_i << ": got " << g << ", expected " << want[worst_i]
+         << " (error " << worst << " > " << rel_tol << " * max magnitude " << scale << ")";
+}
+
+::testing::AssertionResult Near(const Vec& got, const Vec64& want, double rel_tol) {
+  return Near(got, Vec{}, want, rel_tol);
+}
+
+bool SameBits(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Sets the OpenMP thread count for one scope and restores the previous one.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int saved_;
+};
+
+// ---- float64 references -----------------------------------------------------------------------
+
+Vec64 RefEncoder(const std::vector<int32_t>& inp, const Vec64& wte, const Vec64& wpe, int B, int T,
+                 int C) {
+  Vec64 out(static_cast<size_t>(B) * T * C);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      for (int c = 0; c < C; c++) {
+        out[(b * T + t) * C + c] = wte[inp[b * T + t] * C + c] + wpe[t * C + c];
+      }
+    }
+  }
+  return out;
+}
+
+struct LayernormRef {
+  Vec64 out, mean, rstd;
+};
+
+LayernormRef RefLayernorm(const Vec64& x, const Vec64& w, const Vec64& b, int M, int C) {
+  LayernormRef r{Vec64(x.size()), Vec64(M), Vec64(M)};
+  for (int m = 0; m < M; m++) {
+    double mu = 0;
+    for (int c = 0; c < C; c++) mu += x[m * C + c];
+    mu /= C;
+    double var = 0;  // biased
+    for (int c = 0; c < C; c++) var += (x[m * C + c] - mu) * (x[m * C + c] - mu);
+    var /= C;
+    const double rstd = 1.0 / std::sqrt(var + 1e-5);
+    for (int c = 0; c < C; c++) r.out[m * C + c] = (x[m * C + c] - mu) * rstd * w[c] + b[c];
+    r.mean[m] = mu;
+    r.rstd[m] = rstd;
+  }
+  return r;
+}
+
+double RefGelu(double x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+struct AttentionRef {
+  Vec64 out, att;
+};
+
+// qkv (B,T,3C): q, k, v side by side; head h is the hs-slice [h*hs, (h+1)*hs) of each.
+AttentionRef RefAttention(const Vec64& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  AttentionRef r{Vec64(static_cast<size_t>(B) * T * C, 0.0),
+                 Vec64(static_cast<size_t>(B) * NH * T * T, 0.0)};
+  auto at = [&](int b, int t, int part, int h, int i) {
+    return qkv[(b * T + t) * 3 * C + part * C + h * hs + i];
+  };
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        std::vector<double> s(t + 1);
+        double maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double dot = 0;
+          for (int i = 0; i < hs; i++) dot += at(b, t, 0, h, i) * at(b, t2, 1, h, i);
+          s[t2] = dot * scale;
+          maxv = std::max(maxv, s[t2]);
+        }
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) sum += std::exp(s[t2] - maxv);
+        double* a = &r.att[((b * NH + h) * T + t) * T];
+        for (int t2 = 0; t2 <= t; t2++) a[t2] = std::exp(s[t2] - maxv) / sum;
+        for (int i = 0; i < hs; i++) {
+          double o = 0;
+          for (int t2 = 0; t2 <= t; t2++) o += a[t2] * at(b, t2, 2, h, i);
+          r.out[(b * T + t) * C + h * hs + i] = o;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// losses (M): logsumexp over the first V columns minus the target logit; 0 for target < 0.
+Vec64 RefCrossEntropy(const Vec64& logits, const std::vector<int32_t>& targets, int M, int V,
+                      int Vp) {
+  Vec64 losses(M, 0.0);
+  for (int m = 0; m < M; m++) {
+    if (targets[m] < 0) continue;
+    const double* x = &logits[static_cast<size_t>(m) * Vp];
+    double maxv = -INFINITY;
+    for (int i = 0; i < V; i++) maxv = std::max(maxv, x[i]);
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += std::exp(x[i] - maxv);
+    losses[m] = std::log(sum) + maxv - x[targets[m]];
+  }
+  return losses;
+}
+
+// C = op(A) @ op(B) [+ bias] [+ c0], with A stored (M,K) or (K,M), B stored (K,N) or (N,K).
+Vec64 RefMatmul(const MatmulShape& s, const Vec64& a, const Vec64& b, const Vec64* bias,
+                const Vec64* c0) {
+  Vec64 c(static_cast<size_t>(s.M * s.N));
+  for (int64_t m = 0; m < s.M; m++) {
+    for (int64_t n = 0; n < s.N; n++) {
+      double acc = 0;
+      for (int64_t k = 0; k < s.K; k++) {
+        const double av = s.trans_a ? a[k * s.M + m] : a[m * s.K + k];
+        const double bv = s.trans_b ? b[n * s.K + k] : b[k * s.N + n];
+        acc += av * bv;
+      }
+      if (bias) acc += (*bias)[n];
+      if (c0) acc += (*c0)[m * s.N + n];
+      c[m * s.N + n] = acc;
+    }
+  }
+  return c;
+}
+
+// ---- encoder ----------------------------------------------------------------------------------
+
+void CheckEncoder(int C) {
+  SCOPED_TRACE("C=" + std::to_string(C));
+  std::mt19937 rng(11);
+  const int B = 2, T = 5, V = 12;
+  // Repeated tokens (1, 3, 5) must sum their gradients; unused rows (0, 7, 8, 10, 11) get none.
+  const std::vector<int32_t> inp = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const Vec wte = RandomVec(rng, V * C, -1, 1), wpe = RandomVec(rng, T * C, -1, 1);
+  const Vec r = RandomVec(rng, B * T * C, -1, 1);
+
+  Vec out(B * T * C, kGarbage);
+  encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+  EXPECT_TRUE(Near(out, RefEncoder(inp, ToDouble(wte), ToDouble(wpe), B, T, C), kFwdTol));
+
+  const Vec dwte0 = RandomVec(rng, V * C, -1, 1), dwpe0 = RandomVec(rng, T * C, -1, 1);
+  Vec dwte = dwte0, dwpe = dwpe0;
+  encoder_backward(dwte.data(), dwpe.data(), r.data(), inp.data(), B, T, C);
+
+  const Vec64 wte64 = ToDouble(wte), wpe64 = ToDouble(wpe);
+  const Vec64 gwte =
+      FiniteDiff([&](const Vec64& x) { return Dot(RefEncoder(inp, x, wpe64, B, T, C), r); }, wte64);
+  const Vec64 gwpe =
+      FiniteDiff([&](const Vec64& x) { return Dot(RefEncoder(inp, wte64, x, B, T, C), r); }, wpe64);
+  EXPECT_TRUE(Near(dwte, dwte0, gwte, kGradTol)) << "dwte";
+  EXPECT_TRUE(Near(dwpe, dwpe0, gwpe, kGradTol)) << "dwpe";
+}
+
+TEST(KernelEncoder, ForwardAndAccumulatingBackwardMatchFloat64Reference) {
+  CheckEncoder(8);
+  CheckEncoder(70);  // more than one 64-channel block
+}
+
+TEST(KernelEncoder, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
+  std::mt19937 rng(12);
+  const int B = 2, T = 8, C = 130, V = 5;
+  std::vector<int32_t> inp(B * T);
+  for (size_t i = 0; i < inp.size(); i++) inp[i] = static_cast<int32_t>(i * 7 % V);
+  const Vec dout = RandomVec(rng, B * T * C, -1, 1);
+  const Vec dwte0 = RandomVec(rng, V * C, -1, 1), dwpe0 = RandomVec(rng, T * C, -1, 1);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec dwte = dwte0, dwpe = dwpe0;
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
+    return dwte;
+  };
+  const Vec a = run(2), b = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b));
+  EXPECT_TRUE(SameBits(a, c));
+}
+
+// ---- layernorm --------------------------------------------------------------------------------
+
+void CheckLayernorm(int M, int C) {
+  SCOPED_TRACE("M=" + std::to_string(M) + " C=" + std::to_string(C));
+  std::mt19937 rng(21);
+  Vec x = RandomVec(rng, M * C, -2, 2);
+  const Vec offsets = RandomVec(rng, M, -3, 3);  // rows with a non-zero mean
+  for (int m = 0; m < M; m++) {
+    for (int c = 0; c < C; c++) x[m * C + c] += offsets[m];
+  }
+  const Vec w = RandomVec(rng, C, 0.5f, 1.5f), b = RandomVec(rng, C, -0.5f, 0.5f);
+  const Vec r = RandomVec(rng, M * C, -1, 1);
+  const Vec64 x64 = ToDouble(x), w64 = ToDouble(w), b64 = ToDouble(b);
+
+  Vec out(M * C, kGarbage), mean(M, kGarbage), rstd(M, kGarbage);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+  const LayernormRef ref = RefLayernorm(x64, w64, b64, M, C);
+  EXPECT_TRUE(Near(out, ref.out, kFwdTol)) << "out";
+  EXPECT_TRUE(Near(mean, ref.mean, kFwdTol)) << "mean";
+  EXPECT_TRUE(Near(rstd, ref.rstd, kFwdTol)) << "rstd";
+
+  const Vec dinp0 = RandomVec(rng, M * C, -1, 1);
+  const Vec dw0 = RandomVec(rng, C, -1, 1), db0 = RandomVec(rng, C, -1, 1);
+  Vec dinp = dinp0, dw = dw0, db = db0;
+  layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), M, C);
+
+  const Vec64 gx =
+      FiniteDiff([&](const Vec64& v) { return Dot(RefLayernorm(v, w64, b64, M, C).out, r); }, x64);
+  const Vec64 gw =
+      FiniteDiff([&](const Vec64& v) { return Dot(RefLayernorm(x64, v, b64, M, C).out, r); }, w64);
+  const Vec64 gb =
+      FiniteDiff([&](const Vec64& v) { return Dot(RefLayernorm(x64, w64, v, M, C).out, r); }, b64);
+  EXPECT_TRUE(Near(dinp, dinp0, gx, kGradTol)) << "dinp";
+  EXPECT_TRUE(Near(dw, dw0, gw, kGradTol)) << "dw";
+  EXPECT_TRUE(Near(db, db0, gb, kGradTol)) << "db";
+}
+
+TEST(KernelLayernorm, ForwardMatchesFloat64Reference) {
+  // The forward half of CheckLayernorm, kept apart so a failure names the direction.
+  std::mt19937 rng(22);
+  const int M = 4, C = 16;
+  const Vec x = RandomVec(rng, M * C, -5, 5);
+  const Vec w = RandomVec(rng, C, -2, 2), b = RandomVec(rng, C, -1, 1);
+  Vec out(M * C), mean(M), rstd(M);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+  const LayernormRef ref = RefLayernorm(ToDouble(x), ToDouble(w), ToDouble(b), M, C);
+  EXPECT_TRUE(Near(out, ref.out, kFwdTol));
+  EXPECT_TRUE(Near(mean, ref.mean, kFwdTol));
+  EXPECT_TRUE(Near(rstd, ref.rstd, kFwdTol));
+}
+
+TEST(KernelLayernorm, BackwardMatchesFloat64FiniteDifferences) {
+  CheckLayernorm(7, 8);
+  CheckLayernorm(3, 67);  // more than one 64-channel block for dw, db
+}
+
+TEST(KernelLayernorm, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
+  std::mt19937 rng(23);
+  const int M = 64, C = 130;
+  const Vec x = RandomVec(rng, M * C, -2, 2), w = RandomVec(rng, C, 0.5f, 1.5f),
+            b = RandomVec(rng, C, -1, 1), dout = RandomVec(rng, M * C, -1, 1);
+  const Vec dinp0 = RandomVec(rng, M * C, -1, 1), dw0 = RandomVec(rng, C, -1, 1),
+            db0 = RandomVec(rng, C, -1, 1);
+  Vec out(M * C), mean(M), rstd(M);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec dinp = dinp0, dw = dw0, db = db0;
+    layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                       mean.data(), rstd.data(), M, C);
+    dinp.insert(dinp.end(), dw.begin(), dw.end());
+    dinp.insert(dinp.end(), db.begin(), db.end());
+    return dinp;
+  };
+  const Vec a = run(2), b2 = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b2)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+}
+
+// ---- GELU -------------------------------------------------------------------------------------
+
+TEST(KernelGelu, ForwardMatchesFloat64TanhApproximation) {
+  std::mt19937 rng(31);
+  const Vec x = RandomVec(rng, 41, -5, 5);
+  Vec out(x.size(), kGarbage);
+  gelu_forward(out.data(), x.data(), static_cast<int64_t>(x.size()));
+  Vec64 want(x.size());
+  for (size_t i = 0; i < x.size(); i++) want[i] = RefGelu(x[i]);
+  EXPECT_TRUE(Near(out, want, kFwdTol));
+}
+
+TEST(KernelGelu, BackwardWritesFloat64FiniteDifferences) {
+  std::mt19937 rng(32);
+  const Vec x = RandomVec(rng, 41, -5, 5), r = RandomVec(rng, 41, -1, 1);
+  Vec dinp(x.size(), kGarbage);  // written, not accumulated
+  gelu_backward(dinp.data(), x.data(), r.data(), static_cast<int64_t>(x.size()));
+  const Vec64 g = FiniteDiff(
+      [&](const Vec64& v) {
+        double s = 0;
+        for (size_t i = 0; i < v.size(); i++) s += RefGelu(v[i]) * r[i];
+        return s;
+      },
+      ToDouble(x));
+  EXPECT_TRUE(Near(dinp, g, kGradTol));
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+void CheckAttention(int B, int T, int C, int NH) {
+  SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+               " NH=" + std::to_string(NH));
+  std::mt19937 rng(41);
+  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  const Vec r = RandomVec(rng, B * T * C, -1, 1);
+  const Vec64 qkv64 = ToDouble(qkv);
+
+  Vec out(B * T * C, kGarbage), att(B * NH * T * T, kGarbage);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  const AttentionRef ref = RefAttention(qkv64, B, T, C, NH);
+  EXPECT_TRUE(Near(out, ref.out, kFwdTol)) << "out";
+  EXPECT_TRUE(Near(att, ref.att, kFwdTol)) << "att";
+  for (int bh = 0; bh < B * NH; bh++) {
+    for (int t = 0; t < T; t++) {
+      for (int t2 = t + 1; t2 < T; t2++) {
+        ASSERT_EQ(att[(bh * T + t) * T + t2], 0.0f) << "above the diagonal at " << t << "," << t2;
+      }
+    }
+  }
+
+  Vec dqkv(qkv.size(), kGarbage), datt(att.size(), kGarbage);  // dqkv written, datt scratch
+  attention_backward(dqkv.data(), datt.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
+  const Vec64 g =
+      FiniteDiff([&](const Vec64& v) { return Dot(RefAttention(v, B, T, C, NH).out, r); }, qkv64);
+  EXPECT_TRUE(Near(dqkv, g, kGradTol)) << "dqkv";
+}
+
+TEST(KernelAttention, ForwardAndBackwardMatchFloat64ReferenceAndFiniteDifferences) {
+  CheckAttention(2, 5, 8, 2);
+  CheckAttention(1, 7, 12, 3);
+}
+
+TEST(KernelAttention, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
+  std::mt19937 rng(42);
+  const int B = 2, T = 16, C = 32, NH = 4;
+  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  const Vec dout = RandomVec(rng, B * T * C, -1, 1);
+  Vec out(B * T * C), att(B * NH * T * T);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec dqkv(qkv.size(), kGarbage), datt(att.size(), kGarbage);
+    attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    return dqkv;
+  };
+  const Vec a = run(2), b = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+}
+
+// ---- softmax cross-entropy --------------------------------------------------------------------
+
+struct CrossEntropyCase {
+  int M = 6, V = 7, Vp = 10;
+  std::vector<int32_t> targets = {2, -1, 0, 6, 3, -1};
+  Vec logits;
+  CrossEntropyCase() {
+    std::mt19937 rng(51);
+    logits = RandomVec(rng, M * Vp, -3, 3);
+    for (int m = 0; m < M; m++) {
+      // Padded columns hold values that would dominate the loss if they were read.
+      for (int i = V; i < Vp; i++) logits[m * Vp + i] = 50.0f;
+    }
+    for (int i = 0; i < V; i++) logits[3 * Vp + i] += 100.0f;  // exp() overflows without the max
+  }
+};
+
+TEST(KernelCrossEntropy, LossesMatchFloat64LogSumExpOverRealColumns) {
+  CrossEntropyCase k;
+  const Vec64 want = RefCrossEntropy(ToDouble(k.logits), k.targets, k.M, k.V, k.Vp);
+  for (float scale : {0.0f, 0.37f}) {
+    SCOPED_TRACE("dlogits_scale=" + std::to_string(scale));
+    Vec logits = k.logits, losses(k.M, kGarbage);
+    softmax_cross_entropy(logits.data(), losses.data(), k.targets.data(), k.M, k.V, k.Vp, scale);
+    EXPECT_TRUE(Near(losses, want, kFwdTol));
+    EXPECT_EQ(losses[1], 0.0f) << "ignored target";
+    EXPECT_EQ(losses[5], 0.0f) << "ignored target";
+  }
+}
+
+TEST(KernelCrossEntropy, DlogitsMatchFloat64FiniteDifferencesWithPaddingAndIgnoredTargets) {
+  CrossEntropyCase k;
+  const float scale = 0.37f;
+  Vec logits = k.logits, losses(k.M);
+  softmax_cross_entropy(logits.data(), losses.data(), k.targets.data(), k.M, k.V, k.Vp, scale);
+  // L = scale * sum(losses): padded columns and ignored rows have a zero gradient.
+  const Vec64 g = FiniteDiff(
+      [&](const Vec64& x) {
+        double s = 0;
+        for (double l : RefCrossEntropy(x, k.targets, k.M, k.V, k.Vp)) s += l;
+        return s * scale;
+      },
+      ToDouble(k.logits));
+  EXPECT_TRUE(Near(logits, g, kGradTol));
+  for (int m = 0; m < k.M; m++) {
+    for (int i = 0; i < k.Vp; i++) {
+      if (i >= k.V || k.targets[m] < 0) {
+        EXPECT_EQ(logits[m * k.Vp + i], 0.0f) << "row " << m << " column " << i;
+      }
+    }
+  }
+}
+
+// ---- bias gradient ----------------------------------------------------------------------------
+
+void CheckBiasBackward(int M, int N) {
+  SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N));
+  std::mt19937 rng(61);
+  const Vec x = RandomVec(rng, M * N, -1, 1), r = RandomVec(rng, M * N, -1, 1);
+  const Vec db0 = RandomVec(rng, N, -1, 1);
+  Vec db = db0;
+  bias_backward(db.data(), r.data(), M, N);
+  // out(m, n) = x(m, n) + b(n)
+  const Vec64 g = FiniteDiff(
+      [&](const Vec64& b) {
+        Vec64 out(M * N);
+        for (int m = 0; m < M; m++) {
+          for (int n = 0; n < N; n++) out[m * N + n] = x[m * N + n] + b[n];
+        }
+        return Dot(out, r);
+      },
+      Vec64(N, 0.25));
+  EXPECT_TRUE(Near(db, db0, g, kGradTol));
+}
+
+TEST(KernelBiasBackward, AccumulatesFloat64FiniteDifferences) {
+  CheckBiasBackward(9, 5);
+  CheckBiasBackward(9, 70);  // more than one 64-column block
+}
+
+TEST(KernelBiasBackward, IsBitwiseIdenticalAcrossThreadCounts) {
+  std::mt19937 rng(62);
+  const int M = 50, N = 200;
+  const Vec dout = RandomVec(rng, M * N, -1, 1), db0 = RandomVec(rng, N, -1, 1);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec db = db0;
+    bias_backward(db.data(), dout.data(), M, N);
+    return db;
+  };
+  EXPECT_TRUE(SameBits(run(2), run(1)));
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+TEST(KernelMatmul, AllTransposeAccumulateAndBiasCombinationsMatchFloat64Reference) {
+  std::mt19937 rng(71);
+  const int64_t sizes[][3] = {{7, 5, 6}, {33, 70, 65}};
+  for (const auto& sz : sizes) {
+    for (int combo = 0; combo < 16; combo++) {
+      MatmulShape s{sz[0], sz[1], sz[2]};
+      s.trans_a = combo & 1;
+      s.trans_b = combo & 2;
+      s.accumulate = combo & 4;
+      s.bias = combo & 8;
+      SCOPED_TRACE(::testing::Message() << "M=" << s.M << " N=" << s.N << " K=" << s.K
+                                        << " trans_a=" << s.trans_a << " trans_b=" << s.trans_b
+                                        << " accumulate=" << s.accumulate << " bias=" << s.bias);
+      const Vec a = RandomVec(rng, s.M * s.K, -1, 1), b = RandomVec(rng, s.K * s.N, -1, 1);
+      const Vec bias = RandomVec(rng, s.N, -1, 1), c0 = RandomVec(rng, s.M * s.N, -1, 1);
+      Vec c = s.accumulate ? c0 : Vec(s.M * s.N, kGarbage);
+      matmul(s, a.data(), b.data(), c.data(), s.bias ? bias.data() : nullptr);
+      const Vec64 bias64 = ToDouble(bias), c064 = ToDouble(c0);
+      const Vec64 want = RefMatmul(s, ToDouble(a), ToDouble(b), s.bias ? &bias64 : nullptr,
+                                   s.accumulate ? &c064 : nullptr);
+      EXPECT_TRUE(Near(c, want, kFwdTol));
+    }
+  }
+}
+
+// The two layouts the model uses, each forward with its backward built from transposed
+// products: a linear layer with W stored (K,N), and the tied lm_head with W stored (N,K).
+void CheckLinearGradients(bool w_stored_nk) {
+  SCOPED_TRACE(w_stored_nk ? "W stored (N,K)" : "W stored (K,N)");
+  std::mt19937 rng(72);
+  const int64_t M = 7, K = 6, N = 5;
+  const Vec x = RandomVec(rng, M * K, -1, 1), w = RandomVec(rng, K * N, -1, 1);
+  const Vec b = RandomVec(rng, N, -1, 1), r = RandomVec(rng, M * N, -1, 1);
+  const Vec64 x64 = ToDouble(x), w64 = ToDouble(w), b64 = ToDouble(b);
+  const MatmulShape fwd{M, N, K, false, w_stored_nk, false, true};
+  auto ref = [&](const Vec64& xv, const Vec64& wv, const Vec64& bv) {
+    return Dot(RefMatmul(fwd, xv, wv, &bv, nullptr), r);
+  };
+
+  Vec y(M * N, kGarbage);
+  matmul(fwd, x.data(), w.data(), y.data(), b.data());
+  EXPECT_TRUE(Near(y, RefMatmul(fwd, x64, w64, &b64, nullptr), kFwdTol)) << "y";
+
+  const Vec dw0 = RandomVec(rng, K * N, -1, 1), db0 = RandomVec(rng, N, -1, 1);
+  Vec dx(M * K, kGarbage), dw = dw0, db = db0;
+  if (w_stored_nk) {
+    matmul(MatmulShape{N, K, M, true, false, true, false}, r.data(), x.data(), dw.data());
+    matmul(MatmulShape{M, K, N, false, false, false, false}, r.data(), w.data(), dx.data());
+  } else {
+    matmul(MatmulShape{K, N, M, true, false, true, false}, x.data(), r.data(), dw.data());
+    matmul(MatmulShape{M, K, N, false, true, false, false}, r.data(), w.data(), dx.data());
+  }
+  bias_backward(db.data(), r.data(), M, static_cast<int>(N));
+
+  const Vec64 gx = FiniteDiff([&](const Vec64& v) { return ref(v, w64, b64); }, x64);
+  const Vec64 gw = FiniteDiff([&](const Vec64& v) { return ref(x64, v, b64); }, w64);
+  const Vec64 gb = FiniteDiff([&](const Vec64& v) { return ref(x64, w64, v); }, b64);
+  EXPECT_TRUE(Near(dx, gx, kGradTol)) << "dx";
+  EXPECT_TRUE(Near(dw, dw0, gw, kGradTol)) << "dw";
+  EXPECT_TRUE(Near(db, db0, gb, kGradTol)) << "db";
+}
+
+TEST(KernelMatmul, TransposedProductsGiveFloat64FiniteDifferenceGradients) {
+  CheckLinearGradients(false);
+  CheckLinearGradients(true);
+}
+
+// ---- AdamW ------------------------------------------------------------------------------------
+
+struct AdamWState {
+  Vec64 p, m, v;
+};
+
+// torch.optim.AdamW (foreach=False, amsgrad=False) for one step, in float64:
+//   param.mul_(1 - lr * weight_decay)
+//   exp_avg.lerp_(grad, 1 - beta1)
+//   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+//   step_size = lr / (1 - beta1 ** step)
+//   denom = (exp_avg_sq.sqrt() / sqrt(1 - beta2 ** step)).add_(eps)
+//   param.addcdiv_(exp_avg, denom, value=-step_size)
+// with grad = g * grad_scale (kiln's on-the-fly clipping).
+AdamWState RefAdamW(AdamWState s, const Vec& g, const AdamWParams& a) {
+  const double lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps, wd = a.weight_decay;
+  const double t = static_cast<double>(a.t);
+  const double step_size = lr / (1.0 - std::pow(b1, t));
+  const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
+  for (size_t i = 0; i < s.p.size(); i++) {
+    const double grad = static_cast<double>(g[i]) * static_cast<double>(a.grad_scale);
+    s.p[i] *= 1.0 - lr * wd;
+    s.m[i] += (grad - s.m[i]) * (1.0 - b1);
+    s.v[i] = s.v[i] * b2 + (1.0 - b2) * grad * grad;
+    const double denom = std::sqrt(s.v[i]) / bc2_sqrt + eps;
+    s.p[i] += -step_size * s.m[i] / denom;
+  }
+  return s;
+}
+
+TEST(KernelAdamW, UpdateMatchesFloat64PyTorchFormulas) {
+  std::mt19937 rng(81);
+  const int n = 64;
+  Vec p = RandomVec(rng, n, -1, 1), m(n, 0.0f), v(n, 0.0f);
+  for (int64_t t : {1, 2, 3, 4, 5, 1000}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    Vec g = RandomVec(rng, n, -1, 1);
+    g[0] = 0.0f;   // no gradient: decay only
+    g[1] = 1e-8f;  // tiny gradients: eps dominates the denominator
+    g[2] = -3e-8f;
+    const AdamWParams a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t};
+    const AdamWState want = RefAdamW({ToDouble(p), ToDouble(m), ToDouble(v)}, g, a);
+    const Vec p_before = p;
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+    // Compare the step taken rather than the parameters, so errors in it are not hidden by |p|.
+    Vec64 want_step(n);
+    for (int i = 0; i < n; i++) want_step[i] = want.p[i] - p_before[i];
+    EXPECT_TRUE(Near(p, p_before, want_step, kGradTol)) << "p";
+    EXPECT_TRUE(Near(m, want.m, kFwdTol)) << "m";
+    EXPECT_TRUE(Near(v, want.v, kFwdTol)) << "v";
+    // The tiny-gradient elements alone, relative to their own step.
+    for (int i = 1; i <= 2; i++) {
+      EXPECT_NEAR(p[i] - p_before[i], want_step[i], 1e-3 * std::fabs(want_step[i])) << i;
+    }
+  }
+}
+
+// ---- sum of squares and elementwise -----------------------------------------------------------
+
+TEST(KernelSumSquares, MatchesFloat64SumAcrossChunks) {
+  std::mt19937 rng(91);
+  const Vec x = RandomVec(rng, 3 * 65536 + 17, -2, 2);
+  for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{65536}, static_cast<int64_t>(x.size())}) {
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += static_cast<double>(x[i]) * x[i];
+    EXPECT_NEAR(sum_squares(x.data(), n), want, 1e-12 * want) << "n=" << n;
+  }
+}
+
+TEST(KernelSumSquares, IsBitwiseIdenticalAcrossThreadCounts) {
+  std::mt19937 rng(92);
+  const Vec x = RandomVec(rng, 5 * 65536 + 3, -2, 2);
+  double one, two;
+  {
+    ThreadCount tc(1);
+    one = sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  }
+  {
+    ThreadCount tc(2);
+    two = sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  }
+  EXPECT_EQ(std::memcmp(&one, &two, sizeof(double)), 0) << one << " vs " << two;
+}
+
+TEST(KernelElementwise, AddCopyScaleMatchFloat64) {
+  std::mt19937 rng(93);
+  const int n = 33;
+  const Vec x = RandomVec(rng, n, -1, 1), y0 = RandomVec(rng, n, -1, 1);
+  Vec y = y0;
+  add_inplace(y.data(), x.data(), n);
+  for (int i = 0; i < n; i++) {
+    EXPECT_FLOAT_EQ(y[i], static_cast<double>(y0[i]) + static_cast<double>(x[i])) << i;
+  }
+  scale_inplace(y.data(), -0.75f, n);
+  for (int i = 0; i < n; i++) {
+    EXPECT_FLOAT_EQ(y[i], (static_cast<double>(y0[i]) + static_cast<double>(x[i])) * -0.75) << i;
+  }
+  copy(y.data(), x.data(), n);
+  EXPECT_TRUE(SameBits(y, x));
+}
+
+}  // namespace
+}  // namespace kiln
