@@ -1,5 +1,11 @@
 // The kiln binary end to end: what a user types, what they see, and how it fails.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -161,6 +167,52 @@ TEST_F(Cli, BenchTrainPrintsTableAndJson) {
   for (const char* k : {"step_ms", "tokens_per_sec", "gflops", "mfu", "config"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST_F(Cli, RunKilledWithSigkillResumesToTheSameBits) {
+  prepare();
+  const std::string sets =
+      " --set model.n_embd=64 --set train.steps=400 --set train.val_every=0 --set "
+      "checkpoint.every=10 --set checkpoint.keep_last=2";
+  // The uninterrupted run.
+  auto full = run_kiln("train " + config_ + sets + " --set train.out_dir=" + (dir_ / "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  // The same run, killed with SIGKILL once its step-20 checkpoint exists.
+  std::string out_dir = dir_ / "killed";
+  std::string cmd = std::string(KILN_BIN) + " train " + config_ + sets +
+                    " --set train.out_dir=" + out_dir + " > /dev/null 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool seen = false;
+  for (int i = 0; i < 20000 && !seen; i++) {
+    seen = fs::exists(out_dir + "/checkpoints/step_00000020");
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(seen) << "the run never wrote its step-20 checkpoint";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it could be killed; make it longer";
+  EXPECT_FALSE(fs::exists(out_dir + "/checkpoints/step_00000400"));
+  auto resumed =
+      run_kiln("train " + config_ + sets + " --set train.out_dir=" + out_dir + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    std::string a = file_bytes(dir_ / ("full/checkpoints/step_00000400/" + std::string(f)));
+    std::string b = file_bytes(out_dir + "/checkpoints/step_00000400/" + f);
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << f << " differs between the uninterrupted and the resumed run";
+  }
 }
 
 }  // namespace
