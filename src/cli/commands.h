@@ -8,5 +8,6 @@ void register_train(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_data(CLI::App& app);
+void register_tokenize(CLI::App& app);
 
 }  // namespace kiln::cli

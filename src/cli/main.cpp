@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kiln::cli::register_generate(app);
   kiln::cli::register_bench(app);
   kiln::cli::register_data(app);
+  kiln::cli::register_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
