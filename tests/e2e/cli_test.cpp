@@ -46,7 +46,7 @@ class Cli : public ::testing::Test {
   }
   void prepare() {
     auto r =
-        run_kiln("data prepare --input " + (dir_ / "corpus.txt") + " " + (dir_ / "corpus2.txt") +
+        run_kiln("data prepare --tokenizer bytes --input " + (dir_ / "corpus.txt") + " " + (dir_ / "corpus2.txt") +
                  " --output " + (dir_ / "data") + " --val-fraction 0.2");
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
