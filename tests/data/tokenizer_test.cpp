@@ -20,6 +20,11 @@ namespace {
 using kiln::testing::source_path;
 using kiln::testing::TempDir;
 
+// The GPT-2 vocabulary that scripts/setup.sh fetched into the source tree (unless the caller
+// points elsewhere).
+const bool kVocabDirSet =
+    setenv("KILN_TOKENIZER_DIR", source_path("data/tokenizers/gpt2").c_str(), 0) == 0;
+
 const Tokenizer& gpt2() {
   static std::unique_ptr<Tokenizer> tok = make_tokenizer("gpt2");
   return *tok;
