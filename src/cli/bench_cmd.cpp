@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/rng.h"
+#include "data/tokenizer.h"
 #include "kernels/matmul.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -124,6 +127,41 @@ void bench_train(const BenchTrainOpts& o) {
              (step_s - accounted) * 1e3, 100 * (step_s - accounted) / step_s);
 }
 
+// Encodes a text file repeatedly on one thread and reports MB/s (median of the repeats after a
+// warm-up), with and without the piece cache that `kiln data prepare` uses.
+void bench_tokenizer(const std::string& input, const std::string& name, int repeats, bool json) {
+  if (repeats < 1) fail("--repeats must be at least 1");
+  std::string text = read_file(input, "--input");
+  auto tok = make_tokenizer(name);
+  std::vector<int32_t> ids;
+  auto run = [&](bool cached) {
+    std::vector<double> times;
+    for (int r = 0; r <= repeats; r++) {
+      EncodeCache cache;
+      ids.clear();
+      double t0 = now_seconds();
+      tok->encode(text, false, ids, cached ? &cache : nullptr);
+      if (r > 0) times.push_back(now_seconds() - t0);
+    }
+    return text.size() / 1e6 / median(times);
+  };
+  double plain = run(false), cached = run(true);
+  if (json) {
+    fmt::print("{}\n", nlohmann::json{{"tokenizer", name},
+                                      {"input", input},
+                                      {"bytes", text.size()},
+                                      {"tokens", ids.size()},
+                                      {"mb_per_s", plain},
+                                      {"mb_per_s_cached", cached}}
+                           .dump());
+    return;
+  }
+  fmt::print("kiln bench tokenizer: {} on {} ({:.2f} MB, {} tokens), 1 thread, median of {}\n",
+             name, input, text.size() / 1e6, ids.size(), repeats);
+  fmt::print("{:<28} {:>10.2f}\n", "MB/s", plain);
+  fmt::print("{:<28} {:>10.2f}\n", "MB/s with the piece cache", cached);
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -138,6 +176,20 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   train->add_flag("--json", o->json, "print one JSON object instead of a table");
   train->callback([o]() { bench_train(*o); });
+
+  auto* tokb = bench->add_subcommand("tokenizer", "Tokenizer speed in MB/s on one core");
+  struct TokOpts {
+    std::string input = "data/corpora/moby-dick.txt", tokenizer = "gpt2";
+    int repeats = 5;
+    bool json = false;
+  };
+  auto to = std::make_shared<TokOpts>();
+  tokb->add_option("--input", to->input, "a UTF-8 text file")->capture_default_str();
+  tokb->add_option("--tokenizer", to->tokenizer, "gpt2 or bytes")->capture_default_str();
+  tokb->add_option("--repeats", to->repeats, "timed repeats after one warm-up")
+      ->capture_default_str();
+  tokb->add_flag("--json", to->json, "print one JSON object");
+  tokb->callback([to]() { bench_tokenizer(to->input, to->tokenizer, to->repeats, to->json); });
 
   auto* peak = bench->add_subcommand(
       "peak", "Measure the best fp32 matmul rate (the peak MFU is measured against)");
