@@ -10,9 +10,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "core/rng.h"
+#include "data/tokenizer.h"
 #include "kernels/matmul.h"
-#include "model/kv_cache_decoder.h"
 #include "model/sampler.h"
 #include "train/gpt2_weights.h"
 
@@ -23,6 +22,9 @@ namespace {
 
 struct GenerateOpts {
   std::string checkpoint;
+  std::string prompt;
+  std::string tokenizer;
+  bool ids = false;
   int max_new_tokens = 64;
   double temperature = 1.0;
   int top_k = 0;
@@ -76,24 +78,47 @@ void generate(const GenerateOpts& o) {
   SafeTensorsReader f((fs::path(dir) / "model.safetensors").string());
   gpt2_load_tensors(f, gpt2_param_layout(c), c, params.data());
 
+  // The tokenizer the run was trained with, from its trainer state; else by vocabulary size.
+  std::string tok_name = o.tokenizer;
+  if (tok_name.empty()) {
+    std::string state_path = (fs::path(dir) / "trainer_state.json").string();
+    if (fs::exists(state_path)) {
+      auto st = nlohmann::json::parse(read_file(state_path, "trainer state"), nullptr, false);
+      if (!st.is_discarded() && st.contains("config") && st["config"].contains("data"))
+        tok_name = st["config"]["data"].value("tokenizer", "");
+    }
+    if (tok_name.empty()) tok_name = c.vocab_size == 257 ? "bytes" : "gpt2";
+  }
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.ids || !o.prompt.empty()) tok = make_tokenizer(tok_name);
+  if (tok && tok->vocab_size() > c.vocab_size)
+    fail("tokenizer {} has {} tokens but the model only {}; pass --tokenizer", tok_name,
+         tok->vocab_size(), c.vocab_size);
+
   std::vector<int32_t> prompt = parse_ids(o.prompt_ids);
+  if (!o.prompt.empty()) {
+    if (!prompt.empty()) fail("give --prompt or --prompt-ids, not both");
+    prompt = tok->encode(o.prompt, true);
+  }
   if (prompt.empty()) prompt.push_back(c.vocab_size - 1);  // end-of-text starts a document
   if (o.max_new_tokens < 0) fail("--max-new-tokens must not be negative");
   if (static_cast<int>(prompt.size()) + o.max_new_tokens > c.block_size)
     fail("prompt ({} tokens) + --max-new-tokens ({}) exceeds the model's {} positions",
          prompt.size(), o.max_new_tokens, c.block_size);
-  KvCacheDecoder dec(c, params.data());
-  Rng rng(static_cast<uint64_t>(o.seed));
-  const float* logits = nullptr;
-  for (int32_t t : prompt) logits = dec.step(t);
-  std::string out;
-  for (int i = 0; i < o.max_new_tokens; i++) {
-    int32_t next =
-        sample_token(logits, c.vocab_size, static_cast<float>(o.temperature), o.top_k, rng);
-    out += (i ? " " : "") + std::to_string(next);
-    if (i + 1 < o.max_new_tokens) logits = dec.step(next);
+  SampleOptions so;
+  so.max_new_tokens = o.max_new_tokens;
+  so.temperature = static_cast<float>(o.temperature);
+  so.top_k = o.top_k;
+  so.seed = static_cast<uint64_t>(o.seed);
+  std::vector<int32_t> out = generate_tokens(c, params.data(), prompt, so);
+  if (o.ids) {
+    std::string line;
+    for (size_t i = 0; i < out.size(); i++) line += (i ? " " : "") + std::to_string(out[i]);
+    fmt::print("{}\n", line);
+    return;
   }
-  fmt::print("{}\n", out);
+  std::string text = (o.prompt.empty() ? "" : o.prompt) + tok->decode(out.data(), out.size());
+  fmt::print("{}\n", text);
 }
 
 }  // namespace
@@ -112,8 +137,12 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "sample among the k most likely tokens (0 = all)")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--prompt", o->prompt, "text to continue (default: start a new document)");
   cmd->add_option("--prompt-ids", o->prompt_ids,
-                  "comma-separated token ids to start from (default: end-of-text)");
+                  "comma-separated token ids to start from, instead of --prompt");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "gpt2 or bytes (default: the one the run was trained with)");
+  cmd->add_flag("--ids", o->ids, "print token ids instead of text");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
   cmd->callback([o]() { generate(*o); });
 }

@@ -1,5 +1,8 @@
 #include "model/sampler.h"
 
+#include "core/error.h"
+#include "model/kv_cache_decoder.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -28,6 +31,25 @@ int32_t sample_token(const float* logits, int V, float temperature, int top_k, R
     if (u < 0) return idx[i];
   }
   return idx[k - 1];
+}
+
+std::vector<int32_t> generate_tokens(const Gpt2Config& c, const float* params,
+                                     const std::vector<int32_t>& prompt, const SampleOptions& o) {
+  if (prompt.empty()) fail("generation needs a prompt of at least one token");
+  if (static_cast<int>(prompt.size()) >= c.block_size)
+    fail("the prompt ({} tokens) fills the model's {} positions", prompt.size(), c.block_size);
+  KvCacheDecoder dec(c, params);
+  Rng rng(o.seed);
+  const float* logits = nullptr;
+  for (int32_t t : prompt) logits = dec.step(t);
+  std::vector<int32_t> out;
+  for (int i = 0; i < o.max_new_tokens; i++) {
+    int32_t next = sample_token(logits, c.vocab_size, o.temperature, o.top_k, rng);
+    out.push_back(next);
+    if (i + 1 == o.max_new_tokens || dec.position() >= c.block_size) break;
+    logits = dec.step(next);
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -50,9 +50,13 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.val_every", &c.val_every, "validation every N steps (0: never)"},
       {"train.val_batches", &c.val_batches, "micro-batches per validation"},
       {"train.log_every", &c.log_every, "print a progress line every N steps"},
+      {"train.sample_tokens", &c.sample_tokens,
+       "print a generated sample of N tokens at each validation (0: none)"},
+      {"train.sample_prompt", &c.sample_prompt, "text the samples continue (default: none)"},
       {"data.train", &c.train_data, "training shards: a file or a glob"},
       {"data.val", &c.val_data, "validation shards: a file or a glob"},
       {"data.shuffle", &c.shuffle, "visit windows in a seeded random order per epoch"},
+      {"data.tokenizer", &c.tokenizer, "tokenizer of the shards: \"gpt2\" or \"bytes\""},
       {"checkpoint.every", &c.ckpt_every, "checkpoint every N steps (0: only at the end)"},
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
       {"hardware.peak_gflops", &c.peak_gflops,
@@ -238,6 +242,9 @@ void TrainConfig::validate() const {
   if (lr < 0 || min_lr < 0) fail("{}: train.lr and train.min_lr must not be negative", source);
   if (warmup_steps < 0) fail("{}: train.warmup_steps must not be negative", source);
   if (vocab_multiple < 1) fail("{}: model.vocab_multiple must be at least 1", source);
+  if (tokenizer != "gpt2" && tokenizer != "bytes")
+    fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
+  if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (model.vocab_size > 65536)
     fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);
 }

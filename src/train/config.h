@@ -38,11 +38,14 @@ struct TrainConfig {
   int val_every = 0;  // 0: never
   int val_batches = 4;
   int log_every = 1;
+  int sample_tokens = 0;      // print a sample of this many tokens at each validation (0: none)
+  std::string sample_prompt;  // text the sample continues (default: end-of-text)
 
   // [data]
   std::string train_data;  // data.train: a shard or glob
   std::string val_data;    // data.val
   bool shuffle = false;
+  std::string tokenizer = "gpt2";  // data.tokenizer: how the shards were made (for text output)
 
   // [checkpoint]
   int ckpt_every = 0;  // 0: only at the end

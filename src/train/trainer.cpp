@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "model/sampler.h"
 #include "train/gpt2_weights.h"
 
 namespace fs = std::filesystem;
@@ -40,9 +41,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
   flops_per_token_ = gpt2_flops_per_token(cfg_.model, T);
 
   if (!opts_.batches) {
-    train_shards_ = ShardSet(expand_shard_pattern(cfg_.train_data, "data.train"), "data.train");
+    auto files = expand_shard_pattern(cfg_.train_data, "data.train");
+    check_manifest(files[0]);
+    train_shards_ = ShardSet(files, "data.train");
     train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size,
-                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed));
+                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed), 0, 1,
+                                             /*prefetch=*/true);
     if (!cfg_.val_data.empty())
       val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
     else if (cfg_.val_every > 0)
@@ -72,6 +76,38 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
   if (peak_gflops_ <= 0 && opts_.measure_peak) peak_gflops_ = measure_peak_gflops(0.1);
   fs::create_directories(cfg_.out_dir);
   if (!opts_.batches) metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
+}
+
+// `kiln data prepare` leaves a manifest beside the shards: a dataset made with another tokenizer
+// than the config names, or a larger vocabulary than the model's, is caught here, not as a
+// token id error mid-run.
+void Trainer::check_manifest(const std::string& first_shard) const {
+  fs::path m = fs::path(first_shard).parent_path() / "manifest.json";
+  if (!fs::exists(m)) return;
+  auto j = nlohmann::json::parse(read_file(m.string(), "data manifest"), nullptr, false);
+  if (j.is_discarded() || !j.contains("tokenizer") || !j["tokenizer"].is_object()) return;
+  std::string name = j["tokenizer"].value("name", "");
+  int vocab = j["tokenizer"].value("vocab_size", 0);
+  if (!name.empty() && name != cfg_.tokenizer)
+    fail("{}: data.train was prepared with the {} tokenizer ({}), but data.tokenizer is \"{}\"",
+         cfg_.source, name, m.string(), cfg_.tokenizer);
+  if (vocab > cfg_.model.vocab_size)
+    fail("{}: data.train holds {} tokens ({} tokenizer, {}), more than model.vocab_size = {}",
+         cfg_.source, vocab, name, m.string(), cfg_.model.vocab_size);
+}
+
+std::string Trainer::sample_text() {
+  if (!tokenizer_) tokenizer_ = make_tokenizer(cfg_.tokenizer);
+  std::vector<int32_t> prompt;
+  if (!cfg_.sample_prompt.empty()) prompt = tokenizer_->encode(cfg_.sample_prompt, true);
+  if (prompt.empty()) prompt.push_back(tokenizer_->eot());
+  SampleOptions o;
+  o.max_new_tokens =
+      std::min<int>(cfg_.sample_tokens, cfg_.model.block_size - static_cast<int>(prompt.size()));
+  o.top_k = 40;
+  o.seed = static_cast<uint64_t>(cfg_.seed);
+  std::vector<int32_t> out = generate_tokens(cfg_.model, params_.data(), prompt, o);
+  return cfg_.sample_prompt + tokenizer_->decode(out.data(), out.size());
 }
 
 std::string Trainer::checkpoint_root() const {
@@ -267,6 +303,11 @@ void Trainer::run() {
       double vl = validate();
       if (metrics_) metrics_->write({{"type", "val"}, {"step", step_}, {"val_loss", vl}});
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
+      if (cfg_.sample_tokens > 0) {
+        std::string text = sample_text();
+        if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
+        if (!opts_.quiet) fmt::print("step {} | sample: {}\n", step_, text);
+      }
     }
     if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) {
       double t0 = now_seconds();

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/shards.h"
+#include "data/tokenizer.h"
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
 #include "train/config.h"
@@ -72,6 +73,8 @@ class Trainer {
 
  private:
   void resume_from(const std::string& dir);
+  void check_manifest(const std::string& first_shard) const;
+  std::string sample_text();
   void next_batch();
   void log_step(const StepResult& r);
 
@@ -90,6 +93,7 @@ class Trainer {
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // made on first use (samples)
 };
 
 }  // namespace kiln

@@ -93,6 +93,76 @@ TEST(Shards, LoaderResumesFromItsPosition) {
   }
 }
 
+TEST(Shards, RanksShareEveryWindowExactlyOncePerEpoch) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(8 * 97 + 1));  // 97 windows of B*T = 8
+  ShardSet s({dir / "t.bin"}, "data.train");
+  for (bool shuffle : {false, true}) {
+    for (int R : {1, 2, 3}) {
+      std::vector<std::unique_ptr<Loader>> ranks;
+      for (int r = 0; r < R; r++)
+        ranks.push_back(std::make_unique<Loader>(s, 2, 4, 1000, shuffle, 9, r, R));
+      const int64_t W = ranks[0]->windows_per_epoch();
+      ASSERT_EQ(W, 97);
+      // Micro-batch k of rank r is global window k*R + r: walk two epochs in that order.
+      std::vector<int> seen(W, 0);
+      std::vector<int32_t> in(8), tg(8);
+      for (int64_t g = 0; g < 2 * W; g++) {
+        ranks[g % R]->next(in.data(), tg.data());
+        ASSERT_EQ(in[0] % 8, 0);
+        seen[in[0] / 8]++;
+        if (!shuffle) {
+          ASSERT_EQ(in[0], (g % W) * 8) << "R=" << R << " g=" << g;
+        }
+        if (g == W - 1 || g == 2 * W - 1) {
+          for (int64_t w = 0; w < W; w++)
+            ASSERT_EQ(seen[w], g == W - 1 ? 1 : 2) << "R=" << R << " window " << w;
+        }
+      }
+    }
+  }
+}
+
+TEST(Shards, PrefetchingLoaderGivesTheSameBatchesAndResumes) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(801));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  Loader plain(s, 2, 4, 1000, true, 4, 1, 2), ahead(s, 2, 4, 1000, true, 4, 1, 2, true);
+  std::vector<int32_t> a(8), at(8), b(8), bt(8);
+  for (int k = 0; k < 120; k++) {
+    plain.next(a.data(), at.data());
+    ahead.next(b.data(), bt.data());
+    ASSERT_EQ(a, b) << k;
+    ASSERT_EQ(at, bt) << k;
+    if (k == 50) {  // reposition both, as a resume does
+      plain.set_position(7);
+      ahead.set_position(7);
+    }
+  }
+}
+
+TEST(Shards, PrefetchedReadErrorsReachTheCaller) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(100));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  Loader l(s, 2, 4, 50, false, 0, 0, 1, true);  // tokens 50..99 are outside a vocabulary of 50
+  std::vector<int32_t> in(8), tg(8);
+  std::string e;
+  for (int k = 0; k < 12 && e.empty(); k++) e = error_of([&] { l.next(in.data(), tg.data()); });
+  EXPECT_NE(e.find("outside the vocabulary"), std::string::npos) << e;
+}
+
+TEST(Shards, DataSmallerThanOneGlobalBatchIsAClearError) {
+  TempDir dir;
+  write_shard(dir / "small.bin", iota_tokens(20));  // 2 windows of 8
+  ShardSet s({dir / "small.bin"}, "data.train");
+  std::string e = error_of([&] { Loader l(s, 2, 4, 1000, false, 0, 0, 3); });
+  EXPECT_NE(e.find("small.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("3 data-parallel ranks"), std::string::npos) << e;
+  e = error_of([&] { Loader l(s, 4, 8, 1000, false, 0); });
+  EXPECT_NE(e.find("shorter than one micro-batch"), std::string::npos) << e;
+}
+
 TEST(Shards, WrongMagicNamesTheFile) {
   TempDir dir;
   std::ofstream f(dir / "bad.bin", std::ios::binary);

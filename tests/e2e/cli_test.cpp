@@ -42,12 +42,13 @@ class Cli : public ::testing::Test {
                                   "[data]\ntrain = \"" +
                                   (dir_ / "data/train_*.bin") + "\"\nval = \"" +
                                   (dir_ / "data/val_*.bin") +
-                                  "\"\n[checkpoint]\nevery = 3\n[hardware]\npeak_gflops = 100.0\n";
+                                  "\"\ntokenizer = \"bytes\"\n[checkpoint]\nevery = "
+                                  "3\n[hardware]\npeak_gflops = 100.0\n";
   }
   void prepare() {
     auto r =
-        run_kiln("data prepare --tokenizer bytes --input " + (dir_ / "corpus.txt") + " " + (dir_ / "corpus2.txt") +
-                 " --output " + (dir_ / "data") + " --val-fraction 0.2");
+        run_kiln("data prepare --tokenizer bytes --input " + (dir_ / "corpus.txt") + " " +
+                 (dir_ / "corpus2.txt") + " --output " + (dir_ / "data") + " --val-fraction 0.2");
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   TempDir dir_;
@@ -99,14 +100,21 @@ TEST_F(Cli, TrainWritesProgressMetricsAndCheckpointsThenResumes) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step 8/8"), std::string::npos) << r.output;
-  // And generation from it is reproducible for a seed.
-  auto g1 = run_kiln("generate --checkpoint " + (dir_ / "run") + " --max-new-tokens 10 --seed 3");
-  auto g2 = run_kiln("generate --checkpoint " + (dir_ / "run") + " --max-new-tokens 10 --seed 3");
+  // And generation from it is reproducible for a seed, as ids and as text.
+  auto g1 =
+      run_kiln("generate --checkpoint " + (dir_ / "run") + " --max-new-tokens 10 --seed 3 --ids");
+  auto g2 =
+      run_kiln("generate --checkpoint " + (dir_ / "run") + " --max-new-tokens 10 --seed 3 --ids");
   ASSERT_EQ(g1.exit_code, 0) << g1.output;
   EXPECT_EQ(g1.output, g2.output);
   int ids = 0;
   for (char c : g1.output) ids += c == ' ';
   EXPECT_EQ(ids, 9) << g1.output;
+  auto t = run_kiln("generate --checkpoint " + (dir_ / "run") +
+                    " --max-new-tokens 10 --seed 3 --prompt 'The quick'");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_EQ(t.output.rfind("The quick", 0), 0u) << t.output;
+  EXPECT_EQ(t.output.size(), std::string("The quick").size() + 10 + 1) << t.output;  // bytes + \n
 }
 
 TEST_F(Cli, MistypedConfigKeyFailsNamingKeyAndFile) {
@@ -121,7 +129,7 @@ TEST_F(Cli, MistypedConfigKeyFailsNamingKeyAndFile) {
   std::ofstream(config_, std::ios::app) << "[train]\n";  // a second [train] table is a TOML error
   r = run_kiln("train " + config_);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find(config_ + ":22"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(config_ + ":23"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, MissingDataAndMissingCheckpointAreClearErrors) {
