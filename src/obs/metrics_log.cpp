@@ -19,7 +19,8 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write(const nlohmann::json& entry) {
   if (!f_) return;
-  std::string line = entry.dump() + "\n";
+  // Text (samples) may end inside a UTF-8 sequence: replace such bytes rather than fail.
+  std::string line = entry.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(line.data(), 1, line.size(), f_);
   std::fflush(f_);
 }

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -306,7 +307,11 @@ void Trainer::run() {
       if (cfg_.sample_tokens > 0) {
         std::string text = sample_text();
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
-        if (!opts_.quiet) fmt::print("step {} | sample: {}\n", step_, text);
+        if (!opts_.quiet) {
+          std::string line = text;  // one line on the console; metrics.jsonl keeps the newlines
+          std::replace(line.begin(), line.end(), '\n', ' ');
+          fmt::print("step {} | sample: {}\n", step_, line);
+        }
       }
     }
     if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) {
