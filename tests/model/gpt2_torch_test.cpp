@@ -51,6 +51,11 @@ class Gpt2VsTorch : public ::testing::Test {
       ref_->read_f32(t.name, e.shape, store.back().data());
       out.push_back({"transformer." + t.name, "F32", e.shape, store.back().data()});
     }
+    // What some exports carry besides the weights: attention-mask buffers and the tied head.
+    std::vector<float> mask(16, 1.0f);
+    out.push_back({"transformer.h.0.attn.bias", "F32", {1, 1, 4, 4}, mask.data()});
+    out.push_back({"transformer.h.1.attn.masked_bias", "F32", {1}, mask.data()});
+    out.push_back({"lm_head.weight", "F32", ref_->entry("wte.weight").shape, store[0].data()});
     weights_path_ = dir_ / "weights.safetensors";
     write_safetensors(weights_path_, out, {{"format", "pt"}});
     SafeTensorsReader w(weights_path_);
