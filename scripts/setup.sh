@@ -12,6 +12,7 @@ PACKAGES=(
   libtomlplusplus-dev     # TOML configs
   libfmt-dev              # formatting
   libssl-dev              # SHA-256 (libcrypto) for data manifests
+  libopenmpi-dev openmpi-bin  # MPI: processes and machines of one job
   bible-kjv               # King James Bible, a public-domain corpus for larger runs
   libgtest-dev libgmock-dev  # tests
   clang-format

@@ -295,7 +295,8 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
   return sum;
 }
 
-void Gpt2::backward(const float* params, float* grads, const int32_t* inputs) {
+void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
+                    const GradsReady& ready) {
   const Gpt2Config& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
@@ -319,6 +320,12 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs) {
     layernorm_backward(S.dresidual, G.lnf_w, G.lnf_b, S.dln, last, P.lnf_w, A.lnf_mean, A.lnf_rstd,
                        BT, C);
   }
+  // Block l's parameters are the range [block_begin(l), block_begin(l+1)); ln_f follows the last.
+  auto block_begin = [&](int l) {
+    return static_cast<int64_t>(P.h.empty() || l >= c.n_layer ? P.lnf_w - params
+                                                              : P.h[l].ln1_w - params);
+  };
+  if (ready) ready(block_begin(c.n_layer), layout_.total);
   for (int l = c.n_layer - 1; l >= 0; l--) {
     const BlockParams& W = P.h[l];
     BlockParams& D = G.h[l];
@@ -360,9 +367,13 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs) {
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
                          a.ln1_rstd, BT, C);
     }
+    if (ready) ready(block_begin(l), block_begin(l + 1));
   }
-  Timed t(profile_, &Profile::embedding);
-  encoder_backward(G.wte, G.wpe, S.dresidual, inputs, B, T, C);
+  {
+    Timed t(profile_, &Profile::embedding);
+    encoder_backward(G.wte, G.wpe, S.dresidual, inputs, B, T, C);
+  }
+  if (ready) ready(0, block_begin(0));
 }
 
 int64_t gpt2_num_params(const Gpt2Config& c) {

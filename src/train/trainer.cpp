@@ -26,17 +26,25 @@ double learning_rate(const TrainConfig& c, int64_t s) {
   return c.min_lr + 0.5 * (1.0 + std::cos(M_PI * r)) * (c.lr - c.min_lr);
 }
 
-Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
-    : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
+Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communicator> comm)
+    : cfg_(std::move(cfg)),
+      opts_(opts),
+      comm_(comm ? std::move(comm) : make_world_communicator()),
+      rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
   set_num_threads(cfg_.threads);
+  if (comm_->rank() != 0) opts_.quiet = true;  // rank 0 speaks for the job
   const int B = cfg_.batch_size, T = cfg_.seq_len;
   model_ = std::make_unique<Gpt2>(cfg_.model, B, T);
   const int64_t n = model_->layout().total;
+  std::vector<int64_t> offsets;
+  for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
+  dp_ = std::make_unique<DataParallel>(*comm_, n, offsets, cfg_.zero,
+                                       static_cast<int64_t>(cfg_.bucket_mb * 1e6));
   params_.resize(n);
   grads_.resize(n);
-  m_.resize(n);
-  v_.resize(n);
+  m_.resize(dp_->shard_end() - dp_->shard_begin());
+  v_.resize(dp_->shard_end() - dp_->shard_begin());
   inputs_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
   flops_per_token_ = gpt2_flops_per_token(cfg_.model, T);
@@ -46,8 +54,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
     check_manifest(files[0]);
     train_shards_ = ShardSet(files, "data.train");
     train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size,
-                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed), 0, 1,
-                                             /*prefetch=*/true);
+                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed),
+                                             comm_->rank(), comm_->size(), /*prefetch=*/true);
     if (!cfg_.val_data.empty())
       val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
     else if (cfg_.val_every > 0)
@@ -76,7 +84,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts)
   peak_gflops_ = cfg_.peak_gflops;
   if (peak_gflops_ <= 0 && opts_.measure_peak) peak_gflops_ = measure_peak_gflops(0.1);
   fs::create_directories(cfg_.out_dir);
-  if (!opts_.batches) metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
+  if (!opts_.batches && comm_->rank() == 0)
+    metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
 }
 
 // `kiln data prepare` leaves a manifest beside the shards: a dataset made with another tokenizer
@@ -120,6 +129,7 @@ MemoryReport Trainer::memory() const {
   r.params = params_.bytes();
   r.grads = grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
+  r.comm_buffers = dp_->comm_buffer_bytes();
   r.activations = model_->activation_bytes();
   return r;
 }
@@ -135,17 +145,34 @@ void Trainer::next_batch() {
 StepResult Trainer::step() {
   double t0 = now_seconds();
   StepResult r;
-  const int64_t tokens = static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len;
+  // Every token of the global batch (all ranks, all micro-batches) weighs the same.
+  const int64_t tokens =
+      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * comm_->size();
   const float dloss = 1.0f / static_cast<float>(tokens);
   grads_.zero();
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.grad_accum; micro++) {
     next_batch();
     loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss);
-    model_->backward(params_.data(), grads_.data(), inputs_.data());
+    if (micro + 1 < cfg_.grad_accum) {  // only the last micro-batch reduces
+      model_->backward(params_.data(), grads_.data(), inputs_.data());
+      continue;
+    }
+    dp_->begin(grads_.data());
+    model_->backward(params_.data(), grads_.data(), inputs_.data(),
+                     [this](int64_t b, int64_t e) { dp_->ready(b, e); });
+  }
+  r.comm_wait_seconds = dp_->finish();
+  const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
+  // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1).
+  const float* gshard = dp_->zero() == 0 ? grads_.data() : dp_->shard_grads();
+  double sumsq = sum_squares(gshard, se - sb);
+  if (comm_->size() > 1) {
+    loss_sum = comm_->all_reduce_scalar(loss_sum);
+    if (dp_->zero() > 0) sumsq = comm_->all_reduce_scalar(sumsq);
   }
   r.loss = loss_sum / static_cast<double>(tokens);
-  r.grad_norm = std::sqrt(sum_squares(grads_.data(), grads_.size()));
+  r.grad_norm = std::sqrt(sumsq);
   r.lr = learning_rate(cfg_, step_);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     r.skipped = true;
@@ -158,6 +185,8 @@ StepResult Trainer::step() {
       if (coef < 1.0) scale = static_cast<float>(coef);
     }
     for (const auto& t : model_->layout().tensors) {
+      const int64_t lo = std::max(t.offset, sb), hi = std::min(t.offset + t.numel, se);
+      if (lo >= hi) continue;  // not in this rank's shard
       AdamWParams a{static_cast<float>(r.lr),
                     static_cast<float>(cfg_.beta1),
                     static_cast<float>(cfg_.beta2),
@@ -165,9 +194,10 @@ StepResult Trainer::step() {
                     t.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f,
                     scale,
                     step_ + 1 - skipped_steps_};
-      adamw_update(params_.data() + t.offset, grads_.data() + t.offset, m_.data() + t.offset,
-                   v_.data() + t.offset, t.numel, a);
+      adamw_update(params_.data() + lo, gshard + (lo - sb), m_.data() + (lo - sb),
+                   v_.data() + (lo - sb), hi - lo, a);
     }
+    dp_->gather(params_.data());
   }
   step_++;
   r.seconds = now_seconds() - t0;
@@ -176,20 +206,19 @@ StepResult Trainer::step() {
 
 double Trainer::validate() {
   if (val_shards_.num_tokens() == 0) fail("validation needs data.val");
-  Loader val(val_shards_, cfg_.batch_size, cfg_.seq_len, cfg_.model.vocab_size, false, 0);
+  // The val_batches micro-batches from the start of data.val, shared out among the ranks.
+  const int R = comm_->size(), rank = comm_->rank();
+  Loader val(val_shards_, cfg_.batch_size, cfg_.seq_len, cfg_.model.vocab_size, false, 0, rank, R);
   double sum = 0;
-  int64_t count = 0;
-  for (int i = 0; i < cfg_.val_batches; i++) {
+  for (int i = rank; i < cfg_.val_batches; i += R) {
     val.next(inputs_.data(), targets_.data());
     sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
-    count += static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
   }
-  return sum / static_cast<double>(count);
+  if (R > 1) sum = comm_->all_reduce_scalar(sum);
+  return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
 }
 
 std::string Trainer::save_checkpoint() {
-  const auto& layout = model_->layout();
-  const Gpt2Config& mc = cfg_.model;
   nlohmann::json state = {
       {"step", step_},
       {"adam_steps", step_ - skipped_steps_},
@@ -199,6 +228,27 @@ std::string Trainer::save_checkpoint() {
       {"config", cfg_.to_json()},
       {"kiln_version", KILN_VERSION},
   };
+  // The AdamW state of all shards, whole (every rank takes part in gathering it).
+  Buffer<float> full_m, full_v;
+  const float* m = m_.data();
+  const float* v = v_.data();
+  if (dp_->zero() > 0) {
+    full_m.resize(params_.size());
+    full_v.resize(params_.size());
+    dp_->gather_into(full_m.data(), m_.data());
+    dp_->gather_into(full_v.data(), v_.data());
+    m = full_m.data();
+    v = full_v.data();
+  }
+  std::string dir;
+  if (comm_->rank() == 0) dir = write_checkpoint(state, m, v);
+  comm_->barrier();  // nobody goes on before the checkpoint is complete
+  return dir.empty() ? (fs::path(checkpoint_root()) / checkpoint_name(step_)).string() : dir;
+}
+
+std::string Trainer::write_checkpoint(const nlohmann::json& state, const float* m, const float* v) {
+  const auto& layout = model_->layout();
+  const Gpt2Config& mc = cfg_.model;
   return commit_checkpoint(
       checkpoint_root(), step_,
       [&](const std::string& dir) {
@@ -206,8 +256,8 @@ std::string Trainer::save_checkpoint() {
         write_safetensors((p / "model.safetensors").string(),
                           gpt2_named_tensors(layout, mc, params_.data()), {{"format", "pt"}});
         write_file_atomic((p / "config.json").string(), gpt2_hf_config(mc).dump(2) + "\n");
-        auto opt = gpt2_named_tensors(layout, mc, m_.data(), "exp_avg.");
-        auto vv = gpt2_named_tensors(layout, mc, v_.data(), "exp_avg_sq.");
+        auto opt = gpt2_named_tensors(layout, mc, m, "exp_avg.");
+        auto vv = gpt2_named_tensors(layout, mc, v, "exp_avg_sq.");
         opt.insert(opt.end(), vv.begin(), vv.end());
         write_safetensors((p / "optimizer.safetensors").string(), opt,
                           {{"optimizer", "adamw"}, {"step", std::to_string(step_)}});
@@ -241,9 +291,19 @@ void Trainer::resume_from(const std::string& dir) {
   const auto& layout = model_->layout();
   SafeTensorsReader model_file((p / "model.safetensors").string());
   gpt2_load_tensors(model_file, layout, cfg_.model, params_.data());
+  // Checkpoints hold whole tensors: each rank keeps its shard of the AdamW state, whatever the
+  // layout that wrote them.
   SafeTensorsReader opt_file((p / "optimizer.safetensors").string());
-  gpt2_load_tensors(opt_file, layout, cfg_.model, m_.data(), "exp_avg.");
-  gpt2_load_tensors(opt_file, layout, cfg_.model, v_.data(), "exp_avg_sq.");
+  const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
+  for (auto [prefix, dst] : {std::pair{"exp_avg.", &m_}, std::pair{"exp_avg_sq.", &v_}}) {
+    if (sb == 0 && se == static_cast<int64_t>(params_.size())) {
+      gpt2_load_tensors(opt_file, layout, cfg_.model, dst->data(), prefix);
+      continue;
+    }
+    Buffer<float> full(params_.size());
+    gpt2_load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
+    std::copy(full.data() + sb, full.data() + se, dst->data());
+  }
   step_ = state.at("step").get<int64_t>();
   skipped_steps_ = state.value("skipped_steps", int64_t{0});
   rng_.set_state(state.at("rng_state").get<uint64_t>());
@@ -253,9 +313,12 @@ void Trainer::resume_from(const std::string& dir) {
 }
 
 void Trainer::log_step(const StepResult& r) {
-  const int64_t tokens = static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len;
+  const int64_t tokens =
+      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * comm_->size();
   double tps = tokens / r.seconds;
-  double mfu = peak_gflops_ > 0 ? flops_per_token_ * tps / (peak_gflops_ * 1e9) : 0.0;
+  // The peak is one process's; the job has comm_->size() of them.
+  double mfu =
+      peak_gflops_ > 0 ? flops_per_token_ * tps / (peak_gflops_ * 1e9 * comm_->size()) : 0.0;
   if (metrics_)
     metrics_->write({{"type", "train"},
                      {"step", step_},
@@ -266,6 +329,7 @@ void Trainer::log_step(const StepResult& r) {
                      {"tokens_per_sec", tps},
                      {"step_ms", r.seconds * 1e3},
                      {"mfu", mfu},
+                     {"comm_wait_ms", r.comm_wait_seconds * 1e3},
                      {"skipped", r.skipped}});
   if (opts_.quiet || (step_ % cfg_.log_every != 0 && step_ != cfg_.steps)) return;
   double per_step = (now_seconds() - run_start_) / std::max<int64_t>(1, step_ - run_first_step_);
@@ -282,16 +346,16 @@ void Trainer::run() {
   if (!opts_.quiet) {
     MemoryReport m = memory();
     fmt::print(
-        "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | {} threads | "
-        "peak {:.0f} GFLOP/s\n",
+        "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
+        "({}) | {} threads/rank | peak {:.0f} GFLOP/s\n",
         KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
         gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
-        num_threads(), peak_gflops_);
+        comm_->size(), cfg_.zero, comm_->backend(), num_threads(), peak_gflops_);
     fmt::print(
-        "memory: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations "
-        "{:.1f} MiB\n",
+        "memory per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations "
+        "{:.1f} MiB, communication buffers {:.1f} MiB\n",
         m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
-        m.activations / 1048576.0);
+        m.activations / 1048576.0, m.comm_buffers / 1048576.0);
     std::fflush(stdout);
   }
   run_start_ = now_seconds();
@@ -304,7 +368,7 @@ void Trainer::run() {
       double vl = validate();
       if (metrics_) metrics_->write({{"type", "val"}, {"step", step_}, {"val_loss", vl}});
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
-      if (cfg_.sample_tokens > 0) {
+      if (cfg_.sample_tokens > 0 && comm_->rank() == 0) {
         std::string text = sample_text();
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
         if (!opts_.quiet) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/buffer.h"
 #include "core/rng.h"
 #include "data/loader.h"
@@ -15,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
+#include "parallel/data_parallel.h"
 #include "train/config.h"
 
 namespace kiln {
@@ -29,6 +31,7 @@ struct StepResult {
   double lr = 0;
   bool skipped = false;  // non-finite loss or gradient: no update was made
   double seconds = 0;
+  double comm_wait_seconds = 0;  // waiting for gradient reductions after backward
 };
 
 // Fills one micro-batch: inputs and targets, each (B,T).
@@ -42,13 +45,15 @@ struct TrainerOptions {
 
 // Memory held per kind, in bytes.
 struct MemoryReport {
-  int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
-  int64_t total() const { return params + grads + optimizer + activations; }
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
+  int64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
 };
 
 class Trainer {
  public:
-  explicit Trainer(TrainConfig cfg, TrainerOptions opts = {});
+  // comm: the data-parallel group (all processes of the job); a one-rank group by default.
+  explicit Trainer(TrainConfig cfg, TrainerOptions opts = {},
+                   std::unique_ptr<Communicator> comm = nullptr);
 
   // One optimizer step over grad_accum micro-batches.
   StepResult step();
@@ -69,19 +74,25 @@ class Trainer {
   int64_t num_params() const { return params_.size(); }
   MemoryReport memory() const;
   double peak_gflops() const { return peak_gflops_; }
+  int rank() const { return comm_->rank(); }
+  int world() const { return comm_->size(); }
   std::string checkpoint_root() const;
 
  private:
   void resume_from(const std::string& dir);
   void check_manifest(const std::string& first_shard) const;
+  std::string write_checkpoint(const nlohmann::json& state, const float* m, const float* v);
   std::string sample_text();
   void next_batch();
   void log_step(const StepResult& r);
 
   TrainConfig cfg_;
   TrainerOptions opts_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Gpt2> model_;
-  Buffer<float> params_, grads_, m_, v_;
+  Buffer<float> params_, grads_;
+  Buffer<float> m_, v_;  // AdamW moments of this rank's shard [dp_->shard_begin(), shard_end())
   Buffer<int32_t> inputs_, targets_;
   ShardSet train_shards_, val_shards_;
   std::unique_ptr<Loader> train_loader_;

@@ -1,0 +1,96 @@
+// Communication between the processes of a job. Every collective is asynchronous (a Work handle
+// to wait on) with a synchronous shorthand; every wait has a timeout, after which it throws an
+// error naming the operation and the rank (a peer that died or hangs must not hang the job).
+//
+// The MPI backend runs every operation on one communication thread, in the order they were
+// issued, so reductions progress while the caller computes. A process started without a
+// launcher gets a one-rank communicator and never touches MPI.
+//
+// Error policy (gloo's split): a timeout or a transport failure is an Error thrown from wait();
+// the job cannot continue, and the launcher restarts it from a checkpoint. Misuse (sizes that do
+// not add up) is an internal error.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class DType { F32, BF16, F64 };  // BF16 is stored as uint16 and summed in fp32
+
+size_t dtype_bytes(DType t);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;  // rethrows the operation's error (timeout, transport)
+};
+
+struct CommOptions {
+  double timeout_seconds = 600;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // Sum over ranks, in place (n elements).
+  virtual std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) = 0;
+  // `in` holds sum(counts) elements; rank r receives the sum over ranks of its counts[r]-long
+  // slice (slices in rank order) into `out`.
+  virtual std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
+                                                     const std::vector<int64_t>& counts,
+                                                     DType t) = 0;
+  // In place: `buf` holds sum(counts) elements; rank r's slice (at the offset of counts[0..r))
+  // is sent to every rank.
+  virtual std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
+                                                 DType t) = 0;
+  virtual std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) = 0;
+  virtual std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
+                                           int tag) = 0;
+  virtual std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) = 0;
+  virtual std::shared_ptr<Work> barrier_async() = 0;
+
+  void all_reduce(void* buf, int64_t n, DType t) { all_reduce_async(buf, n, t)->wait(); }
+  void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
+    reduce_scatter_async(in, out, counts, t)->wait();
+  }
+  void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    all_gather_async(buf, counts, t)->wait();
+  }
+  void broadcast(void* buf, int64_t n, DType t, int root) {
+    broadcast_async(buf, n, t, root)->wait();
+  }
+  void send(const void* buf, int64_t n, DType t, int peer, int tag) {
+    send_async(buf, n, t, peer, tag)->wait();
+  }
+  void recv(void* buf, int64_t n, DType t, int peer, int tag) {
+    recv_async(buf, n, t, peer, tag)->wait();
+  }
+  void barrier() { barrier_async()->wait(); }
+  double all_reduce_scalar(double v) {
+    all_reduce(&v, 1, DType::F64);
+    return v;
+  }
+
+  // Ranks with the same color form a new communicator, ordered by key.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+// True when a launcher (mpirun, srun) started this process as part of a job.
+bool launched_by_mpi();
+
+// The communicator of all processes of the job: MPI when launched by mpirun or srun, otherwise
+// a single rank.
+std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o = {});
+std::unique_ptr<Communicator> make_self_communicator();
+
+// bf16 <-> fp32 (round to nearest even), used by the bf16 reductions.
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t h);
+
+}  // namespace kiln

@@ -1,0 +1,275 @@
+// The MPI backend: one communication thread per communicator runs the operations in issue order
+// as MPI nonblocking calls and polls them, spinning briefly and then sleeping, so it never takes
+// a core away from the compute threads for long.
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "comm/communicator.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+namespace kiln {
+namespace {
+
+MPI_Datatype g_bf16 = MPI_DATATYPE_NULL;
+MPI_Op g_bf16_sum = MPI_OP_NULL;
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+void ensure_mpi() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      if (provided < MPI_THREAD_SERIALIZED)
+        fail("this MPI library gives thread level {}; kiln needs MPI_THREAD_SERIALIZED", provided);
+    }
+    MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
+    MPI_Type_commit(&g_bf16);
+    MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  });
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::BF16:
+      return g_bf16;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op sum_op(DType t) {
+  return t == DType::BF16 ? g_bf16_sum : MPI_SUM;
+}
+
+int as_int(int64_t n) {
+  KILN_CHECK(n >= 0 && n <= INT32_MAX);
+  return static_cast<int>(n);
+}
+
+struct OpState : public Work {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    if (!error.empty()) throw Error(error);
+  }
+  void finish(std::string err) {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    error = std::move(err);
+    cv.notify_all();
+  }
+};
+
+struct Op {
+  std::string name;
+  std::function<int(MPI_Request*)> start;  // returns an MPI error code
+  std::shared_ptr<OpState> state;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, const CommOptions& o, bool owns)
+      : comm_(comm), opts_(o), owns_(owns) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (owns_ && !broken_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
+    int count = as_int(n);
+    return issue(fmt::format("all_reduce of {} elements", n), [=, this](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buf, count, mpi_type(t), sum_op(t), comm_, r);
+    });
+  }
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
+                                             const std::vector<int64_t>& counts, DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    auto c = std::make_shared<std::vector<int>>();
+    for (auto x : counts) c->push_back(as_int(x));
+    return issue(fmt::format("reduce_scatter of {} elements", counts[rank_]),
+                 [=, this](MPI_Request* r) {
+                   return MPI_Ireduce_scatter(in, out, c->data(), mpi_type(t), sum_op(t), comm_, r);
+                 });
+  }
+  std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
+                                         DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    auto c = std::make_shared<std::vector<int>>(), d = std::make_shared<std::vector<int>>();
+    int64_t off = 0;
+    for (auto x : counts) {
+      c->push_back(as_int(x));
+      d->push_back(as_int(off));
+      off += x;
+    }
+    return issue(fmt::format("all_gather of {} elements", off), [=, this](MPI_Request* r) {
+      return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->data(), d->data(),
+                             mpi_type(t), comm_, r);
+    });
+  }
+  std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
+    int count = as_int(n);
+    return issue(
+        fmt::format("broadcast of {} elements from rank {}", n, root),
+        [=, this](MPI_Request* r) { return MPI_Ibcast(buf, count, mpi_type(t), root, comm_, r); });
+  }
+  std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
+                                   int tag) override {
+    int count = as_int(n);
+    return issue(fmt::format("send of {} elements to rank {}", n, peer), [=, this](MPI_Request* r) {
+      return MPI_Isend(buf, count, mpi_type(t), peer, tag, comm_, r);
+    });
+  }
+  std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) override {
+    int count = as_int(n);
+    return issue(fmt::format("receive of {} elements from rank {}", n, peer),
+                 [=, this](MPI_Request* r) {
+                   return MPI_Irecv(buf, count, mpi_type(t), peer, tag, comm_, r);
+                 });
+  }
+  std::shared_ptr<Work> barrier_async() override {
+    return issue("barrier", [this](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    // Collective: runs on the communication thread like everything else.
+    MPI_Comm out = MPI_COMM_NULL;
+    auto w = issue("split", [&, this](MPI_Request* r) {
+      *r = MPI_REQUEST_NULL;
+      return MPI_Comm_split(comm_, color, key, &out);
+    });
+    w->wait();
+    return std::make_unique<MpiCommunicator>(out, opts_, true);
+  }
+
+ private:
+  std::shared_ptr<Work> issue(std::string name, std::function<int(MPI_Request*)> start) {
+    auto st = std::make_shared<OpState>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({std::move(name), std::move(start), st});
+    }
+    cv_.notify_all();
+    return st;
+  }
+
+  void loop() {
+    while (true) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      op.state->finish(run(op));
+    }
+  }
+
+  std::string run(Op& op) {
+    if (broken_)
+      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_, op.name,
+                         broken_reason_);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = op.start(&req);
+    if (rc != MPI_SUCCESS) return mark_broken(op, "MPI error " + mpi_error(rc));
+    const double deadline = now_seconds() + opts_.timeout_seconds;
+    for (int spins = 0;; spins++) {
+      int flag = 0;
+      rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mark_broken(op, "MPI error " + mpi_error(rc));
+      if (flag) return "";
+      if (now_seconds() > deadline)
+        return mark_broken(op, fmt::format("timed out after {:.0f} s (a peer may have died or "
+                                           "be stuck)",
+                                           opts_.timeout_seconds));
+      // Spin briefly, then sleep: the two cores belong to the compute threads.
+      if (spins > 64)
+        std::this_thread::sleep_for(std::chrono::microseconds(spins > 2000 ? 500 : 50));
+    }
+  }
+
+  std::string mark_broken(const Op& op, const std::string& why) {
+    broken_ = true;
+    broken_reason_ = fmt::format("{} {}", op.name, why);
+    return fmt::format("rank {}: {} {}", rank_, op.name, why);
+  }
+
+  static std::string mpi_error(int rc) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return std::string(msg, len);
+  }
+
+  MPI_Comm comm_;
+  CommOptions opts_;
+  bool owns_;
+  int rank_ = 0, size_ = 1;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  bool stop_ = false;
+  bool broken_ = false;
+  std::string broken_reason_;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o) {
+  if (!launched_by_mpi()) return make_self_communicator();
+  ensure_mpi();
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  return std::make_unique<MpiCommunicator>(dup, o, true);
+}
+
+}  // namespace kiln

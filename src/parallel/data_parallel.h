@@ -1,0 +1,70 @@
+// Data parallelism over a communicator: gradient buckets reduced while backward runs, and ZeRO
+// stage 1 (optimizer state sharded across the data-parallel ranks).
+//
+// The flat gradient buffer is cut into buckets of about `bucket_bytes`, from its end backwards,
+// at tensor boundaries: backward finishes gradients in that order (ln_f, the last block, ...,
+// the first block, then wte and wpe, whose gradient also collects the LM head's). When the
+// model reports a range final, every bucket inside the final region starts its reduction on the
+// communication thread while backward goes on.
+//
+//   zero = 0: each bucket is all-reduced; every rank ends with the summed gradient.
+//   zero = 1: each bucket is reduce-scattered by shard: rank r ends with the sum of its
+//             contiguous shard [r*S, (r+1)*S) of the flat buffer, S = ceil(N/R), updates only
+//             that shard of the parameters with its shard of the AdamW state, and the shards
+//             are all-gathered into every rank's parameters.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/buffer.h"
+
+namespace kiln {
+
+class DataParallel {
+ public:
+  // tensor_offsets: offsets of the tensors in the flat buffer (ascending), for bucket edges.
+  DataParallel(Communicator& comm, int64_t numel, const std::vector<int64_t>& tensor_offsets,
+               int zero, int64_t bucket_bytes);
+
+  int zero() const { return zero_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+  int64_t shard_size(int rank) const;
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+
+  // Starts a step's reduction; grads is the flat gradient buffer.
+  void begin(float* grads);
+  // Gradients [begin, end) are final for this step: reduce the buckets that became complete.
+  void ready(int64_t begin, int64_t end);
+  // Waits for every reduction of the step; returns the seconds spent waiting. Afterwards the
+  // summed gradient is in the flat buffer (zero 0) or in shard_grads() (zero 1).
+  double finish();
+  float* shard_grads() { return shard_grads_.data(); }  // zero 1: (shard_end - shard_begin)
+  // zero 1: every rank's updated shard of the parameters to every rank.
+  void gather(float* params);
+  // zero 1: the full buffer from the shards (checkpoints); `shard` is this rank's part.
+  void gather_into(float* full, const float* shard);
+  int64_t comm_buffer_bytes() const { return shard_grads_.bytes(); }
+
+ private:
+  struct Bucket {
+    int64_t begin, end;
+  };
+  void launch(const Bucket& b);
+  std::vector<int64_t> counts_in(int64_t begin, int64_t end) const;
+
+  Communicator& comm_;
+  int64_t numel_;
+  int zero_;
+  std::vector<Bucket> buckets_;  // in reduction order (from the end of the buffer)
+  int64_t shard_begin_ = 0, shard_end_ = 0, shard_ = 0;
+  Buffer<float> shard_grads_;
+  float* grads_ = nullptr;
+  int64_t ready_from_ = 0;  // [ready_from_, numel_) is final
+  size_t next_bucket_ = 0;
+  std::vector<std::shared_ptr<Work>> pending_;
+};
+
+}  // namespace kiln
