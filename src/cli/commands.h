@@ -9,5 +9,6 @@ void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_data(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_launch(CLI::App& app);
 
 }  // namespace kiln::cli

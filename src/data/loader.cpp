@@ -19,21 +19,23 @@ Loader::Loader(const ShardSet& shards, int B, int T, int vocab, bool shuffle, ui
       world_(world),
       prefetch_(prefetch) {
   KILN_CHECK(world >= 1 && rank >= 0 && rank < world);
-  const int64_t bt = static_cast<int64_t>(B) * T;
-  windows_ = (shards.num_tokens() - 1) / bt;
+  sequences_ = (shards.num_tokens() - 1) / T;
+  const int64_t global = static_cast<int64_t>(B) * world;
+  epoch_ = sequences_ / global * global;
   std::string first = shards.files().empty() ? "" : shards.files()[0];
-  if (windows_ < 1)
+  std::string more = shards.files().size() > 1 ? " and others" : "";
+  if (sequences_ < B)
     fail(
-        "the data ({} tokens in {}{}) is shorter than one micro-batch of batch_size*seq_len+1 = "
-        "{} tokens; use more data or a smaller batch",
-        shards.num_tokens(), first, shards.files().size() > 1 ? " and others" : "", bt + 1);
-  if (windows_ < world)
+        "the data ({} tokens in {}{}) is shorter than one micro-batch of batch_size = {} "
+        "sequences of seq_len + 1 = {} tokens; use more data or a smaller batch",
+        shards.num_tokens(), first, more, B, T + 1);
+  if (epoch_ < global)
     fail(
-        "the data ({} tokens in {}{}) holds {} micro-batches of {} tokens, fewer than one global "
-        "batch across {} data-parallel ranks; use more data or a smaller batch",
-        shards.num_tokens(), first, shards.files().size() > 1 ? " and others" : "", windows_,
-        bt + 1, world);
-  buf_.resize(bt + 1);
+        "the data ({} tokens in {}{}) holds {} sequences of {} tokens, fewer than one global "
+        "batch of {} sequences ({} per rank, {} data-parallel ranks); use more data or a smaller "
+        "batch",
+        shards.num_tokens(), first, more, sequences_, T + 1, global, B, world);
+  buf_.resize(static_cast<size_t>(B) * (T + 1));
   if (prefetch_) start_prefetch();
 }
 
@@ -41,25 +43,26 @@ Loader::~Loader() {
   stop_prefetch();
 }
 
-int64_t Loader::window_start(uint64_t k) {
-  const int64_t bt = static_cast<int64_t>(B_) * T_;
-  const uint64_t g = k * static_cast<uint64_t>(world_) + static_cast<uint64_t>(rank_);
-  const int64_t epoch = static_cast<int64_t>(g / windows_);
-  const int64_t idx = static_cast<int64_t>(g % windows_);
-  if (!shuffle_) return idx * bt;
+int64_t Loader::sequence_start(uint64_t p) {
+  const int64_t epoch = static_cast<int64_t>(p / epoch_);
+  const int64_t idx = static_cast<int64_t>(p % epoch_);
+  if (!shuffle_) return idx * T_;
   if (epoch != perm_epoch_) {
-    perm_.resize(windows_);
-    for (int64_t i = 0; i < windows_; i++) perm_[i] = i;
+    perm_.resize(sequences_);
+    for (int64_t i = 0; i < sequences_; i++) perm_[i] = i;
     Rng rng(mix_seed(seed_, static_cast<uint64_t>(epoch)));
-    for (int64_t i = windows_ - 1; i > 0; i--) std::swap(perm_[i], perm_[rng.below(i + 1)]);
+    for (int64_t i = sequences_ - 1; i > 0; i--) std::swap(perm_[i], perm_[rng.below(i + 1)]);
     perm_epoch_ = epoch;
   }
-  return perm_[idx] * bt;
+  return perm_[idx] * T_;
 }
 
 void Loader::read(uint64_t k, std::vector<int32_t>& buf) {
-  buf.resize(static_cast<size_t>(B_) * T_ + 1);
-  shards_.read(window_start(k), static_cast<int64_t>(buf.size()), buf.data(), vocab_);
+  const int64_t row = T_ + 1;
+  buf.resize(static_cast<size_t>(B_) * row);
+  const uint64_t first = (k * static_cast<uint64_t>(world_) + static_cast<uint64_t>(rank_)) * B_;
+  for (int b = 0; b < B_; b++)
+    shards_.read(sequence_start(first + b), row, buf.data() + b * row, vocab_);
 }
 
 void Loader::start_prefetch() {
@@ -119,7 +122,6 @@ void Loader::set_position(uint64_t k) {
 }
 
 void Loader::next(int32_t* inputs, int32_t* targets) {
-  const int64_t bt = static_cast<int64_t>(B_) * T_;
   if (prefetch_) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return have_; });
@@ -137,9 +139,10 @@ void Loader::next(int32_t* inputs, int32_t* targets) {
   } else {
     read(k_, buf_);
   }
-  for (int64_t i = 0; i < bt; i++) {
-    inputs[i] = buf_[i];
-    targets[i] = buf_[i + 1];
+  for (int b = 0; b < B_; b++) {
+    const int32_t* row = buf_.data() + static_cast<int64_t>(b) * (T_ + 1);
+    std::copy(row, row + T_, inputs + static_cast<int64_t>(b) * T_);
+    std::copy(row + 1, row + T_ + 1, targets + static_cast<int64_t>(b) * T_);
   }
   k_++;
 }

@@ -1,12 +1,14 @@
 // Micro-batches of (inputs, targets) from a ShardSet: deterministic, resumable, shardable across
 // data-parallel ranks, prefetched on a background thread.
 //
-// The token stream is cut into W windows of B*T+1 tokens that start every B*T tokens. Rank r of
-// R takes global window indices g = k*R + r for its micro-batches k = 0, 1, ...; epoch e = g / W.
-// Without shuffling, g maps to window g mod W, so micro-batch k of rank r reads tokens starting at
-// ((k*R + r) mod W) * B*T (llm.c's order). With shuffling, epoch e visits the windows in a
-// permutation drawn from (seed, e), so every window is seen exactly once per epoch across ranks.
-// The whole state is k, the count of micro-batches served.
+// The token stream is cut into W sequences of T+1 tokens that start every T tokens. A global
+// batch is R*B sequences (R ranks, B per micro-batch); an epoch is the largest whole number of
+// global batches, E = floor(W / (R*B)) * R*B sequence positions. Micro-batch k of rank r takes
+// the positions p = (k*R + r)*B + b, b < B; position p is sequence p mod E of epoch p div E, in
+// order without shuffling, through a permutation of the W sequences drawn from (seed, epoch)
+// with it. So without shuffling micro-batch k of rank r reads the tokens from (k*R + r)*B*T
+// on, llm.c's order; and any layout with the same global batch sees the same sequences in the
+// same steps. The whole state is k, the count of micro-batches served.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -21,7 +23,7 @@ namespace kiln {
 
 class Loader {
  public:
-  // Throws if the data is smaller than one global batch (R windows).
+  // Throws if the data is smaller than one global batch (R*B sequences).
   Loader(const ShardSet& shards, int B, int T, int vocab, bool shuffle, uint64_t seed, int rank = 0,
          int world = 1, bool prefetch = false);
   ~Loader();
@@ -33,10 +35,10 @@ class Loader {
   void next(int32_t* inputs, int32_t* targets);
   uint64_t position() const { return k_; }
   void set_position(uint64_t k);
-  int64_t windows_per_epoch() const { return windows_; }
+  int64_t sequences_per_epoch() const { return epoch_; }
 
  private:
-  int64_t window_start(uint64_t k);  // token offset where micro-batch k of this rank starts
+  int64_t sequence_start(uint64_t p);  // token offset of global sequence position p
   void read(uint64_t k, std::vector<int32_t>& buf);
   void start_prefetch();
   void stop_prefetch();
@@ -46,7 +48,8 @@ class Loader {
   bool shuffle_;
   uint64_t seed_;
   int rank_, world_;
-  int64_t windows_;
+  int64_t sequences_;  // W
+  int64_t epoch_;      // E
   uint64_t k_ = 0;
   int64_t perm_epoch_ = -1;
   std::vector<int64_t> perm_;

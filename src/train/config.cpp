@@ -58,7 +58,7 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.sample_prompt", &c.sample_prompt, "text the samples continue (default: none)"},
       {"data.train", &c.train_data, "training shards: a file or a glob"},
       {"data.val", &c.val_data, "validation shards: a file or a glob"},
-      {"data.shuffle", &c.shuffle, "visit windows in a seeded random order per epoch"},
+      {"data.shuffle", &c.shuffle, "visit sequences in a seeded random order per epoch"},
       {"data.tokenizer", &c.tokenizer, "tokenizer of the shards: \"gpt2\" or \"bytes\""},
       {"checkpoint.every", &c.ckpt_every, "checkpoint every N steps (0: only at the end)"},
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},

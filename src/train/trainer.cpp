@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -358,6 +360,11 @@ void Trainer::run() {
         m.activations / 1048576.0, m.comm_buffers / 1048576.0);
     std::fflush(stdout);
   }
+  // Each rank leaves its pid where operators (and the recovery tests) find it.
+  fs::create_directories(fs::path(cfg_.out_dir) / "pids");
+  write_file_atomic((fs::path(cfg_.out_dir) / "pids" / fmt::format("rank-{}.pid", comm_->rank()))
+                        .string(),
+                    std::to_string(getpid()) + "\n");
   run_start_ = now_seconds();
   run_first_step_ = step_;
   while (step_ < cfg_.steps) {

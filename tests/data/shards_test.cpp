@@ -57,23 +57,20 @@ TEST(Shards, UnshuffledLoaderFollowsLlmcOrder) {
   }
 }
 
-TEST(Shards, ShuffledLoaderVisitsEveryWindowOncePerEpochAndIsSeeded) {
+TEST(Shards, ShuffledLoaderIsSeeded) {
   TempDir dir;
   write_shard(dir / "t.bin", iota_tokens(801));
   ShardSet s({dir / "t.bin"}, "data.train");
   Loader a(s, 2, 4, 1000, true, 7), b(s, 2, 4, 1000, true, 7), c(s, 2, 4, 1000, true, 8);
   std::vector<int32_t> in(8), tg(8), in2(8), in3(8);
-  std::set<int32_t> starts;
   bool differs = false;
-  for (int k = 0; k < a.windows_per_epoch(); k++) {
+  for (int k = 0; k < 100; k++) {
     a.next(in.data(), tg.data());
     b.next(in2.data(), tg.data());
     c.next(in3.data(), tg.data());
     EXPECT_EQ(in, in2);
     differs |= in != in3;
-    starts.insert(in[0]);
   }
-  EXPECT_EQ(static_cast<int64_t>(starts.size()), a.windows_per_epoch());
   EXPECT_TRUE(differs);
 }
 
@@ -93,32 +90,67 @@ TEST(Shards, LoaderResumesFromItsPosition) {
   }
 }
 
-TEST(Shards, RanksShareEveryWindowExactlyOncePerEpoch) {
+TEST(Shards, RanksShareEverySequenceExactlyOncePerEpoch) {
   TempDir dir;
-  write_shard(dir / "t.bin", iota_tokens(8 * 97 + 1));  // 97 windows of B*T = 8
+  const int B = 2, T = 4;
+  write_shard(dir / "t.bin", iota_tokens(T * 120 + 1));  // 120 sequences of T+1 tokens
   ShardSet s({dir / "t.bin"}, "data.train");
   for (bool shuffle : {false, true}) {
     for (int R : {1, 2, 3}) {
       std::vector<std::unique_ptr<Loader>> ranks;
       for (int r = 0; r < R; r++)
-        ranks.push_back(std::make_unique<Loader>(s, 2, 4, 1000, shuffle, 9, r, R));
-      const int64_t W = ranks[0]->windows_per_epoch();
-      ASSERT_EQ(W, 97);
-      // Micro-batch k of rank r is global window k*R + r: walk two epochs in that order.
-      std::vector<int> seen(W, 0);
-      std::vector<int32_t> in(8), tg(8);
-      for (int64_t g = 0; g < 2 * W; g++) {
-        ranks[g % R]->next(in.data(), tg.data());
-        ASSERT_EQ(in[0] % 8, 0);
-        seen[in[0] / 8]++;
-        if (!shuffle) {
-          ASSERT_EQ(in[0], (g % W) * 8) << "R=" << R << " g=" << g;
+        ranks.push_back(std::make_unique<Loader>(s, B, T, 1000, shuffle, 9, r, R));
+      const int64_t E = ranks[0]->sequences_per_epoch();
+      ASSERT_EQ(E, 120 / (B * R) * (B * R));
+      // Two epochs of global batches: micro-batch k of every rank in rank order.
+      std::vector<int> seen(120, 0);
+      std::vector<int32_t> in(B * T), tg(B * T);
+      int64_t position = 0;
+      for (int64_t k = 0; k < 2 * E / (B * R); k++) {
+        for (int r = 0; r < R; r++) {
+          ranks[r]->next(in.data(), tg.data());
+          for (int b = 0; b < B; b++, position++) {
+            int32_t first = in[b * T];
+            ASSERT_EQ(first % T, 0);
+            ASSERT_EQ(tg[b * T], first + 1);
+            seen[first / T]++;
+            // Without shuffling, rank r's micro-batch k starts at token (k*R + r)*B*T.
+            if (!shuffle) {
+              ASSERT_EQ(first, (position % E) * T) << "R=" << R << " k=" << k;
+            }
+          }
         }
-        if (g == W - 1 || g == 2 * W - 1) {
-          for (int64_t w = 0; w < W; w++)
-            ASSERT_EQ(seen[w], g == W - 1 ? 1 : 2) << "R=" << R << " window " << w;
+        if (position == E || position == 2 * E) {
+          const int epochs = position == E ? 1 : 2;
+          int64_t total = 0;
+          for (int64_t q = 0; q < 120; q++) {
+            total += seen[q];
+            ASSERT_LE(seen[q], epochs) << "R=" << R << " sequence " << q;  // never twice an epoch
+            if (!shuffle) {
+              ASSERT_EQ(seen[q], q < E ? epochs : 0) << "R=" << R << " sequence " << q;
+            }
+          }
+          ASSERT_EQ(total, epochs * E);
         }
       }
+    }
+  }
+}
+
+TEST(Shards, LayoutsWithTheSameGlobalBatchSeeTheSameSequences) {
+  TempDir dir;
+  write_shard(dir / "t.bin", iota_tokens(4 * 97 + 1));
+  ShardSet s({dir / "t.bin"}, "data.train");
+  for (bool shuffle : {false, true}) {
+    Loader one(s, 4, 4, 1000, shuffle, 5);                                            // dp=1, B=4
+    Loader r0(s, 2, 4, 1000, shuffle, 5, 0, 2), r1(s, 2, 4, 1000, shuffle, 5, 1, 2);  // dp=2, B=2
+    std::vector<int32_t> a(16), at(16), b(8), bt(8);
+    for (int k = 0; k < 60; k++) {
+      one.next(a.data(), at.data());
+      r0.next(b.data(), bt.data());
+      ASSERT_TRUE(std::equal(b.begin(), b.end(), a.begin())) << k;
+      r1.next(b.data(), bt.data());
+      ASSERT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 8)) << k;
     }
   }
 }

@@ -1,0 +1,149 @@
+#include "launch/launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <regex>
+
+#include "core/error.h"
+
+namespace kiln {
+
+std::string RankFailure::describe() const {
+  std::string who = rank >= 0 ? fmt::format("rank {}", rank) : std::string("a rank");
+  std::string how = signal ? fmt::format("was killed by signal {} ({})", signal, strsignal(signal))
+                           : fmt::format("exited with code {}", exit_code);
+  std::string when = last_step >= 0 ? fmt::format(" after step {}", last_step)
+                                    : std::string(" before its first step");
+  return who + " " + how + when;
+}
+
+RankFailure parse_mpirun_failure(const std::string& out) {
+  RankFailure f;
+  std::smatch m;
+  static const std::regex signaled(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
+  static const std::regex exited(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+))");
+  if (std::regex_search(out, m, signaled)) {
+    f.rank = std::stoi(m[1]);
+    f.signal = std::stoi(m[2]);
+  } else if (std::regex_search(out, m, exited)) {
+    f.rank = std::stoi(m[1]);
+    f.exit_code = std::stoi(m[2]);
+  }
+  return f;
+}
+
+std::vector<std::string> mpirun_command(const LaunchOptions& o, bool resume) {
+  std::vector<std::string> cmd = {"mpirun", "-n", std::to_string(o.ranks), "--oversubscribe",
+                                  "--bind-to", "none", "--tag-output"};
+  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  cmd.insert(cmd.end(), o.mpirun_args.begin(), o.mpirun_args.end());
+  cmd.push_back(o.kiln_binary);
+  cmd.push_back("train");
+  cmd.insert(cmd.end(), o.train_args.begin(), o.train_args.end());
+  if (resume) {
+    cmd.push_back("--set");
+    cmd.push_back("train.resume=auto");
+  }
+  return cmd;
+}
+
+namespace {
+
+volatile sig_atomic_t g_child = 0;
+
+void forward_signal(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+// Runs one attempt; streams its output with rank prefixes; returns (exit status, raw output).
+std::pair<int, std::string> run_attempt(const std::vector<std::string>& cmd, long& last_step) {
+  int fds[2];
+  if (pipe(fds) != 0) fail("launch: pipe failed: {}", std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) fail("launch: fork failed: {}", std::strerror(errno));
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  g_child = pid;
+  close(fds[1]);
+  FILE* in = fdopen(fds[0], "r");
+  std::string all;
+  static const std::regex tag(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:\s?(.*)$)");
+  static const std::regex step(R"(^step\s+(\d+)/\d+ \|)");
+  char* line = nullptr;
+  size_t cap = 0;
+  ssize_t n;
+  while ((n = getline(&line, &cap, in)) > 0) {
+    std::string s(line, n);
+    all += s;
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    std::smatch m;
+    if (std::regex_match(s, m, tag)) {
+      int rank = std::stoi(m[1]);
+      std::string text = m[3];
+      std::smatch sm;
+      if (rank == 0 && std::regex_search(text, sm, step)) last_step = std::stol(sm[1]);
+      // Rank 0 speaks for the job; the others only when they report an error.
+      if (rank == 0 || m[2] == "stderr") fmt::print("[rank {}] {}\n", rank, text);
+    } else if (!s.empty()) {
+      fmt::print("[mpirun] {}\n", s);
+    }
+    std::fflush(stdout);
+  }
+  free(line);
+  fclose(in);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  g_child = 0;
+  return {status, all};
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  if (o.ranks < 1) fail("launch: -n must be at least 1");
+  if (o.max_restarts < 0) fail("launch: --max-restarts must not be negative");
+  signal(SIGINT, forward_signal);
+  signal(SIGTERM, forward_signal);
+  std::vector<RankFailure> story;
+  for (int attempt = 0;; attempt++) {
+    long last_step = -1;
+    auto cmd = mpirun_command(o, attempt > 0);
+    auto [status, out] = run_attempt(cmd, last_step);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      if (!story.empty())
+        fmt::print("launch: finished after {} restart{}\n", story.size(),
+                   story.size() == 1 ? "" : "s");
+      return 0;
+    }
+    RankFailure f = parse_mpirun_failure(out);
+    f.last_step = last_step;
+    if (f.rank < 0 && WIFEXITED(status)) f.exit_code = WEXITSTATUS(status);
+    story.push_back(f);
+    if (attempt >= o.max_restarts) {
+      fmt::print(stderr, "launch: giving up after {} attempt{}:\n", story.size(),
+                 story.size() == 1 ? "" : "s");
+      for (size_t i = 0; i < story.size(); i++)
+        fmt::print(stderr, "  attempt {}: {}\n", i + 1, story[i].describe());
+      return 1;
+    }
+    fmt::print(stderr,
+               "launch: {}; restarting from the newest complete checkpoint (restart {} of {})\n",
+               f.describe(), attempt + 1, o.max_restarts);
+  }
+}
+
+}  // namespace kiln

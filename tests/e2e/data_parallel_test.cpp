@@ -1,0 +1,186 @@
+// Data parallelism end to end: several `kiln train` processes under mpirun, compared with one.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+namespace {
+
+using kiln::testing::run_kiln;
+using kiln::testing::RunResult;
+using kiln::testing::TempDir;
+
+RunResult run_mpi(int n, const std::string& args) {
+  std::string cmd = std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
+                    " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args + " 2>&1";
+  RunResult r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, k);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::map<int, double> losses(const std::string& metrics) {
+  std::map<int, double> out;
+  std::ifstream f(metrics);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") out[j["step"].get<int>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+class DataParallelRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string text;
+    for (int i = 0; i < 400; i++)
+      text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
+    std::ofstream(dir_ / "corpus.txt") << text;
+    auto r = run_kiln("data prepare --tokenizer bytes --input " + (dir_ / "corpus.txt") +
+                      " --output " + (dir_ / "data"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    config_ = dir_ / "c.toml";
+    std::ofstream(config_)
+        << "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nblock_size = 32\n"
+           "vocab_size = 257\n[train]\nseq_len = 16\nsteps = 20\nlr = 3e-3\n"
+           "warmup_steps = 2\nthreads = 1\nbucket_mb = 0.01\n[data]\ntrain = \"" +
+               (dir_ / "data/train_*.bin") +
+               "\"\ntokenizer = \"bytes\"\nshuffle = true\n"
+               "[checkpoint]\nevery = 10\nkeep_last = 0\n"
+               "[hardware]\npeak_gflops = 100.0\n";
+  }
+  // Global batch of 8 sequences over dp ranks.
+  std::string args(int dp, int zero, const std::string& out) {
+    return "train " + config_ + " --set train.batch_size=" + std::to_string(8 / dp) +
+           " --set train.zero=" + std::to_string(zero) + " --set train.out_dir=" + (dir_ / out);
+  }
+  TempDir dir_;
+  std::string config_;
+};
+
+TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
+  auto r = run_kiln(args(1, 0, "ref"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto ref = losses(dir_ / "ref/metrics.jsonl");
+  ASSERT_EQ(ref.size(), 20u);
+  for (int dp : {1, 2, 4}) {
+    for (int zero : {0, 1}) {
+      std::string out = "dp" + std::to_string(dp) + "z" + std::to_string(zero);
+      r = dp == 1 ? run_kiln(args(dp, zero, out)) : run_mpi(dp, args(dp, zero, out));
+      ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
+      auto got = losses(dir_ / (out + "/metrics.jsonl"));
+      ASSERT_EQ(got.size(), 20u) << out;
+      for (auto [step, loss] : ref)
+        EXPECT_NEAR(got[step], loss, 1e-5 * loss) << out << " step " << step;
+    }
+  }
+  // The same layout twice: the same bits.
+  r = run_mpi(2, args(2, 1, "again"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(bytes_of(dir_ / "dp2z1/checkpoints/step_00000020/model.safetensors") ==
+              bytes_of(dir_ / "again/checkpoints/step_00000020/model.safetensors"));
+  EXPECT_TRUE(bytes_of(dir_ / "dp2z1/checkpoints/step_00000020/optimizer.safetensors") ==
+              bytes_of(dir_ / "again/checkpoints/step_00000020/optimizer.safetensors"));
+}
+
+TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
+  auto r = run_mpi(2, args(2, 1, "src"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto uninterrupted = losses(dir_ / "src/metrics.jsonl");
+  for (auto [dp, zero] : {std::pair{1, 0}, std::pair{4, 1}}) {
+    std::string out = "resumed" + std::to_string(dp);
+    fs::create_directories(dir_ / (out + "/checkpoints"));
+    fs::copy(dir_ / "src/checkpoints/step_00000010", dir_ / (out + "/checkpoints/step_00000010"),
+             fs::copy_options::recursive);
+    std::string a = args(dp, zero, out) + " --resume";
+    r = dp == 1 ? run_kiln(a) : run_mpi(dp, a);
+    ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
+    auto got = losses(dir_ / (out + "/metrics.jsonl"));
+    ASSERT_EQ(got.size(), 10u) << out;
+    for (int step = 11; step <= 20; step++)
+      EXPECT_NEAR(got[step], uninterrupted[step], 1e-5 * uninterrupted[step]) << out << " " << step;
+  }
+}
+
+TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
+  const std::string common = config_ + " --set train.batch_size=4 --set train.steps=200";
+  auto full = run_kiln("launch -n 2 " + common + " --set train.out_dir=" + (dir_ / "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  // Kill a random rank once a random checkpoint exists.
+  std::mt19937 gen(std::random_device{}());
+  const int victim = static_cast<int>(gen() % 2);
+  const int at = 10 * static_cast<int>(2 + gen() % 10);
+  SCOPED_TRACE("killing rank " + std::to_string(victim) + " after step " + std::to_string(at));
+  std::string out = dir_ / "killed";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string cmd = std::string(KILN_BIN) + " launch -n 2 --max-restarts 1 " + common +
+                      " --set train.out_dir=" + out + " > " + out + ".log 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string ck = out + "/checkpoints/" + fmt::format("step_{:08d}", at);
+  bool seen = false;
+  for (int i = 0; i < 30000 && !seen; i++) {
+    seen = fs::exists(ck) && fs::exists(out + "/pids/rank-" + std::to_string(victim) + ".pid");
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(seen);
+  std::ifstream pidf(out + "/pids/rank-" + std::to_string(victim) + ".pid");
+  pid_t rank_pid = 0;
+  pidf >> rank_pid;
+  ASSERT_GT(rank_pid, 0);
+  kill(rank_pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string log = bytes_of(out + ".log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_NE(log.find("rank " + std::to_string(victim) + " was killed by signal 9"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("restarting from the newest complete checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000200/model.safetensors") ==
+              bytes_of(out + "/checkpoints/step_00000200/model.safetensors"));
+}
+
+TEST_F(DataParallelRun, LaunchGivesUpAfterMaxRestartsWithTheStory) {
+  // A job that fails every time (data too small for 3 ranks' global batch) exhausts restarts.
+  std::ofstream(dir_ / "short.txt") << "Too short for a global batch of six sequences.";
+  auto p = run_kiln("data prepare --tokenizer bytes --val-fraction 0 --input " +
+                    (dir_ / "short.txt") + " --output " + (dir_ / "short"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  auto r = run_kiln("launch -n 3 --max-restarts 1 " + config_ +
+                    " --set train.batch_size=2 --set data.train=" + (dir_ / "short/train_*.bin") +
+                    " --set train.out_dir=" + (dir_ / "fail"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("giving up after 2 attempts"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("global batch"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kiln
