@@ -5,13 +5,20 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "cli/commands.h"
+#include "comm/communicator.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "kernels/matmul.h"
+#include "launch/launcher.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -29,16 +36,46 @@ struct BenchTrainOpts {
   std::vector<std::string> sets;
   int steps = 11;
   bool json = false;
+  int ranks = 1;
 };
+
+// `-n N`: the same benchmark as N data-parallel ranks under mpirun, one share of the cores each.
+[[noreturn]] void rerun_under_mpirun(const BenchTrainOpts& o) {
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) fail("bench: cannot find the kiln executable");
+  std::vector<std::string> cmd = mpirun_prefix(o.ranks);
+  cmd.insert(cmd.end(), {std::string(exe, len), "bench", "train", "--config", o.config, "--steps",
+                         std::to_string(o.steps)});
+  bool threads_set = false;
+  for (const auto& s : o.sets) {
+    cmd.insert(cmd.end(), {"--set", s});
+    threads_set |= s.rfind("train.threads=", 0) == 0;
+  }
+  if (!threads_set) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cmd.insert(cmd.end(),
+               {"--set", "train.threads=" + std::to_string(std::max(1L, cores / o.ranks))});
+  }
+  if (o.json) cmd.push_back("--json");
+  std::vector<char*> argv;
+  for (auto& a : cmd) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  fail("bench: cannot run mpirun: {}", std::strerror(errno));
+}
 
 // Times optimizer steps on random tokens (no data files needed); reports the median of steps
 // 2..N, so the first step's one-time costs (primitive creation, page faults) are left out.
 void bench_train(const BenchTrainOpts& o) {
   if (o.steps < 2) fail("--steps must be at least 2 (the first step is not timed)");
+  if (o.ranks > 1 && !launched_by_mpi()) rerun_under_mpirun(o);
   TrainConfig cfg = load_train_config(o.config, o.sets);
   TrainerOptions opts;
   opts.quiet = true;
-  Rng rng(static_cast<uint64_t>(cfg.seed));
+  auto comm = make_world_communicator();
+  const int rank = comm->rank(), world = comm->size();
+  Rng rng(mix_seed(static_cast<uint64_t>(cfg.seed), static_cast<uint64_t>(rank)));
   const int V = cfg.model.vocab_size;
   opts.batches = [&](int32_t* in, int32_t* tg) {
     for (int i = 0; i < cfg.batch_size * cfg.seq_len; i++) {
@@ -46,9 +83,9 @@ void bench_train(const BenchTrainOpts& o) {
       tg[i] = static_cast<int32_t>(rng.below(V));
     }
   };
-  Trainer trainer(cfg, opts);
+  Trainer trainer(cfg, opts, std::move(comm));
   Profile& prof = trainer.model().profile();
-  std::vector<double> times;
+  std::vector<double> times, waits;
   Profile sum;
   for (int s = 0; s < o.steps; s++) {
     prof.reset();
@@ -56,16 +93,20 @@ void bench_train(const BenchTrainOpts& o) {
     StepResult r = trainer.step();
     if (s == 0) continue;
     times.push_back(r.seconds);
+    waits.push_back(r.comm_wait_seconds);
     for (auto f : {&Profile::matmul, &Profile::attention, &Profile::layernorm, &Profile::gelu,
                    &Profile::lm_head, &Profile::loss, &Profile::embedding, &Profile::residual})
       sum.*f += prof.*f;
   }
   // The profile's timers add a clock read per region; the timed steps above include them.
   const double step_s = median(times);
-  const int64_t tokens = static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len;
+  const double wait_s = median(waits);
+  if (rank != 0) return;  // rank 0 reports for the job
+  const int64_t tokens =
+      static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len * world;
   const double tps = tokens / step_s;
   const double gflops = gpt2_flops_per_token(cfg.model, cfg.seq_len) * tps * 1e-9;
-  const double peak = trainer.peak_gflops();
+  const double peak = trainer.peak_gflops() * world;
   const double mfu = peak > 0 ? gflops / peak : 0.0;
   MemoryReport mem = trainer.memory();
   const double n = static_cast<double>(times.size());
@@ -90,9 +131,13 @@ void bench_train(const BenchTrainOpts& o) {
                         {"mfu", mfu},
                         {"peak_gflops", peak},
                         {"threads", num_threads()},
+                        {"ranks", world},
+                        {"zero", cfg.zero},
+                        {"comm_wait_ms", wait_s * 1e3},
                         {"steps_timed", times.size()},
                         {"memory_bytes",
-                         {{"params", mem.params},
+                         {{"comm_buffers", mem.comm_buffers},
+                          {"params", mem.params},
                           {"grads", mem.grads},
                           {"optimizer", mem.optimizer},
                           {"activations", mem.activations}}},
@@ -112,6 +157,7 @@ void bench_train(const BenchTrainOpts& o) {
   fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);
+  fmt::print("{:<28} {:>12.1f}\n", "comm wait ms/step", wait_s * 1e3);
   fmt::print("{:<28} {:>12.0f}\n", "tokens/s", tps);
   fmt::print("{:<28} {:>12.1f}\n", "model GFLOP/s", gflops);
   fmt::print("{:<28} {:>12.1f}\n", "peak GFLOP/s", peak);
@@ -120,6 +166,7 @@ void bench_train(const BenchTrainOpts& o) {
   fmt::print("{:<28} {:>12.1f}\n", "memory: grads MiB", mem.grads / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: optimizer MiB", mem.optimizer / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: activations MiB", mem.activations / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: comm buffers MiB", mem.comm_buffers / 1048576.0);
   fmt::print("\n{:<28} {:>10} {:>7}\n", "where a step goes (mean)", "ms", "share");
   for (auto& p : parts)
     fmt::print("{:<28} {:>10.1f} {:>6.1f}%\n", p.name, p.seconds * 1e3, 100 * p.seconds / step_s);
@@ -175,6 +222,10 @@ void register_bench(CLI::App& app) {
   train->add_option("--steps", o->steps, "steps to run; the first is not timed")
       ->capture_default_str();
   train->add_flag("--json", o->json, "print one JSON object instead of a table");
+  train
+      ->add_option("-n,--ranks", o->ranks,
+                   "data-parallel ranks (runs itself under mpirun, cores shared out)")
+      ->capture_default_str();
   train->callback([o]() { bench_train(*o); });
 
   auto* tokb = bench->add_subcommand("tokenizer", "Tokenizer speed in MB/s on one core");

@@ -24,7 +24,8 @@ std::string RankFailure::describe() const {
 RankFailure parse_mpirun_failure(const std::string& out) {
   RankFailure f;
   std::smatch m;
-  static const std::regex signaled(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
+  static const std::regex signaled(
+      R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
   static const std::regex exited(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+))");
   if (std::regex_search(out, m, signaled)) {
     f.rank = std::stoi(m[1]);
@@ -36,10 +37,16 @@ RankFailure parse_mpirun_failure(const std::string& out) {
   return f;
 }
 
-std::vector<std::string> mpirun_command(const LaunchOptions& o, bool resume) {
-  std::vector<std::string> cmd = {"mpirun", "-n", std::to_string(o.ranks), "--oversubscribe",
-                                  "--bind-to", "none", "--tag-output"};
+std::vector<std::string> mpirun_prefix(int ranks) {
+  std::vector<std::string> cmd = {"mpirun",          "-n",        std::to_string(ranks),
+                                  "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  return cmd;
+}
+
+std::vector<std::string> mpirun_command(const LaunchOptions& o, bool resume) {
+  std::vector<std::string> cmd = mpirun_prefix(o.ranks);
+  cmd.push_back("--tag-output");
   cmd.insert(cmd.end(), o.mpirun_args.begin(), o.mpirun_args.end());
   cmd.push_back(o.kiln_binary);
   cmd.push_back("train");

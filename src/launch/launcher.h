@@ -11,23 +11,26 @@ namespace kiln {
 struct LaunchOptions {
   int ranks = 1;
   int max_restarts = 0;
-  std::string kiln_binary;           // this executable
-  std::vector<std::string> train_args;  // CONFIG and --set ... passed to `kiln train`
-  std::vector<std::string> mpirun_args; // extra arguments for mpirun
+  std::string kiln_binary;               // this executable
+  std::vector<std::string> train_args;   // CONFIG and --set ... passed to `kiln train`
+  std::vector<std::string> mpirun_args;  // extra arguments for mpirun
 };
 
 // How one attempt ended, read from mpirun's exit status and its messages.
 struct RankFailure {
-  int rank = -1;         // -1: unknown
-  int signal = 0;        // killed by this signal, or
-  int exit_code = 0;     // exited with this code
-  long last_step = -1;   // last step rank 0 reported
+  int rank = -1;        // -1: unknown
+  int signal = 0;       // killed by this signal, or
+  int exit_code = 0;    // exited with this code
+  long last_step = -1;  // last step rank 0 reported
   std::string describe() const;
 };
 
 // Parses mpirun's report of a failed job ("process rank 1 ... exited on signal 9", "Process
 // name: [[x,y],1] Exit code: 3").
 RankFailure parse_mpirun_failure(const std::string& output);
+
+// mpirun and the flags kiln needs on one machine (more ranks than cores; root in containers).
+std::vector<std::string> mpirun_prefix(int ranks);
 
 // The mpirun command line for one attempt.
 std::vector<std::string> mpirun_command(const LaunchOptions& o, bool resume);
