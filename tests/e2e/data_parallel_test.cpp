@@ -182,5 +182,15 @@ TEST_F(DataParallelRun, LaunchGivesUpAfterMaxRestartsWithTheStory) {
   EXPECT_NE(r.output.find("global batch"), std::string::npos) << r.output;
 }
 
+TEST_F(DataParallelRun, BenchRunsItselfUnderMpirunAndReportsTheWait) {
+  auto r = run_kiln("bench train --config " + config_ +
+                    " --set train.batch_size=2 --steps 3 -n 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_TRUE(j.contains("comm_wait_ms"));
+  EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
+}
+
 }  // namespace
 }  // namespace kiln
