@@ -5,8 +5,11 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace kiln::testing {
 
@@ -48,6 +51,18 @@ inline RunResult run_kiln(const std::string& args) {
   return r;
 }
 
-inline std::string source_path(const std::string& rel) { return std::string(KILN_SOURCE_DIR) + "/" + rel; }
+// The message of the kiln::Error that fn throws, or "" if it throws none.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline std::string source_path(const std::string& rel) {
+  return std::string(KILN_SOURCE_DIR) + "/" + rel;
+}
 
 }  // namespace kiln::testing

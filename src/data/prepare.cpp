@@ -22,24 +22,11 @@ namespace kiln {
 
 size_t first_invalid_utf8(const std::string& text) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    uint8_t b = s[i];
-    if (b < 0x80) {
-      if (b == 0) return i;  // a NUL byte: binary, not text
-      i++;
-      continue;
-    }
-    int len = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || i + len > n) return i;
-    uint32_t cp = b & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
-    for (int k = 1; k < len; k++) {
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return i;
-    i += len;
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    int len = decode_utf8(s, text.size(), i, &cp);
+    if (len == 0 || cp == 0) return i;  // a NUL byte means binary, not text
+    i += static_cast<size_t>(len);
   }
   return std::string::npos;
 }

@@ -73,26 +73,10 @@ struct Char {
 };
 
 inline Char next_char(const uint8_t* s, size_t n, size_t i) {
-  uint8_t b = s[i];
-  if (b < 0x80) return {1, kAscii.cls[b]};
-  int len;
+  if (s[i] < 0x80) return {1, kAscii.cls[s[i]]};
   uint32_t cp;
-  if ((b & 0xE0) == 0xC0)
-    len = 2, cp = b & 0x1F;
-  else if ((b & 0xF0) == 0xE0)
-    len = 3, cp = b & 0x0F;
-  else if ((b & 0xF8) == 0xF0)
-    len = 4, cp = b & 0x07;
-  else
-    return {1, kOther};
-  if (i + len > n) return {1, kOther};
-  for (int k = 1; k < len; k++) {
-    if ((s[i + k] & 0xC0) != 0x80) return {1, kOther};
-    cp = (cp << 6) | (s[i + k] & 0x3F);
-  }
-  // overlong forms, surrogates and values past U+10FFFF are not valid UTF-8
-  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < min_cp[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return {1, kOther};
+  int len = decode_utf8(s, n, i, &cp);
+  if (len == 0) return {1, kOther};
   return {len, classify(cp)};
 }
 
@@ -394,6 +378,33 @@ std::string find_gpt2_dir() {
 }
 
 }  // namespace
+
+int decode_utf8(const uint8_t* s, size_t n, size_t i, uint32_t* cp) {
+  uint8_t b = s[i];
+  if (b < 0x80) {
+    *cp = b;
+    return 1;
+  }
+  int len;
+  uint32_t c;
+  if ((b & 0xE0) == 0xC0)
+    len = 2, c = b & 0x1F;
+  else if ((b & 0xF0) == 0xE0)
+    len = 3, c = b & 0x0F;
+  else if ((b & 0xF8) == 0xF0)
+    len = 4, c = b & 0x07;
+  else
+    return 0;
+  if (i + len > n) return 0;
+  for (int k = 1; k < len; k++) {
+    if ((s[i + k] & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (s[i + k] & 0x3F);
+  }
+  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (c < min_cp[len] || (c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) return 0;
+  *cp = c;
+  return len;
+}
 
 void gpt2_pretokenize(std::string_view text, std::vector<std::pair<size_t, size_t>>& pieces) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());

@@ -52,6 +52,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name);
 // Loads GPT-2's vocabulary from a directory holding encoder.json and vocab.bpe.
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& dir);
 
+// Decodes the UTF-8 sequence at s[i] (n bytes in all): returns its length and sets *cp, or
+// returns 0 if the bytes there are not valid UTF-8 (truncated, overlong, a surrogate, past
+// U+10FFFF).
+int decode_utf8(const uint8_t* s, size_t n, size_t i, uint32_t* cp);
+
 // The GPT-2 pre-tokenizer alone: splits text into pieces, each appended as [begin, end).
 // Exposed for tests and benchmarks.
 void gpt2_pretokenize(std::string_view text, std::vector<std::pair<size_t, size_t>>& pieces);

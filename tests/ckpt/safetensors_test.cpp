@@ -11,6 +11,7 @@
 namespace kiln {
 namespace {
 
+using kiln::testing::error_of;
 using kiln::testing::TempDir;
 
 void write_raw(const std::string& path, const std::string& header, const std::string& data) {
@@ -18,15 +19,6 @@ void write_raw(const std::string& path, const std::string& header, const std::st
   uint64_t n = header.size();
   f.write(reinterpret_cast<const char*>(&n), 8);
   f << header << data;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(SafeTensors, RoundTripKeepsNamesShapesValuesAndMetadata) {

@@ -12,16 +12,8 @@
 namespace kiln {
 namespace {
 
+using kiln::testing::error_of;
 using kiln::testing::TempDir;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::vector<uint16_t> iota_tokens(int n, int start = 0) {
   std::vector<uint16_t> t(n);

@@ -19,16 +19,8 @@ namespace fs = std::filesystem;
 namespace kiln {
 namespace {
 
+using kiln::testing::error_of;
 using kiln::testing::TempDir;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A small run: 2 layers, vocab 100 (padded to 128), random-but-seeded tokens with some
 // structure (a repeating pattern plus noise), so the loss falls.
