@@ -42,7 +42,7 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.grad_clip", &c.grad_clip, "clip the global gradient norm to this (0: off)"},
       {"train.seed", &c.seed, "seed of initialisation and data order"},
       {"train.dtype", &c.dtype, "compute precision: fp32"},
-      {"train.threads", &c.threads, "threads per process (0: all cores)"},
+      {"train.threads", &c.threads, "threads per process (0: the cores shared out among this machine's ranks)"},
       {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0 or 1"},
       {"train.bucket_mb", &c.bucket_mb,
        "gradient bucket size in MB for the data-parallel reduction"},

@@ -34,7 +34,14 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
       comm_(comm ? std::move(comm) : make_world_communicator()),
       rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
-  set_num_threads(cfg_.threads);
+  // train.threads = 0: all cores, shared out among the ranks this machine runs.
+  int threads = cfg_.threads;
+  if (threads == 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local_ranks = local ? std::max(1, std::atoi(local)) : 1;
+    threads = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / local_ranks);
+  }
+  set_num_threads(threads);
   if (comm_->rank() != 0) opts_.quiet = true;  // rank 0 speaks for the job
   const int B = cfg_.batch_size, T = cfg_.seq_len;
   model_ = std::make_unique<Gpt2>(cfg_.model, B, T);
