@@ -29,11 +29,12 @@ double learning_rate(const TrainConfig& c, int64_t s) {
 }
 
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communicator> comm)
-    : cfg_(std::move(cfg)),
-      opts_(opts),
-      comm_(comm ? std::move(comm) : make_world_communicator()),
-      rng_(static_cast<uint64_t>(cfg_.seed)) {
+    : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
+  if (!comm) comm = make_world_communicator();
+  const int world = comm->size();
+  grid_ = std::make_unique<Grid>(std::move(comm), GridShape{world, 1, 1});
+  comm_ = &grid_->dp_group();
   // train.threads = 0: all cores, shared out among the ranks this machine runs.
   int threads = cfg_.threads;
   if (threads == 0) {
@@ -369,9 +370,9 @@ void Trainer::run() {
   }
   // Each rank leaves its pid where operators (and the recovery tests) find it.
   fs::create_directories(fs::path(cfg_.out_dir) / "pids");
-  write_file_atomic((fs::path(cfg_.out_dir) / "pids" / fmt::format("rank-{}.pid", comm_->rank()))
-                        .string(),
-                    std::to_string(getpid()) + "\n");
+  write_file_atomic(
+      (fs::path(cfg_.out_dir) / "pids" / fmt::format("rank-{}.pid", comm_->rank())).string(),
+      std::to_string(getpid()) + "\n");
   run_start_ = now_seconds();
   run_first_step_ = step_;
   while (step_ < cfg_.steps) {

@@ -17,6 +17,7 @@
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grid.h"
 #include "train/config.h"
 
 namespace kiln {
@@ -51,7 +52,8 @@ struct MemoryReport {
 
 class Trainer {
  public:
-  // comm: the data-parallel group (all processes of the job); a one-rank group by default.
+  // comm: all processes of the job (the world of the rank grid); one rank by default. Every
+  // process is a data-parallel rank today (dp = world size, pp = tp = 1).
   explicit Trainer(TrainConfig cfg, TrainerOptions opts = {},
                    std::unique_ptr<Communicator> comm = nullptr);
 
@@ -74,8 +76,8 @@ class Trainer {
   int64_t num_params() const { return params_.size(); }
   MemoryReport memory() const;
   double peak_gflops() const { return peak_gflops_; }
-  int rank() const { return comm_->rank(); }
-  int world() const { return comm_->size(); }
+  int rank() const { return grid_->rank(); }
+  int world() const { return grid_->shape().size(); }
   std::string checkpoint_root() const;
 
  private:
@@ -88,7 +90,8 @@ class Trainer {
 
   TrainConfig cfg_;
   TrainerOptions opts_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Grid> grid_;
+  Communicator* comm_;  // the data-parallel group of grid_
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Gpt2> model_;
   Buffer<float> params_, grads_;

@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "parallel/grid.h"
 
 namespace kiln {
 namespace {
@@ -17,7 +18,9 @@ Communicator& world() {
 }
 
 // The value rank r contributes at index i: small integers and halves, exact in fp32 and bf16 sums.
-float value(int r, int64_t i) { return static_cast<float>(((r + 1) * 7 + i * 3) % 11) * 0.5f - 2.0f; }
+float value(int r, int64_t i) {
+  return static_cast<float>(((r + 1) * 7 + i * 3) % 11) * 0.5f - 2.0f;
+}
 
 float reference_sum(int64_t i) {
   float s = 0;
@@ -128,6 +131,42 @@ TEST(Collectives, AWaitThatTimesOutNamesTheOperationAndRank) {
   static float src[4] = {1, 2, 3, 4};
   if (c->rank() == 1) c->send(src, 4, DType::F32, 0, 99);  // completes the abandoned receive
   world().barrier();
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Grid, CoordinatesAndGroupsAreSlicesOfTheWorld) {
+  const int n = make_world_communicator()->size();
+  // Every factorisation dp × tp of the job (pp = 1) and dp × pp.
+  for (GridShape shape : {GridShape{n, 1, 1}, GridShape{1, 1, n}, GridShape{1, n, 1}}) {
+    Grid g(make_world_communicator(), shape);
+    EXPECT_EQ(g.rank_of(g.dp_rank(), g.pp_rank(), g.tp_rank()), g.rank());
+    EXPECT_EQ(g.dp_group().size(), shape.dp);
+    EXPECT_EQ(g.pp_group().size(), shape.pp);
+    EXPECT_EQ(g.tp_group().size(), shape.tp);
+    EXPECT_EQ(g.dp_group().rank(), g.dp_rank());
+    EXPECT_EQ(g.tp_group().rank(), g.tp_rank());
+    // The sum of world ranks over my dp group is that of the ranks sharing my pp and tp.
+    double want = 0;
+    for (int d = 0; d < shape.dp; d++) want += g.rank_of(d, g.pp_rank(), g.tp_rank());
+    EXPECT_EQ(g.dp_group().all_reduce_scalar(g.rank()), want) << g.name();
+  }
+}
+
+TEST(Grid, AShapeThatDoesNotFitTheJobSaysWhatWould) {
+  const int n = make_world_communicator()->size();
+  try {
+    Grid g(make_world_communicator(), GridShape{n + 1, 1, 1});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("start " + std::to_string(n + 1) + " processes"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
