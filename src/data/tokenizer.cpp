@@ -312,7 +312,7 @@ void Gpt2Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>&
       continue;
     }
     if (cache) {
-      auto it = cache->pieces.find(std::string(piece));
+      auto it = cache->pieces.find(piece);
       if (it != cache->pieces.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         continue;

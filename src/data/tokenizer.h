@@ -9,6 +9,7 @@
 // not.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,7 +20,12 @@ namespace kiln {
 
 class EncodeCache {
  public:
-  std::unordered_map<std::string, std::vector<int32_t>> pieces;
+  // Looked up by string_view without building a key (transparent hash and equality).
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> pieces;
 };
 
 class Tokenizer {
