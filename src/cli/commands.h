@@ -10,5 +10,6 @@ void register_bench(CLI::App& app);
 void register_data(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_launch(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace kiln::cli

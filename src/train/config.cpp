@@ -7,6 +7,7 @@
 #include <sstream>
 #include <variant>
 
+#include "core/closest_name.h"
 #include "core/error.h"
 
 namespace kiln {
@@ -42,7 +43,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.grad_clip", &c.grad_clip, "clip the global gradient norm to this (0: off)"},
       {"train.seed", &c.seed, "seed of initialisation and data order"},
       {"train.dtype", &c.dtype, "compute precision: fp32"},
-      {"train.threads", &c.threads, "threads per process (0: the cores shared out among this machine's ranks)"},
+      {"train.threads", &c.threads,
+       "threads per process (0: the cores shared out among this machine's ranks)"},
       {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0 or 1"},
       {"train.bucket_mb", &c.bucket_mb,
        "gradient bucket size in MB for the data-parallel reduction"},
@@ -67,26 +69,11 @@ std::vector<Key> schema(TrainConfig& c) {
   };
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); j++) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); i++) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); j++)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 [[noreturn]] void unknown_key(const std::vector<Key>& keys, const std::string& name,
                               const std::string& source) {
-  std::string best;
-  size_t best_d = 4;
-  for (const auto& k : keys) {
-    size_t d = edit_distance(k.name, name);
-    if (d < best_d) best_d = d, best = k.name;
-  }
+  std::vector<std::string> known;
+  for (const auto& k : keys) known.push_back(k.name);
+  std::string best = closest_name(name, known);
   if (!best.empty()) fail("{}: unknown config key '{}' (did you mean '{}'?)", source, name, best);
   fail("{}: unknown config key '{}' (see `kiln train --help` for the keys)", source, name);
 }

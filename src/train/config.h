@@ -31,7 +31,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 disables clipping
   int64_t seed = 1337;
   std::string dtype = "fp32";
-  int threads = 0;              // 0: all cores
+  int threads = 0;        // 0: all cores
   int zero = 0;           // ZeRO stage: 0 (optimizer state replicated) or 1 (sharded across dp)
   double bucket_mb = 25;  // gradient bucket size for the data-parallel reduction
   std::string resume = "none";  // "none" | "auto"

@@ -1,0 +1,706 @@
+// `kiln plan`: how to lay a model out on a cluster, how long training takes and what it costs
+// (the models live in src/plan); `kiln plan --calibrate` measures this machine and writes a
+// hardware file.
+#include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/buffer.h"
+#include "core/clock.h"
+#include "core/closest_name.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+#include "plan/planner.h"
+#include "plan/report.h"
+#include "train/config.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::cli {
+namespace {
+
+using namespace kiln::plan;
+
+struct PlanOpts {
+  // model
+  std::string config;
+  std::vector<std::string> sets;
+  std::string model;
+  // hardware
+  std::string gpu, hardware;
+  int nodes = 1, gpus_per_node = 8, nics_per_node = 8;
+  std::string intra_link, network, topology = "fat-tree", rank_order = "tp-dp-pp";
+  double intra_link_gbs = 0, nic_gbps = 0, oversubscription = 1;
+  int nodes_per_domain = 32;
+  // job
+  int seq_len = 0;
+  std::string batch_tokens, tokens;
+  std::string dtype = "bf16", attention = "flash";
+  bool no_overlap = false;
+  double mem_allowance = 0.10, usd = 0, gpu_power_w = 0, node_overhead_w = -1, pue = 1.2;
+  double gco2 = 480;
+  // what to do
+  std::string layout;
+  int top = 5;
+  bool json = false, list_models = false, list_gpus = false;
+  // calibration
+  bool calibrate = false;
+  std::string output = "configs/hardware/this-cpu.toml";
+  double seconds = 0.2;
+  int rounds = 3;
+  int threads = 0;
+};
+
+// Which flags were given (they override a hardware file and the device's usual server).
+struct Given {
+  CLI::Option *nodes, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
+      *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
+      *batch_tokens, *tokens, *dtype, *attention;
+};
+
+ModelSpec model_from_config(const TrainConfig& cfg) {
+  ModelSpec m;
+  m.name = fs::path(cfg.source).stem().string();
+  m.n_layer = cfg.model.n_layer;
+  m.hidden = cfg.model.n_embd;
+  m.n_head = cfg.model.n_head;
+  m.n_kv_head = cfg.model.n_head;
+  m.ffn_hidden = 4 * cfg.model.n_embd;
+  m.vocab = cfg.model.padded_vocab_size;  // the matmuls run over the padded vocabulary
+  m.max_seq = cfg.model.block_size;
+  return m;  // GPT-2: GELU, LayerNorm, learned positions, biases, tied head, no dropout
+}
+
+void list_models() {
+  fmt::print("{:<15} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>7}  {}\n", "model", "params", "layers",
+             "hidden", "heads/kv", "ffn", "vocab", "seq", "source");
+  for (const auto& p : presets()) {
+    const ModelSpec& m = p.model;
+    fmt::print("{:<15} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>7}  {}\n", m.name,
+               si(double(count_params(m).total)), m.n_layer, m.hidden,
+               fmt::format("{}/{}", m.n_head, m.n_kv_head), m.ffn_hidden, m.vocab, p.seq_len,
+               p.source);
+  }
+}
+
+void list_gpus() {
+  fmt::print("{:<10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "bf16 TF", "fp32 TF", "GiB",
+             "HBM GB/s", "matmul", "TDP W", "description");
+  for (const auto& d : device_catalog())
+    fmt::print("{:<10} {:>9.4g} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
+               d.peak_tflops_16, d.peak_tflops_32, d.memory_gib, d.mem_bw_gbs,
+               100 * d.matmul_efficiency, d.tdp_w, d.description);
+  fmt::print(
+      "\nmatmul: the fraction of the dense peak the time model uses (sustained "
+      "matmul rate; see docs/planner.md)\n");
+}
+
+ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
+  if (!o.gpu.empty() && !o.hardware.empty())
+    fail(
+        "give --gpu or --hardware, not both (a hardware file can start from a catalog GPU with "
+        "base = \"{}\")",
+        o.gpu);
+  ClusterSpec c;
+  if (!o.hardware.empty()) {
+    c = load_hardware_file(o.hardware).cluster;
+  } else if (!o.gpu.empty()) {
+    c = default_cluster(find_device(o.gpu), 1);
+  } else {
+    std::vector<std::string> names;
+    for (const auto& d : device_catalog()) names.push_back(d.name);
+    fail(
+        "which hardware? give --gpu NAME (one of: {}) or --hardware FILE (e.g. "
+        "configs/hardware/this-cpu.toml, written by `kiln plan --calibrate`)",
+        join_names(names));
+  }
+  if (g.nodes->count()) c.nodes = o.nodes;
+  if (g.gpus_per_node->count()) c.gpus_per_node = o.gpus_per_node;
+  if (g.intra_link->count()) {
+    c.intra_link = o.intra_link;
+    c.intra_link_gbs = find_link(o.intra_link, false).default_bw;
+  }
+  if (g.intra_link_gbs->count()) c.intra_link_gbs = o.intra_link_gbs;
+  if (g.network->count()) {
+    c.network = o.network;
+    c.nic_gbps = find_link(o.network, true).default_bw;
+  }
+  if (g.nics_per_node->count()) c.nics_per_node = o.nics_per_node;
+  if (g.nic_gbps->count()) c.nic_gbps = o.nic_gbps;
+  if (g.topology->count()) c.topology = parse_topology(o.topology);
+  if (g.oversubscription->count()) c.oversubscription = o.oversubscription;
+  if (g.nodes_per_domain->count()) c.nodes_per_domain = o.nodes_per_domain;
+  if (g.rank_order->count()) c.order = parse_rank_order(o.rank_order);
+  c.validate();
+  return c;
+}
+
+void plan(const PlanOpts& o, const Given& g) {
+  if (o.list_models) return list_models();
+  if (o.list_gpus) return list_gpus();
+  if (o.config.empty() == o.model.empty())
+    fail("give the model with --model NAME (see --list-models) or --config FILE (a kiln config)");
+  if (!o.sets.empty() && o.config.empty()) fail("--set changes a --config; there is none");
+
+  ModelSpec model;
+  JobSpec job;
+  bool from_config = !o.config.empty();
+  if (from_config) {
+    TrainConfig cfg = load_train_config(o.config, o.sets);
+    model = model_from_config(cfg);
+    job.seq_len = cfg.seq_len;
+    job.global_batch_tokens = int64_t(cfg.batch_size) * cfg.seq_len * cfg.grad_accum;
+    job.train_tokens = double(cfg.steps) * double(job.global_batch_tokens);
+    job.dtype = Dtype::fp32;      // what kiln trains in today
+    job.flash_attention = false;  // kiln keeps the (T, T) attention probabilities
+  } else {
+    const Preset& p = find_preset(o.model);
+    model = p.model;
+    job.seq_len = p.seq_len;
+    job.global_batch_tokens = p.global_batch_tokens;
+    job.train_tokens = p.train_tokens;
+  }
+  if (g.seq_len->count()) job.seq_len = o.seq_len;
+  if (g.batch_tokens->count())
+    job.global_batch_tokens =
+        int64_t(std::llround(parse_count(o.batch_tokens, "--global-batch-tokens")));
+  if (g.tokens->count()) job.train_tokens = parse_count(o.tokens, "--tokens");
+  if (g.dtype->count()) job.dtype = parse_dtype(o.dtype);
+  if (g.attention->count()) {
+    if (o.attention != "flash" && o.attention != "unfused")
+      fail("--attention must be flash or unfused, got '{}'", o.attention);
+    job.flash_attention = o.attention == "flash";
+  }
+  job.overlap_dp = !o.no_overlap;
+  job.mem_allowance = o.mem_allowance;
+  job.usd_per_gpu_hour = o.usd;
+  job.gpu_power_w = o.gpu_power_w;
+  job.node_overhead_w = o.node_overhead_w;
+  job.pue = o.pue;
+  job.gco2_per_kwh = o.gco2;
+  job.validate();
+  model.validate(from_config ? o.config : "--model " + o.model);
+  if (model.learned_positions && job.seq_len > model.max_seq)
+    fail("--seq-len {} is longer than the {} positions {} has (learned position embeddings)",
+         job.seq_len, model.max_seq, model.name);
+
+  ClusterSpec cluster = cluster_from(o, g);
+  // A CPU trains in fp32 with kiln's unfused attention unless told otherwise.
+  if (cluster.device.cpu && !g.dtype->count()) job.dtype = Dtype::fp32;
+  if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
+  if (cluster.device.peak_tflops(job.dtype) <= 0)
+    fail("{} has no {} peak in its description; plan with --dtype {}", cluster.device.name,
+         dtype_name(job.dtype), job.dtype == Dtype::fp32 ? "bf16" : "fp32");
+  const PlanInputs in{model, cluster, job};
+
+  if (!o.layout.empty()) {
+    Layout l = complete_layout(model, cluster, job, parse_layout(o.layout));
+    Estimate e = evaluate(model, cluster, job, l);
+    std::vector<std::string> fixes;
+    std::string advice;
+    if (!e.memory.fits()) {
+      fixes = layout_fixes(model, cluster, job, l);
+      if (fixes.empty()) advice = fit_advice(model, cluster, job);
+    }
+    if (o.json) {
+      nlohmann::json j = inputs_json(in);
+      j.update(estimate_json(e, in));
+      if (!e.memory.fits()) j["fits_with"] = fixes;
+      if (!advice.empty()) j["advice"] = advice;
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      fmt::print("{}{}", inputs_text(in), estimate_text(e, in));
+      if (!e.memory.fits()) {
+        if (!fixes.empty())
+          fmt::print("\nfits with one change: {}\n", join_names(fixes));
+        else
+          fmt::print("\nno single change makes it fit; the cluster {}\n", advice);
+      }
+      if (from_config && cluster.device.cpu)
+        fmt::print("\nmeasure it: kiln bench train --config {}{}\n", o.config,
+                   o.sets.empty() ? "" : " --set ...");
+    }
+    return;
+  }
+
+  SearchResult r = search(model, cluster, job);
+  if (r.considered == 0)
+    fail(
+        "no layout of {} can run {}: the global batch of {} sequences must split over dp = "
+        "devices/(tp·pp); change --global-batch-tokens or --nodes",
+        cluster.describe(), model.name, job.global_batch_seqs());
+  if (r.fitting.empty()) {
+    std::string advice = fit_advice(model, cluster, job);
+    if (o.json) {
+      nlohmann::json j = search_json(r, in, o.top);
+      j["advice"] = advice;
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    fail("{} fits on no layout of {} ({} layouts tried): it {}", model.name, cluster.describe(),
+         r.considered, advice);
+  }
+  if (o.json) {
+    fmt::print("{}\n", search_json(r, in, o.top).dump(2));
+    return;
+  }
+  fmt::print("{}{}", inputs_text(in), search_table(r, o.top));
+  fmt::print("\nthe best layout in detail:\n{}", estimate_text(r.fitting.front(), in));
+}
+
+// ---- calibration: measure this machine ----
+
+// The best (shortest) time of `fn` over about `seconds`, at least `min_reps` runs.
+template <typename Fn>
+double best_time(Fn fn, double seconds, int min_reps) {
+  fn();  // warm-up: primitive creation, page faults
+  double best = 1e30, start = now_seconds();
+  for (int i = 0; i < min_reps || now_seconds() - start < seconds; i++) {
+    double t = now_seconds();
+    fn();
+    best = std::min(best, now_seconds() - t);
+  }
+  return best;
+}
+
+// The best time of each named measurement over several rounds: a round disturbed by another
+// process on the cores is outvoted by the others.
+class Timings {
+ public:
+  template <typename Fn>
+  double best(const std::string& key, Fn fn, double seconds, int min_reps) {
+    double t = best_time(fn, seconds, min_reps);
+    auto [it, fresh] = best_.try_emplace(key, t);
+    if (!fresh) it->second = std::min(it->second, t);
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, double> best_;
+};
+
+struct Calibration {
+  DeviceSpec device;
+  std::vector<std::string> lines;  // what was measured, for the file's comment and the screen
+};
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  return "unknown CPU";
+}
+
+double llc_mib() {
+  for (int idx = 3; idx >= 2; idx--) {
+    std::ifstream f(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", idx));
+    std::string s;
+    if (f >> s && !s.empty()) {
+      double v = std::atof(s.c_str());
+      if (s.back() == 'K') v /= 1024;
+      if (s.back() == 'M') v *= 1;
+      return v;
+    }
+  }
+  return 0;
+}
+
+// a = b + s·c over n floats with all threads; bytes counted as STREAM counts them (12 per
+// element: two reads and a write).
+double triad_gbs(int64_t n, double seconds, Timings& timings, const std::string& key) {
+  Buffer<float> a(n), b(n), c(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
+  float* pa = a.data();
+  const float *pb = b.data(), *pc = c.data();
+  double t = timings.best(
+      key,
+      [&] {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) pa[i] = pb[i] + 0.5f * pc[i];
+      },
+      seconds, 5);
+  return 12.0 * n / t * 1e-9;
+}
+
+Calibration measure(double seconds, int rounds) {
+  Timings timings;
+  Calibration cal;
+  for (int round = 0; round < rounds; round++) {
+    cal = Calibration{};
+    DeviceSpec d = find_device("cpu");
+    d.name = "this-cpu";
+    d.description =
+        fmt::format("{}, {} threads, one kiln process", cpu_model_name(), num_threads());
+
+    // The matmuls a GPT-2 step runs, as kiln runs them (weights stored (in, out)): forward
+    // y = x·W, backward dx = dy·Wᵀ and dW = xᵀ·dy, and the LM head against the (Vp, C) embedding,
+    // for GPT-2 124M at B·T = 256 and configs/small.toml at B·T = 1024; fitted to
+    // t = overhead + FLOPs / rate (Hockney's linear timing model) on relative error.
+    struct Shape {
+      int64_t M, N, K;
+      bool ta, tb;
+    };
+    const Shape shapes[] = {{256, 2304, 768, false, false},   {256, 768, 768, false, false},
+                            {256, 3072, 768, false, false},   {256, 768, 3072, false, false},
+                            {256, 768, 2304, false, true},    {256, 3072, 768, false, true},
+                            {768, 2304, 256, true, false},    {3072, 768, 256, true, false},
+                            {1024, 768, 256, false, false},   {1024, 256, 1024, false, false},
+                            {1024, 256, 768, false, true},    {256, 1024, 1024, true, false},
+                            {256, 50304, 768, false, true},   {256, 768, 50304, false, false},
+                            {50304, 768, 256, true, false},   {1024, 50304, 256, false, true},
+                            {1024, 256, 50304, false, false}, {50304, 256, 1024, true, false},
+                            {128, 128, 128, false, false},    {512, 512, 512, false, false},
+                            {1024, 1024, 1024, false, false}};
+    std::vector<std::pair<double, double>> samples;  // (FLOPs, seconds)
+    double peak = 0;
+    for (const Shape& sh : shapes) {
+      MatmulShape s{sh.M, sh.N, sh.K, sh.ta, sh.tb};
+      Buffer<float> a(s.M * s.K), b(s.K * s.N), c(s.M * s.N);
+      for (size_t i = 0; i < a.size(); i++) a[i] = float(i % 7) * 0.01f;
+      for (size_t i = 0; i < b.size(); i++) b[i] = float(i % 5) * 0.01f;
+      const double fl = 2.0 * s.M * s.N * s.K;
+      double t = timings.best(
+          fmt::format("mm{}x{}x{}{}{}", sh.M, sh.N, sh.K, sh.ta, sh.tb),
+          [&] { matmul(s, a.data(), b.data(), c.data()); }, seconds * std::min(1.0, fl / 2e9), 3);
+      samples.push_back({fl, t});
+      peak = std::max(peak, fl / t);
+      cal.lines.push_back(fmt::format("matmul {}x{}x{}{}{}: {:.1f} GFLOP/s", sh.M, sh.N, sh.K,
+                                      sh.ta ? " Aᵀ" : "", sh.tb ? " Bᵀ" : "", fl / t * 1e-9));
+    }
+    // Weighted least squares on relative error: minimise Σ ((t0 + f·c − t) / t)².
+    double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+    for (auto [f, t] : samples) {
+      const double w = 1.0 / (t * t);
+      s00 += w, s01 += w * f, s11 += w * f * f, r0 += w * t, r1 += w * f * t;
+    }
+    const double det = s00 * s11 - s01 * s01;
+    double t0 = (r0 * s11 - r1 * s01) / det, inv_rate = (s00 * r1 - s01 * r0) / det;
+    if (t0 < 0 || inv_rate <= 0) t0 = 0, inv_rate = 1 / peak;
+    const double rate = std::min(peak, 1 / inv_rate);
+    d.peak_tflops_32 = peak * 1e-12;
+    d.matmul_efficiency = rate / peak;
+    cal.lines.push_back(
+        fmt::format("matmul fit: {:.1f} GFLOP/s sustained + {:.1f} µs per call; "
+                    "best {:.1f} GFLOP/s",
+                    rate * 1e-9, t0 * 1e6, peak * 1e-9));
+
+    // Memory bandwidth: a STREAM triad over arrays far larger than the last-level cache.
+    const double llc = llc_mib();
+    const int64_t big = std::max<int64_t>(int64_t(4 * llc * (1 << 20) / 4), int64_t(1) << 24);
+    const double triad = triad_gbs(big, seconds * 3, timings, "triad");
+    cal.lines.push_back(fmt::format("memory: STREAM triad over 3 × {:.0f} MiB: {:.1f} GB/s",
+                                    big * 4.0 / (1 << 20), triad));
+
+    // kiln's own memory-bound kernels, with bytes counted as the planner counts them. On data far
+    // larger than the cache (the loss over a GPT-2 vocabulary, AdamW over 16M parameters) they set
+    // mem_bw_efficiency; on data that fits (layernorm and GELU, forward and backward, at the
+    // small config's shapes) they set the cache bandwidth.
+    {
+      const int64_t M = 1024, V = 50304;
+      Buffer<float> logits(M * V), losses(M);
+      Buffer<int32_t> targets(M);
+      for (int64_t i = 0; i < M; i++) targets[i] = int32_t((i * 7919) % V);
+      const double t_ce = timings.best(
+          "ce",
+          [&] {
+            for (size_t i = 0; i < logits.size(); i++) logits[i] = float(i % 13) * 0.1f;
+            softmax_cross_entropy(logits.data(), losses.data(), targets.data(), M, V, V, 1.0f / M);
+          },
+          seconds, 3);
+      // The refill above is a write of the logits, as the LM head's matmul does.
+      const double ce_bytes = double(M) * V * (3 * 4 + 12);
+      const int64_t n = int64_t(16) << 20;
+      Buffer<float> p(n), g(n), m(n), v(n);
+      AdamWParams ap{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+      const double t_adam = timings.best(
+          "adamw", [&] { adamw_update(p.data(), g.data(), m.data(), v.data(), n, ap); }, seconds,
+          3);
+      const double adam_bytes = 28.0 * n;  // reads p, g, m, v; writes p, m, v
+      // AdamW streams its four arrays (reads and in-place writes, no write-allocate): that is
+      // the bandwidth the planner's memory-bound kernels get. The triad above is reported for
+      // reference; STREAM's count leaves out the read that allocates the written line. kiln's
+      // cross-entropy computes an exponential per logit and runs below it (compute-bound).
+      d.mem_bw_gbs = adam_bytes / t_adam * 1e-9;
+      d.mem_bw_efficiency = 1;
+      cal.lines.push_back(fmt::format(
+          "kiln kernels on memory: AdamW {:.1f} GB/s (used as the memory bandwidth), cross-entropy "
+          "{:.1f} GB/s",
+          d.mem_bw_gbs, ce_bytes / t_ce * 1e-9));
+
+      const int64_t rows = 1024, C = 256, nf = rows * 4 * C;
+      Buffer<float> x(rows * C), y(rows * C), mean(rows), rstd(rows), w(C), bb(C), dx(rows * C),
+          dw(C), db(C), h(nf), hg(nf), dh(nf);
+      for (size_t i = 0; i < x.size(); i++) x[i] = float(i % 11) * 0.1f;
+      for (int i = 0; i < C; i++) w[i] = 1;
+      const double t_ln = timings.best(
+          "layernorm",
+          [&] {
+            layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bb.data(),
+                              rows, C);
+            layernorm_backward(dx.data(), dw.data(), db.data(), y.data(), x.data(), w.data(),
+                               mean.data(), rstd.data(), rows, C);
+          },
+          seconds, 20);
+      const double t_gelu = timings.best(
+          "gelu",
+          [&] {
+            gelu_forward(hg.data(), h.data(), nf);
+            gelu_backward(dh.data(), h.data(), hg.data(), nf);
+          },
+          seconds, 20);
+      const double ln_bytes = 6.0 * rows * C * 4, gelu_bytes = 6.0 * nf * 4;
+      if (llc > 0) {
+        d.cache_mib = llc;
+        d.cache_bw_gbs = (ln_bytes + gelu_bytes) / (t_ln + t_gelu) * 1e-9;
+        cal.lines.push_back(fmt::format(
+            "kiln kernels in cache ({:.0f} MiB): layernorm {:.1f} GB/s, GELU {:.1f} GB/s; used "
+            "{:.1f} GB/s",
+            llc, ln_bytes / t_ln * 1e-9, gelu_bytes / t_gelu * 1e-9, d.cache_bw_gbs));
+      }
+
+      // kiln's attention (causal loops) at the small config's shape, against the FLOPs the
+      // planner counts for unfused attention: 6 products of 2·T·T·hs per head (2 forward, 4
+      // backward, full size). It can exceed 1: the loops skip the masked half.
+      const int B = 4, T = 256, AC = 256, NH = 4;
+      Buffer<float> qkv(int64_t(B) * T * 3 * AC), out(int64_t(B) * T * AC),
+          att(int64_t(B) * NH * T * T), datt(int64_t(B) * NH * T * T), dqkv(qkv.size()),
+          dout(out.size());
+      for (size_t i = 0; i < qkv.size(); i++) qkv[i] = float(i % 17) * 0.01f;
+      for (size_t i = 0; i < dout.size(); i++) dout[i] = float(i % 5) * 0.01f;
+      const double t_att = timings.best(
+          "attention",
+          [&] {
+            attention_forward(out.data(), att.data(), qkv.data(), B, T, AC, NH);
+            attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T,
+                               AC, NH);
+          },
+          seconds, 5);
+      const double att_flops = 6.0 * 2 * T * T * double(AC / NH) * B * NH;
+      d.attention_efficiency = att_flops / t_att / rate;
+      cal.lines.push_back(
+          fmt::format("kiln attention (B={} T={} C={} NH={}): {:.1f} GFLOP/s as "
+                      "counted, {:.2f} of the matmul rate",
+                      B, T, AC, NH, att_flops / t_att * 1e-9, d.attention_efficiency));
+    }
+    // The fixed cost of one small parallel kernel (OpenMP fork and join), and of a matmul call.
+    {
+      Buffer<float> x(4096);
+      float* px = x.data();
+      double t = timings.best(
+          "overhead",
+          [&] {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < 4096; i++) px[i] = px[i] * 0.5f + 1.0f;
+          },
+          seconds, 200);
+      d.kernel_overhead_us = std::max(t, t0) * 1e6;
+      cal.lines.push_back(
+          fmt::format("kernel overhead: element-wise {:.1f} µs, matmul {:.1f} µs; "
+                      "used {:.1f} µs",
+                      t * 1e6, t0 * 1e6, d.kernel_overhead_us));
+    }
+    const double mem = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    d.memory_gib = mem / double(1 << 30);
+    d.intra_link = "shm";
+    d.intra_link_gbs = d.mem_bw_gbs;
+    d.nic_gbps = 0;
+    cal.lines.push_back(fmt::format("memory capacity {:.1f} GiB", d.memory_gib));
+    cal.lines.push_back(
+        "not measured: collective bandwidth between processes and machines (no multi-process "
+        "measurement yet); intra_link_gbs is the memory bandwidth and nic_gbps is 0, so a "
+        "multi-node plan with this file asks for --nic-gbps");
+    // Other processes on the cores make every rate low; say so rather than write a slow machine.
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1 && load[0] > num_threads() + 0.5)
+      cal.lines.push_back(fmt::format(
+          "warning: the load average was {:.1f} with {} threads measuring: other processes shared "
+          "the cores and these numbers are likely low; run again on a quiet machine",
+          load[0], num_threads()));
+    cal.device = d;
+  }
+  return cal;
+}
+
+void calibrate(const PlanOpts& o) {
+  set_num_threads(o.threads);
+  if (o.seconds <= 0) fail("--seconds must be positive");
+  if (o.rounds < 1) fail("--rounds must be at least 1");
+  Calibration cal = measure(o.seconds, o.rounds);
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::string comment =
+      fmt::format("This machine, measured by `kiln plan --calibrate` on {} ({} threads).\n", date,
+                  num_threads());
+  for (const auto& l : cal.lines) comment += l + "\n";
+  comment += "Power (tdp_w) is an estimate, not a measurement.";
+  cal.device.source = fmt::format("kiln plan --calibrate, {}", date);
+  std::string text = hardware_toml(cal.device, comment);
+  if (o.output != "-") {
+    const fs::path out(o.output);
+    if (out.has_parent_path()) fs::create_directories(out.parent_path());
+    write_file_atomic(o.output, text);
+  }
+  if (o.json) {
+    nlohmann::json j = {{"peak_tflops_fp32", cal.device.peak_tflops_32},
+                        {"matmul_efficiency", cal.device.matmul_efficiency},
+                        {"mem_bw_gbs", cal.device.mem_bw_gbs},
+                        {"cache_mib", cal.device.cache_mib},
+                        {"cache_bw_gbs", cal.device.cache_bw_gbs},
+                        {"kernel_overhead_us", cal.device.kernel_overhead_us},
+                        {"memory_gib", cal.device.memory_gib},
+                        {"threads", num_threads()},
+                        {"output", o.output}};
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  for (const auto& l : cal.lines) fmt::print("{}\n", l);
+  if (o.output == "-")
+    fmt::print("\n{}", text);
+  else
+    fmt::print(
+        "\nwrote {}; use it with: kiln plan --config CONFIG --hardware {} --layout "
+        "mb=<train.batch_size>\n",
+        o.output, o.output);
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "Plan a training run on a cluster: memory, step time, the best parallel layout, days, "
+      "GPU-hours, cost, energy and CO2 (docs/planner.md)");
+  auto o = std::make_shared<PlanOpts>();
+  auto g = std::make_shared<Given>();
+  const char* M = "Model";
+  const char* H = "Hardware";
+  const char* J = "Job";
+  const char* L = "Layout";
+  const char* C = "Calibration";
+  cmd->add_option("--config", o->config, "a kiln config: the model, batch and steps it trains")
+      ->group(M);
+  cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)")
+      ->group(M);
+  cmd->add_option("--model", o->model, "a published architecture (see --list-models)")->group(M);
+  cmd->add_flag("--list-models", o->list_models, "list the model presets and exit")->group(M);
+  cmd->add_option("--gpu", o->gpu, "a device from the catalog (see --list-gpus)")->group(H);
+  cmd->add_option("--hardware", o->hardware,
+                  "a hardware TOML file (custom hardware, or --calibrate's output)")
+      ->group(H);
+  cmd->add_flag("--list-gpus", o->list_gpus, "list the device catalog and exit")->group(H);
+  g->nodes = cmd->add_option("--nodes", o->nodes, "nodes (default 1)")->group(H);
+  g->gpus_per_node = cmd->add_option("--gpus-per-node", o->gpus_per_node,
+                                     "devices per node (default: the device's usual server)")
+                         ->group(H);
+  g->intra_link = cmd->add_option("--intra-link", o->intra_link,
+                                  "link inside a node: nvlink, xgmi, pcie or shm")
+                      ->group(H);
+  g->intra_link_gbs = cmd->add_option("--intra-link-gbs", o->intra_link_gbs,
+                                      "its bandwidth per device and direction, GB/s")
+                          ->group(H);
+  g->network = cmd->add_option("--network", o->network,
+                               "between nodes: ib-hdr, ib-ndr, roce, slingshot or ethernet")
+                   ->group(H);
+  g->nics_per_node =
+      cmd->add_option("--nics-per-node", o->nics_per_node, "NICs per node")->group(H);
+  g->nic_gbps = cmd->add_option("--nic-gbps", o->nic_gbps, "bandwidth per NIC, Gb/s")->group(H);
+  g->topology = cmd->add_option("--topology", o->topology,
+                                "fat-tree (non-blocking), spine-leaf, dragonfly or ring")
+                    ->group(H);
+  g->oversubscription = cmd->add_option("--oversubscription", o->oversubscription,
+                                        "spine-leaf: down:up bandwidth of a leaf (e.g. 3 for "
+                                        "3:1); dragonfly: taper of the global links")
+                            ->group(H);
+  g->nodes_per_domain = cmd->add_option("--nodes-per-domain", o->nodes_per_domain,
+                                        "nodes under one leaf (spine-leaf) or in one group "
+                                        "(dragonfly); default 32")
+                            ->group(H);
+  g->rank_order = cmd->add_option("--rank-order", o->rank_order,
+                                  "placement, innermost first: tp-dp-pp (Megatron-LM) or "
+                                  "tp-pp-dp (Llama 3, torchtitan)")
+                      ->group(H);
+  g->seq_len = cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->group(J);
+  g->batch_tokens = cmd->add_option("--global-batch-tokens", o->batch_tokens,
+                                    "tokens per optimizer step (e.g. 4Mi, 3.1M)")
+                        ->group(J);
+  g->tokens =
+      cmd->add_option("--tokens", o->tokens, "training tokens (e.g. 2T, 300B, 1.5e12)")->group(J);
+  g->dtype = cmd->add_option("--dtype", o->dtype,
+                             "bf16 or fp16 (mixed precision with fp32 master weights) or fp32")
+                 ->group(J);
+  g->attention =
+      cmd->add_option("--attention", o->attention, "flash (no score matrix kept) or unfused")
+          ->group(J);
+  cmd->add_flag("--no-overlap", o->no_overlap,
+                "data-parallel collectives run after backward instead of during it")
+      ->group(J);
+  cmd->add_option("--mem-allowance", o->mem_allowance,
+                  "fraction added to counted memory for fragmentation and uncounted buffers")
+      ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--usd-per-gpu-hour", o->usd, "price of one device-hour, US dollars")->group(J);
+  cmd->add_option("--gpu-power-w", o->gpu_power_w, "average power per device, W (default: its TDP)")
+      ->group(J);
+  cmd->add_option("--node-overhead-w", o->node_overhead_w,
+                  "power of the rest of a node, W (default: the catalog's server figure)")
+      ->group(J);
+  cmd->add_option("--pue", o->pue, "data-centre power usage effectiveness")
+      ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--gco2-per-kwh", o->gco2, "grid carbon intensity, g CO2 per kWh")
+      ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--layout", o->layout,
+                  "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective "
+                  "(also vpp=N, sp=0|1); without it every layout is searched")
+      ->group(L);
+  cmd->add_option("--top", o->top, "layouts to list from a search")
+      ->capture_default_str()
+      ->group(L);
+  cmd->add_flag("--json", o->json, "print JSON (units in the key names) instead of tables")
+      ->group(L);
+  cmd->add_flag("--calibrate", o->calibrate,
+                "measure this machine (matmul rates, memory bandwidth, kiln's kernels) and write a "
+                "hardware file")
+      ->group(C);
+  cmd->add_option("--output", o->output, "where --calibrate writes (- prints it)")
+      ->capture_default_str()
+      ->group(C);
+  cmd->add_option("--seconds", o->seconds, "seconds per --calibrate measurement")
+      ->capture_default_str()
+      ->group(C);
+  cmd->add_option("--rounds", o->rounds,
+                  "--calibrate measures everything this many times and keeps the best")
+      ->capture_default_str()
+      ->group(C);
+  cmd->add_option("--threads", o->threads, "threads for --calibrate (0 = all cores)")
+      ->capture_default_str()
+      ->group(C);
+  cmd->callback([o, g]() {
+    if (o->calibrate)
+      calibrate(*o);
+    else
+      plan(*o, *g);
+  });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,597 @@
+#include "plan/hardware.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "core/closest_name.h"
+#include "core/error.h"
+
+namespace kiln::plan {
+
+Dtype parse_dtype(const std::string& s) {
+  if (s == "fp32") return Dtype::fp32;
+  if (s == "bf16") return Dtype::bf16;
+  if (s == "fp16") return Dtype::fp16;
+  fail("unknown precision '{}': use bf16, fp16 (16-bit mixed precision) or fp32", s);
+}
+
+const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::fp32:
+      return "fp32";
+    case Dtype::bf16:
+      return "bf16";
+    case Dtype::fp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+// Matmul efficiency = the best matmul rate measured in a short burst over the dense peak ×
+// the share of that burst rate a power-saturated device sustains in training.
+//   Burst ("maximum achievable matmul FLOPS", MAMF, BF16), Stas Bekman's ML Engineering book:
+//   https://github.com/stas00/ml-engineering/tree/master/compute/accelerator#maximum-achievable-matmul-flops-comparison-table
+//     A100 SXM 267.9/312 = 85.9%, H100 SXM 792.1/989 = 80.1%, H100/H200 SXM 794.5/989 = 80.3%,
+//     MI250X 147.0/191.5 per GCD = 76.7%, MI300X 781.9/1300 = 60.1%.
+//   Sustained over burst ("maximum sustainable matmul FLOPS", MSMF, measured near TDP after a
+//   thermal soak): H200 702.9/828.0 = 0.849, B200 1455.7/1732.6 = 0.840 (the same book,
+//   compute/accelerator/benchmarks/README.md); kiln uses their mean, 0.845, for NVIDIA parts and
+//   the MI250X (not measured there), and 1.0 for the MI300X, whose burst already runs at its
+//   750 W cap ("there is no boost burst to filter out", same page).
+// This is the one calibration factor per device class. It is not fitted to any training run;
+// docs/planner.md compares the resulting predictions with published runs.
+// Memory-bandwidth efficiencies are about what STREAM-like kernels (BabelStream) reach: 85% of
+// the datasheet on NVIDIA HBM, 80% on AMD's. Kernel overhead: about 4 µs per kernel launch.
+// Reserved memory: CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL buffers, ~2 GiB.
+constexpr double kSustained = 0.845;
+
+const std::vector<DeviceSpec>& device_catalog() {
+  static const std::vector<DeviceSpec> cat = [] {
+    std::vector<DeviceSpec> c;
+    auto nvidia = [](DeviceSpec d) {
+      d.mem_bw_efficiency = 0.85;
+      d.kernel_overhead_us = 4;
+      d.reserved_gib = 2;
+      return d;
+    };
+    // A100 SXM4:
+    // https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+    // 312 TFLOP/s BF16 dense, 19.5 FP32, 40 GB HBM2 at 1,555 GB/s or 80 GB HBM2e at 2,039 GB/s,
+    // 400 W, NVLink 3 600 GB/s (300 each way). DGX A100 (8 GPUs, 8 × 200 Gb/s HDR InfiniBand,
+    // 6.5 kW max):
+    // https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf
+    DeviceSpec a100;
+    a100.peak_tflops_16 = 312;
+    a100.peak_tflops_32 = 19.5;
+    a100.matmul_efficiency = 0.859 * kSustained;
+    a100.tdp_w = 400;
+    a100.node_overhead_w = 6500 - 8 * 400;
+    a100.intra_link = "nvlink";
+    a100.intra_link_gbs = 300;
+    a100.network = "ib-hdr";
+    a100.nic_gbps = 200;
+    a100.source =
+        "NVIDIA A100 datasheet; DGX A100 datasheet; MAMF 267.9 of 312 TFLOP/s (ML Engineering)";
+    {
+      DeviceSpec d = a100;
+      d.name = "a100-40gb";
+      d.description = "NVIDIA A100 SXM4 40 GB";
+      d.memory_gib = 40e9 / (1 << 30);
+      d.mem_bw_gbs = 1555;
+      c.push_back(nvidia(d));
+      d.name = "a100-80gb";
+      d.description = "NVIDIA A100 SXM4 80 GB";
+      d.memory_gib = 80e9 / (1 << 30);
+      d.mem_bw_gbs = 2039;
+      c.push_back(nvidia(d));
+    }
+    // H100 SXM5 and PCIe:
+    // https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet SXM: 989
+    // TFLOP/s BF16 dense (1,979 with sparsity), 67 FP32, 80 GB HBM3 at 3.35 TB/s, up to 700 W,
+    // NVLink 4 900 GB/s (450 each way). PCIe: 756 BF16 dense, 51 FP32, 80 GB HBM2e at 2.0 TB/s, 350
+    // W, PCIe Gen5 128 GB/s (64 each way). DGX H100 (8 × 400 Gb/s NDR, ~10.2 kW):
+    // https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html
+    {
+      DeviceSpec d;
+      d.name = "h100-sxm";
+      d.description = "NVIDIA H100 SXM5 80 GB";
+      d.peak_tflops_16 = 989;
+      d.peak_tflops_32 = 67;
+      d.memory_gib = 80e9 / (1 << 30);
+      d.mem_bw_gbs = 3350;
+      d.matmul_efficiency = 0.801 * kSustained;
+      d.tdp_w = 700;
+      d.node_overhead_w = 10200 - 8 * 700;
+      d.intra_link = "nvlink";
+      d.intra_link_gbs = 450;
+      d.network = "ib-ndr";
+      d.nic_gbps = 400;
+      d.source = "NVIDIA H100 datasheet; DGX H100 user guide; MAMF 792.1 of 989 TFLOP/s";
+      c.push_back(nvidia(d));
+      d.name = "h100-pcie";
+      d.description = "NVIDIA H100 PCIe 80 GB";
+      d.peak_tflops_16 = 756;
+      d.peak_tflops_32 = 51;
+      d.mem_bw_gbs = 2000;
+      d.tdp_w = 350;
+      // A PCIe server has no DGX datasheet; 2 kW for CPUs, NICs and fans is an assumption.
+      d.node_overhead_w = 2000;
+      d.intra_link = "pcie";
+      d.intra_link_gbs = 64;
+      d.source =
+          "NVIDIA H100 datasheet; matmul efficiency of the SXM part assumed (no PCIe MAMF); "
+          "node overhead assumed";
+      c.push_back(nvidia(d));
+    }
+    // H200 SXM: https://www.nvidia.com/en-us/data-center/h200/ — 989 TFLOP/s BF16 dense,
+    // 141 GB HBM3e at 4.8 TB/s, up to 700 W, NVLink 900 GB/s; DGX H200 as DGX H100.
+    {
+      DeviceSpec d;
+      d.name = "h200";
+      d.description = "NVIDIA H200 SXM 141 GB";
+      d.peak_tflops_16 = 989;
+      d.peak_tflops_32 = 67;
+      d.memory_gib = 141e9 / (1 << 30);
+      d.mem_bw_gbs = 4800;
+      d.matmul_efficiency = 0.803 * kSustained;
+      d.tdp_w = 700;
+      d.node_overhead_w = 10200 - 8 * 700;
+      d.intra_link = "nvlink";
+      d.intra_link_gbs = 450;
+      d.network = "ib-ndr";
+      d.nic_gbps = 400;
+      d.source = "NVIDIA H200 product page; MAMF 794.5 of 989 TFLOP/s (H100/H200 SXM)";
+      c.push_back(nvidia(d));
+    }
+    auto amd = [](DeviceSpec d) {
+      d.mem_bw_efficiency = 0.80;
+      d.kernel_overhead_us = 4;
+      d.reserved_gib = 2;
+      return d;
+    };
+    // MI250X: https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html — one
+    // package is two graphics compute dies (GCDs), each of which software sees as one GPU: per
+    // GCD 191.5 TFLOP/s BF16 (383 per package), 47.9 FP32 vector, 64 GB HBM2e at 1.6 TB/s,
+    // 280 W (560 per package). Frontier-style node (HPE Cray EX235a): 4 packages = 8 GCDs,
+    // Infinity Fabric 50 GB/s each way between GCD pairs, 4 × 200 Gb/s Slingshot-11 NICs,
+    // dragonfly network; node overhead not published, 1.5 kW assumed.
+    {
+      DeviceSpec d;
+      d.name = "mi250x";
+      d.description = "AMD Instinct MI250X, one GCD (half a package)";
+      d.peak_tflops_16 = 191.5;
+      d.peak_tflops_32 = 47.9;
+      d.memory_gib = 64e9 / (1 << 30);
+      d.mem_bw_gbs = 1600;
+      d.matmul_efficiency = 0.767 * kSustained;
+      d.tdp_w = 280;
+      d.node_overhead_w = 1500;
+      d.intra_link = "xgmi";
+      d.intra_link_gbs = 50;
+      d.network = "slingshot";
+      d.nics_per_node = 4;
+      d.nic_gbps = 200;
+      d.source =
+          "AMD MI250X product page; MAMF 147.0 of 191.5 TFLOP/s per GCD; node overhead assumed";
+      c.push_back(amd(d));
+    }
+    // MI300X: https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html —
+    // 1,307 TFLOP/s BF16 dense, 163.4 FP32, 192 GB HBM3 at 5.3 TB/s, 750 W, Infinity Fabric to
+    // the 7 other GPUs of the platform, 896 GB/s aggregate (448 each way). Server as Azure's
+    // ND MI300X v5 (8 GPUs, 8 × 400 Gb/s InfiniBand); node overhead not published, 4 kW assumed.
+    {
+      DeviceSpec d;
+      d.name = "mi300x";
+      d.description = "AMD Instinct MI300X 192 GB";
+      d.peak_tflops_16 = 1307;
+      d.peak_tflops_32 = 163.4;
+      d.memory_gib = 192e9 / (1 << 30);
+      d.mem_bw_gbs = 5300;
+      d.matmul_efficiency = 0.601;  // its burst is already sustained
+      d.tdp_w = 750;
+      d.node_overhead_w = 4000;
+      d.intra_link = "xgmi";
+      d.intra_link_gbs = 448;
+      d.network = "ib-ndr";
+      d.nic_gbps = 400;
+      d.source = "AMD MI300X product page; MAMF 781.9 of 1300 TFLOP/s; node overhead assumed";
+      c.push_back(amd(d));
+    }
+    // This machine's CPU: 2 vCPUs of an AMD EPYC (AVX-512), one kiln process. docs/performance.md
+    // measured the best fp32 oneDNN matmul at 180–200 GFLOP/s and a GPT-2 step's matmuls at
+    // 150–180, so 0.85 of the peak; `kiln plan --calibrate` measured a STREAM triad at 52 GB/s on
+    // 2 threads (2026-11-22), which AdamW's 91 ms for about 4.5 GB of traffic in
+    // docs/performance.md agrees with; 24 GiB. `kiln plan --calibrate` measures it all again
+    // and writes configs/hardware/this-cpu.toml. Power: 2 of the 96 cores of a 360 W EPYC 9654,
+    // about 8 W, plus memory: 10 W is an estimate.
+    {
+      DeviceSpec d;
+      d.name = "cpu";
+      d.description =
+          "this machine's CPU (2 cores, one kiln process), as docs/performance.md measured";
+      d.cpu = true;
+      d.peak_tflops_16 = 0;
+      d.peak_tflops_32 = 0.2;
+      d.memory_gib = 24;
+      d.reserved_gib = 1;
+      d.mem_bw_gbs = 50;
+      d.matmul_efficiency = 0.85;
+      d.mem_bw_efficiency = 1;
+      d.kernel_overhead_us = 5;
+      d.tdp_w = 10;
+      d.node_overhead_w = 0;
+      d.gpus_per_node = 1;
+      d.intra_link = "shm";
+      d.intra_link_gbs = 50;
+      d.network = "ethernet";
+      d.nics_per_node = 1;
+      d.nic_gbps = 25;
+      d.source = "docs/performance.md (kiln bench peak, kiln bench train)";
+      c.push_back(d);
+    }
+    return c;
+  }();
+  return cat;
+}
+
+const DeviceSpec& find_device(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& d : device_catalog()) {
+    if (d.name == name) return d;
+    names.push_back(d.name);
+  }
+  std::string close = closest_name(name, names);
+  if (!close.empty())
+    fail("unknown GPU '{}' (did you mean '{}'?); the catalog has: {}", name, close,
+         join_names(names));
+  fail("unknown GPU '{}'; the catalog has: {} (or describe yours with --hardware FILE)", name,
+       join_names(names));
+}
+
+void DeviceSpec::validate(const std::string& where) const {
+  if (peak_tflops_16 <= 0 && peak_tflops_32 <= 0)
+    fail("{}: device '{}' needs peak_tflops_bf16 or peak_tflops_fp32", where, name);
+  auto positive = [&](double v, const char* key) {
+    if (!(v > 0)) fail("{}: device key '{}' must be positive, got {}", where, key, v);
+  };
+  positive(memory_gib, "memory_gib");
+  positive(mem_bw_gbs, "mem_bw_gbs");
+  positive(matmul_efficiency, "matmul_efficiency");
+  positive(mem_bw_efficiency, "mem_bw_efficiency");
+  positive(attention_efficiency, "attention_efficiency");
+  if (matmul_efficiency > 1 || mem_bw_efficiency > 1)
+    fail("{}: device '{}': efficiencies are fractions of the peak, at most 1", where, name);
+  if (reserved_gib < 0 || reserved_gib >= memory_gib)
+    fail("{}: device '{}': reserved_gib must be in [0, memory_gib)", where, name);
+  if (kernel_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 || tdp_w < 0 ||
+      node_overhead_w < 0)
+    fail("{}: device '{}': overheads, cache and power must not be negative", where, name);
+}
+
+// Link constants. Efficiencies are the bus bandwidth NCCL's all-reduce reaches over the
+// datasheet rate (nccl-tests: about 230–240 of 300 GB/s on DGX A100 NVLink, 23–24 of 25 GB/s
+// per HDR NIC); latencies per ring step follow NCCL's own tuning model (src/graph/tuning.cc,
+// ring/Simple: 3.4 µs NVLink, 5.7 µs PCIe, 9.6 µs network) and 30 µs for TCP over Ethernet.
+const std::vector<LinkKind>& link_kinds() {
+  static const std::vector<LinkKind> kinds = {
+      {"nvlink", false, 300, 0.80, 3.4, "NVLink/NVSwitch"},
+      {"xgmi", false, 50, 0.70, 3.4, "AMD Infinity Fabric (xGMI)"},
+      {"pcie", false, 32, 0.80, 5.7, "PCIe (Gen4 x16: 32 GB/s, Gen5: 64 GB/s each way)"},
+      {"shm", false, 50, 1.00, 1.0, "shared memory between processes of one machine"},
+      {"ib-hdr", true, 200, 0.92, 9.6, "InfiniBand HDR, 200 Gb/s per NIC"},
+      {"ib-ndr", true, 400, 0.92, 9.6, "InfiniBand NDR, 400 Gb/s per NIC"},
+      {"roce", true, 400, 0.90, 9.6, "RDMA over Converged Ethernet"},
+      {"slingshot", true, 200, 0.90, 9.6, "HPE Slingshot-11, 200 Gb/s per NIC"},
+      {"ethernet", true, 100, 0.70, 30, "Ethernet with TCP sockets"},
+  };
+  return kinds;
+}
+
+const LinkKind& find_link(const std::string& name, bool network) {
+  std::vector<std::string> names;
+  for (const auto& k : link_kinds()) {
+    if (k.network != network) continue;
+    if (k.name == name) return k;
+    names.push_back(k.name);
+  }
+  fail("unknown {} '{}'; use one of: {}", network ? "network" : "intra-node link", name,
+       join_names(names));
+}
+
+Topology parse_topology(const std::string& s) {
+  if (s == "fat-tree") return Topology::fat_tree;
+  if (s == "spine-leaf") return Topology::spine_leaf;
+  if (s == "dragonfly") return Topology::dragonfly;
+  if (s == "ring") return Topology::ring;
+  fail("unknown topology '{}': use fat-tree, spine-leaf, dragonfly or ring", s);
+}
+
+const char* topology_name(Topology t) {
+  switch (t) {
+    case Topology::fat_tree:
+      return "fat-tree";
+    case Topology::spine_leaf:
+      return "spine-leaf";
+    case Topology::dragonfly:
+      return "dragonfly";
+    case Topology::ring:
+      return "ring";
+  }
+  return "?";
+}
+
+RankOrder parse_rank_order(const std::string& s) {
+  if (s == "tp-dp-pp") return RankOrder::tp_dp_pp;
+  if (s == "tp-pp-dp") return RankOrder::tp_pp_dp;
+  fail("unknown rank order '{}': use tp-dp-pp (Megatron-LM) or tp-pp-dp (Llama 3, torchtitan)", s);
+}
+
+const char* rank_order_name(RankOrder o) {
+  return o == RankOrder::tp_dp_pp ? "tp-dp-pp" : "tp-pp-dp";
+}
+
+double ClusterSpec::intra_bw() const {
+  return intra_link_gbs * 1e9 * find_link(intra_link, false).efficiency;
+}
+
+double ClusterSpec::inter_bw_per_gpu() const {
+  const LinkKind& k = find_link(network, true);
+  return nics_per_node * nic_gbps / 8.0 * 1e9 * k.efficiency / gpus_per_node;
+}
+
+double ClusterSpec::intra_latency() const {
+  return find_link(intra_link, false).latency_us * 1e-6;
+}
+double ClusterSpec::inter_latency() const {
+  return find_link(network, true).latency_us * 1e-6;
+}
+
+void ClusterSpec::validate() const {
+  device.validate(device.name);
+  if (gpus_per_node < 1) fail("--gpus-per-node must be at least 1, got {}", gpus_per_node);
+  if (nodes < 1) fail("--nodes must be at least 1, got {}", nodes);
+  find_link(intra_link, false);
+  find_link(network, true);
+  if (!(intra_link_gbs > 0) && gpus_per_node > 1)
+    fail("--intra-link-gbs must be positive with {} devices per node", gpus_per_node);
+  if (nodes > 1 && (nics_per_node < 1 || !(nic_gbps > 0)))
+    fail("a cluster of {} nodes needs --nics-per-node ≥ 1 and a positive --nic-gbps", nodes);
+  if (oversubscription < 1)
+    fail("--oversubscription is down:up bandwidth at a switch, at least 1 (got {})",
+         oversubscription);
+  if (topology == Topology::fat_tree && oversubscription != 1)
+    fail(
+        "a fat-tree is non-blocking; for an oversubscribed network use --topology spine-leaf "
+        "--oversubscription {}",
+        oversubscription);
+  if (nodes_per_domain < 1) fail("--nodes-per-domain must be at least 1");
+}
+
+std::string ClusterSpec::describe() const {
+  std::string s = fmt::format("{} × {} ({} node{} × {}", total_gpus(), device.name, nodes,
+                              nodes == 1 ? "" : "s", gpus_per_node);
+  if (gpus_per_node > 1) s += fmt::format(", {} {:g} GB/s", intra_link, intra_link_gbs);
+  if (nodes > 1) {
+    s += fmt::format(", {} {} × {:g} Gb/s per node, {}", network, nics_per_node, nic_gbps,
+                     topology_name(topology));
+    if (topology == Topology::spine_leaf || topology == Topology::dragonfly)
+      s += fmt::format(" {:g}:1 over {} nodes", oversubscription, nodes_per_domain);
+  }
+  return s + ")";
+}
+
+ClusterSpec default_cluster(const DeviceSpec& d, int nodes) {
+  ClusterSpec c;
+  c.device = d;
+  c.nodes = nodes;
+  c.gpus_per_node = d.gpus_per_node;
+  c.intra_link = d.intra_link;
+  c.intra_link_gbs = d.intra_link_gbs;
+  c.network = d.network;
+  c.nics_per_node = d.nics_per_node;
+  c.nic_gbps = d.nic_gbps;
+  if (d.network == "slingshot") c.topology = Topology::dragonfly;
+  return c;
+}
+
+namespace {
+
+// One key of a hardware file: where it goes and what it means.
+struct HwKey {
+  std::string name;  // table.key
+  std::function<void(const toml::node&, const std::string&)> set;
+};
+
+template <typename T>
+T value_of(const toml::node& v, const std::string& key, const std::string& source) {
+  std::ostringstream got;
+  got << v.type();
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string())
+      fail("{}: hardware key '{}' must be a string, got a {}", source, key, got.str());
+    return *v.value<std::string>();
+  } else if constexpr (std::is_same_v<T, int>) {
+    if (!v.is_integer())
+      fail("{}: hardware key '{}' must be an integer, got a {}", source, key, got.str());
+    return static_cast<int>(*v.value<int64_t>());
+  } else {
+    if (!v.is_number())
+      fail("{}: hardware key '{}' must be a number, got a {}", source, key, got.str());
+    return *v.value<double>();
+  }
+}
+
+}  // namespace
+
+HardwareFile parse_hardware_toml(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    fail("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description());
+  }
+  HardwareFile hw;
+  DeviceSpec& d = hw.device;
+  // A file may start from a catalog entry and change a few numbers.
+  if (const toml::table* dev = root["device"].as_table())
+    if (const toml::node* base = dev->get("base")) {
+      d = find_device(value_of<std::string>(*base, "device.base", source));
+      d.source = source + " (based on " + d.name + ")";
+    }
+  if (d.source.empty()) d.source = source;
+  // [node] and [cluster] keys land in a cluster built on the device's defaults afterwards.
+  std::vector<std::function<void(ClusterSpec&)>> cluster_sets;
+  auto num = [&](double* p) {
+    return [p, &source](const toml::node& v, const std::string& k) {
+      *p = value_of<double>(v, k, source);
+    };
+  };
+  auto str = [&](std::string* p) {
+    return [p, &source](const toml::node& v, const std::string& k) {
+      *p = value_of<std::string>(v, k, source);
+    };
+  };
+  auto cluster_key =
+      [&](std::function<void(ClusterSpec&, const toml::node&, const std::string&)> f) {
+        return [f, &cluster_sets](const toml::node& v, const std::string& k) {
+          const toml::node* node = &v;
+          cluster_sets.push_back([f, node, k](ClusterSpec& c) { f(c, *node, k); });
+        };
+      };
+  std::vector<HwKey> keys = {
+      {"device.base", [](const toml::node&, const std::string&) {}},
+      {"device.name", str(&d.name)},
+      {"device.description", str(&d.description)},
+      {"device.source", str(&d.source)},
+      {"device.cpu",
+       [&](const toml::node& v, const std::string& k) {
+         if (!v.is_boolean()) fail("{}: hardware key '{}' must be true or false", source, k);
+         d.cpu = *v.value<bool>();
+       }},
+      {"device.peak_tflops_bf16", num(&d.peak_tflops_16)},
+      {"device.peak_tflops_fp32", num(&d.peak_tflops_32)},
+      {"device.memory_gib", num(&d.memory_gib)},
+      {"device.reserved_gib", num(&d.reserved_gib)},
+      {"device.mem_bw_gbs", num(&d.mem_bw_gbs)},
+      {"device.matmul_efficiency", num(&d.matmul_efficiency)},
+      {"device.attention_efficiency", num(&d.attention_efficiency)},
+      {"device.mem_bw_efficiency", num(&d.mem_bw_efficiency)},
+      {"device.kernel_overhead_us", num(&d.kernel_overhead_us)},
+      {"device.cache_mib", num(&d.cache_mib)},
+      {"device.cache_bw_gbs", num(&d.cache_bw_gbs)},
+      {"device.tdp_w", num(&d.tdp_w)},
+      {"device.node_overhead_w", num(&d.node_overhead_w)},
+      {"node.gpus_per_node",
+       [&](const toml::node& v, const std::string& k) {
+         d.gpus_per_node = value_of<int>(v, k, source);
+       }},
+      {"node.intra_link", str(&d.intra_link)},
+      {"node.intra_link_gbs", num(&d.intra_link_gbs)},
+      {"node.network", str(&d.network)},
+      {"node.nics_per_node",
+       [&](const toml::node& v, const std::string& k) {
+         d.nics_per_node = value_of<int>(v, k, source);
+       }},
+      {"node.nic_gbps", num(&d.nic_gbps)},
+      {"cluster.nodes", cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
+         c.nodes = value_of<int>(v, k, source);
+         hw.has_nodes = true;
+       })},
+      {"cluster.topology",
+       cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
+         c.topology = parse_topology(value_of<std::string>(v, k, source));
+       })},
+      {"cluster.oversubscription",
+       cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
+         c.oversubscription = value_of<double>(v, k, source);
+       })},
+      {"cluster.nodes_per_domain",
+       cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
+         c.nodes_per_domain = value_of<int>(v, k, source);
+       })},
+      {"cluster.rank_order",
+       cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
+         c.order = parse_rank_order(value_of<std::string>(v, k, source));
+       })},
+  };
+  std::vector<std::string> names;
+  for (const auto& k : keys) names.push_back(k.name);
+  for (auto&& [section, node] : root) {
+    std::string sname(section.str());
+    const toml::table* tbl = node.as_table();
+    if (!tbl || (sname != "device" && sname != "node" && sname != "cluster"))
+      fail("{}: unknown table or key '{}' (a hardware file has [device], [node] and [cluster])",
+           source, sname);
+    for (auto&& [key, value] : *tbl) {
+      std::string name = sname + "." + std::string(key.str());
+      auto it =
+          std::find_if(keys.begin(), keys.end(), [&](const HwKey& k) { return k.name == name; });
+      if (it == keys.end()) {
+        std::string close = closest_name(name, names);
+        if (!close.empty())
+          fail("{}: unknown hardware key '{}' (did you mean '{}'?)", source, name, close);
+        fail("{}: unknown hardware key '{}'; docs/planner.md lists the keys", source, name);
+      }
+      it->set(value, name);
+    }
+  }
+  if (d.name.empty()) fail("{}: [device] needs a name (or base = \"<catalog name>\")", source);
+  if (d.gpus_per_node < 1) fail("{}: node.gpus_per_node must be at least 1", source);
+  d.validate(source);
+  find_link(d.intra_link, false);
+  find_link(d.network, true);
+  hw.cluster = default_cluster(d, 1);
+  for (auto& set : cluster_sets) set(hw.cluster);
+  return hw;
+}
+
+HardwareFile load_hardware_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("cannot read hardware file {} (write one with `kiln plan --calibrate`)", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_hardware_toml(ss.str(), path);
+}
+
+std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
+  std::string out;
+  std::istringstream lines(comment);
+  for (std::string line; std::getline(lines, line);) out += "# " + line + "\n";
+  auto q = [](const std::string& s) {
+    std::ostringstream o;
+    o << toml::value<std::string>(s);
+    return o.str();
+  };
+  out += "\n[device]\n";
+  out += fmt::format("name = {}\n", q(d.name));
+  out += fmt::format("description = {}\n", q(d.description));
+  out += fmt::format("source = {}\n", q(d.source));
+  out += fmt::format("cpu = {}\n", d.cpu ? "true" : "false");
+  out += fmt::format("peak_tflops_bf16 = {:.6g}\n", d.peak_tflops_16);
+  out += fmt::format("peak_tflops_fp32 = {:.6g}\n", d.peak_tflops_32);
+  out += fmt::format("memory_gib = {:.6g}\n", d.memory_gib);
+  out += fmt::format("reserved_gib = {:.6g}\n", d.reserved_gib);
+  out += fmt::format("mem_bw_gbs = {:.6g}\n", d.mem_bw_gbs);
+  out += fmt::format("matmul_efficiency = {:.4g}\n", d.matmul_efficiency);
+  out += fmt::format("attention_efficiency = {:.4g}\n", d.attention_efficiency);
+  out += fmt::format("mem_bw_efficiency = {:.4g}\n", d.mem_bw_efficiency);
+  out += fmt::format("kernel_overhead_us = {:.4g}\n", d.kernel_overhead_us);
+  out += fmt::format("cache_mib = {:.6g}\n", d.cache_mib);
+  out += fmt::format("cache_bw_gbs = {:.6g}\n", d.cache_bw_gbs);
+  out += fmt::format("tdp_w = {:.6g}\n", d.tdp_w);
+  out += fmt::format("node_overhead_w = {:.6g}\n", d.node_overhead_w);
+  out += "\n[node]\n";
+  out += fmt::format("gpus_per_node = {}\n", d.gpus_per_node);
+  out += fmt::format("intra_link = {}\n", q(d.intra_link));
+  out += fmt::format("intra_link_gbs = {:.6g}\n", d.intra_link_gbs);
+  out += fmt::format("network = {}\n", q(d.network));
+  out += fmt::format("nics_per_node = {}\n", d.nics_per_node);
+  out += fmt::format("nic_gbps = {:.6g}\n", d.nic_gbps);
+  return out;
+}
+
+}  // namespace kiln::plan

@@ -1,0 +1,117 @@
+// Hardware the planner knows: accelerators (with datasheet numbers and the fraction of them that
+// real kernels reach), the links inside a node, the network between nodes and its topology.
+// A hardware TOML file describes custom hardware or this machine as `kiln plan --calibrate`
+// measured it (configs/hardware/*.toml; docs/planner.md lists the keys).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kiln::plan {
+
+enum class Dtype { fp32, bf16, fp16 };  // training precision: fp32, or 16-bit mixed precision
+Dtype parse_dtype(const std::string& s);
+const char* dtype_name(Dtype d);
+inline int activation_bytes(Dtype d) {
+  return d == Dtype::fp32 ? 4 : 2;
+}
+
+// One accelerator, or one CPU process. Rates are per device; GB/s means 1e9 bytes per second.
+struct DeviceSpec {
+  std::string name;  // catalog key
+  std::string description;
+  std::string source;  // where the numbers come from
+  bool cpu = false;
+  double peak_tflops_16 = 0;     // dense bf16/fp16 matrix peak (0: not supported)
+  double peak_tflops_32 = 0;     // fp32 peak
+  double memory_gib = 0;         // capacity
+  double reserved_gib = 0;       // taken before training: runtime, library workspaces, buffers
+  double mem_bw_gbs = 0;         // memory bandwidth
+  double matmul_efficiency = 0;  // fraction of the peak a large matmul sustains
+  // The attention core's products (score and value, or a flash kernel) relative to the matmul
+  // rate; 1 on GPUs (batched GEMMs), measured for kiln's own attention loops on CPUs.
+  double attention_efficiency = 1;
+  double mem_bw_efficiency = 0;   // fraction of the bandwidth a streaming kernel reaches
+  double kernel_overhead_us = 0;  // fixed cost of every kernel: launch, ramp-up, tail
+  double cache_mib = 0;           // last-level cache that memory-bound kernels run from when
+  double cache_bw_gbs = 0;        //   their data fits (measured on CPUs; 0 leaves it out)
+  double tdp_w = 0;               // power of one device at full load
+  double node_overhead_w = 0;     // the rest of a server (CPUs, NICs, fans, storage), per node
+  // The server this device usually comes in; cluster flags override each.
+  int gpus_per_node = 8;
+  std::string intra_link = "nvlink";
+  double intra_link_gbs = 0;  // per device and direction
+  std::string network = "ib-ndr";
+  int nics_per_node = 8;
+  double nic_gbps = 400;  // Gb/s per NIC
+
+  double peak_tflops(Dtype d) const { return d == Dtype::fp32 ? peak_tflops_32 : peak_tflops_16; }
+  void validate(const std::string& where) const;
+};
+
+const std::vector<DeviceSpec>& device_catalog();
+// Throws kiln::Error listing the catalog (and the closest name) when `name` is unknown.
+const DeviceSpec& find_device(const std::string& name);
+
+// A kind of link or network, with the constants the collective cost model uses.
+struct LinkKind {
+  std::string name;
+  bool network = false;   // between nodes (bandwidth per NIC in Gb/s) or inside one
+  double default_bw = 0;  // GB/s per device and direction (intra) or Gb/s per NIC (network)
+  double efficiency = 0;  // fraction of the bandwidth a collective's bus bandwidth reaches
+  double latency_us = 0;  // per step of a ring or tree
+  std::string what;
+};
+const std::vector<LinkKind>& link_kinds();
+const LinkKind& find_link(const std::string& name, bool network);
+
+enum class Topology { fat_tree, spine_leaf, dragonfly, ring };
+Topology parse_topology(const std::string& s);
+const char* topology_name(Topology t);
+
+// Rank order on the cluster, innermost first: Megatron-LM places tp, then dp, then pp; Llama 3
+// and torchtitan place tp, then pp, then dp. It decides which groups share nodes and switches.
+enum class RankOrder { tp_dp_pp, tp_pp_dp };
+RankOrder parse_rank_order(const std::string& s);
+const char* rank_order_name(RankOrder o);
+
+struct ClusterSpec {
+  DeviceSpec device;
+  int gpus_per_node = 8;
+  int nodes = 1;
+  std::string intra_link = "nvlink";
+  double intra_link_gbs = 0;  // per device and direction
+  std::string network = "ib-ndr";
+  int nics_per_node = 8;
+  double nic_gbps = 400;
+  Topology topology = Topology::fat_tree;
+  double oversubscription = 1;  // spine-leaf: leaf down/up bandwidth; dragonfly: global taper
+  int nodes_per_domain = 32;    // nodes under one leaf (spine-leaf) or in one group (dragonfly)
+  RankOrder order = RankOrder::tp_dp_pp;
+
+  int total_gpus() const { return gpus_per_node * nodes; }
+  // Effective bandwidths in bytes/s and latencies in seconds (datasheet × link efficiency).
+  double intra_bw() const;
+  double inter_bw_per_gpu() const;  // a node's NICs shared by its devices, all sending at once
+  double intra_latency() const;
+  double inter_latency() const;
+  void validate() const;
+  std::string describe() const;  // one line: "64 × a100-80gb (8 nodes × 8, nvlink 300 GB/s, ...)"
+};
+
+// A cluster with the device's usual server: gpus per node, links and network from the catalog.
+ClusterSpec default_cluster(const DeviceSpec& d, int nodes);
+
+// Reads a hardware file: [device] (optionally `base = "<catalog name>"` to start from a catalog
+// entry), [node] (server defaults) and [cluster] (nodes, topology). Unknown keys are errors that
+// name the key and the file.
+struct HardwareFile {
+  DeviceSpec device;
+  ClusterSpec cluster;  // device's server defaults, then [node] and [cluster]
+  bool has_nodes = false;
+};
+HardwareFile load_hardware_file(const std::string& path);
+HardwareFile parse_hardware_toml(const std::string& text, const std::string& source);
+// The TOML text of a hardware file for `d` (what --calibrate writes); `comment` goes on top.
+std::string hardware_toml(const DeviceSpec& d, const std::string& comment);
+
+}  // namespace kiln::plan

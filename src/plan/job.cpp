@@ -1,0 +1,55 @@
+#include "plan/job.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace kiln::plan {
+
+void JobSpec::validate() const {
+  if (seq_len < 1) fail("--seq-len must be at least 1, got {}", seq_len);
+  if (global_batch_tokens < seq_len)
+    fail("--global-batch-tokens ({}) must hold at least one sequence of --seq-len {}",
+         global_batch_tokens, seq_len);
+  if (global_batch_tokens % seq_len != 0)
+    fail("--global-batch-tokens ({}) is not a whole number of {}-token sequences; use {}",
+         global_batch_tokens, seq_len, global_batch_seqs() * seq_len);
+  if (!(train_tokens > 0)) fail("--tokens (training tokens) must be positive");
+  if (mem_allowance < 0 || mem_allowance > 1)
+    fail("--mem-allowance is a fraction in [0, 1], got {}", mem_allowance);
+  if (usd_per_gpu_hour < 0) fail("--usd-per-gpu-hour must not be negative");
+  if (gpu_power_w < 0) fail("--gpu-power-w must not be negative");
+  if (pue < 1) fail("--pue is total facility power over IT power, at least 1 (got {})", pue);
+  if (gco2_per_kwh < 0) fail("--gco2-per-kwh must not be negative");
+}
+
+double parse_count(const std::string& text, const std::string& flag) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  double v = std::strtod(begin, &end);
+  if (end == begin) fail("{} '{}' is not a number (e.g. 2e12, 300B, 4M or 4Mi)", flag, text);
+  std::string suffix(end);
+  const std::pair<const char*, double> units[] = {{"", 1},
+                                                  {"K", 1e3},
+                                                  {"M", 1e6},
+                                                  {"B", 1e9},
+                                                  {"G", 1e9},
+                                                  {"T", 1e12},
+                                                  {"Ki", 1024.0},
+                                                  {"Mi", 1048576.0},
+                                                  {"Gi", 1073741824.0},
+                                                  {"Ti", 1099511627776.0}};
+  for (auto& [name, scale] : units)
+    if (suffix == name) {
+      v *= scale;
+      if (!(v > 0) || !std::isfinite(v)) fail("{} must be positive, got '{}'", flag, text);
+      return v;
+    }
+  fail(
+      "{} '{}': unknown suffix '{}'; use K, M, B, T (powers of 1000) or Ki, Mi, Gi, Ti (of "
+      "1024)",
+      flag, text, suffix);
+}
+
+}  // namespace kiln::plan

@@ -1,0 +1,43 @@
+// A training job: what is trained, in which precision and with which kernels, and the prices
+// of time, energy and carbon.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "plan/hardware.h"
+
+namespace kiln::plan {
+
+struct JobSpec {
+  int seq_len = 0;                  // s
+  int64_t global_batch_tokens = 0;  // tokens per optimizer step
+  double train_tokens = 0;          // tokens of the whole run
+  Dtype dtype = Dtype::bf16;
+  // Flash attention (Dao et al. 2022) keeps no (s, s) score matrix and skips the masked half of
+  // a causal product; unfused attention materialises scores and probabilities (kiln's CPU
+  // trainer, Megatron-LM in 2021).
+  bool flash_attention = true;
+  // Data-parallel and ZeRO collectives overlap with backward (gradients) and with the next
+  // forward (parameter all-gathers), as Megatron-LM's --overlap-grad-reduce/--overlap-param-gather
+  // and DeepSpeed do; off: they run after backward (Megatron-LM's local DDP in 2021).
+  bool overlap_dp = true;
+  // Allowance for allocator fragmentation and buffers not counted: required memory is
+  // (1 + allowance) × counted + the device's reserved memory.
+  double mem_allowance = 0.10;
+  double usd_per_gpu_hour = 0;  // 0: no cost figure
+  double gpu_power_w = 0;       // average draw per device; 0: the device's TDP
+  double node_overhead_w = -1;  // the rest of a server; < 0: the device's catalog figure
+  double pue = 1.2;             // data-centre power usage effectiveness
+  double gco2_per_kwh = 480;    // grid carbon intensity; the world in 2023 (Ember, 2024)
+
+  int64_t global_batch_seqs() const { return seq_len > 0 ? global_batch_tokens / seq_len : 0; }
+  // Throws kiln::Error naming the flag when a value is impossible.
+  void validate() const;
+};
+
+// A count with an optional suffix: "2e12", "300B", "4M" (decimal: K, M, B or G, T) or "4Mi"
+// (binary: Ki, Mi, Gi, Ti; Llama's "4M tokens" batch is 4Mi = 4,194,304). Throws kiln::Error
+// naming `flag` when the text is not a positive count.
+double parse_count(const std::string& text, const std::string& flag);
+
+}  // namespace kiln::plan

@@ -1,0 +1,46 @@
+// A parallel layout: how the model and the batch are split over the devices.
+//
+//   tp   tensor parallel: each layer's matmuls split over tp devices of one node (Megatron-LM)
+//   sp   sequence parallelism on top of tp: norms, dropout and residuals split too
+//        (Korthikanti et al. 2022); the activations they keep shrink by tp
+//   pp   pipeline stages, each holding a contiguous run of layers
+//   vpp  virtual stages per device (the interleaved 1F1B schedule; 1 = plain 1F1B)
+//   dp   data-parallel replicas; tp·pp·dp = devices
+//   mb   micro-batch size in sequences; m = global batch / (dp·mb) micro-batches per step
+//   zero ZeRO stage over the dp group (Rajbhandari et al. 2020): 1 shards optimizer state,
+//        2 also gradients, 3 also weights
+//   recompute none | selective (the attention core) | full (each layer from its input)
+#pragma once
+#include <string>
+
+namespace kiln::plan {
+
+enum class Recompute { none, selective, full };
+const char* recompute_name(Recompute r);
+
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int mb = 1;
+  int vpp = 1;
+  int zero = 0;
+  Recompute recompute = Recompute::none;
+  bool sp = false;
+
+  // "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective" (+ ",vpp=2" and ",sp=1" when set).
+  std::string to_string() const;
+};
+
+// Parses "key=value,..." with keys tp, pp, dp, mb, vpp, zero, recompute, sp. Keys left out keep
+// their defaults (tp, pp, mb, vpp = 1, zero = 0, recompute none, sp on when tp > 1); dp left out
+// is 0, meaning "whatever the devices leave" (filled in by the planner). Throws kiln::Error
+// naming the bad key or value.
+Layout parse_layout(const std::string& text);
+// The same layout apart from the ZeRO stage (search tables list one of each).
+inline bool same_but_zero(const Layout& a, const Layout& b) {
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.mb == b.mb && a.vpp == b.vpp &&
+         a.recompute == b.recompute && a.sp == b.sp;
+}
+
+}  // namespace kiln::plan

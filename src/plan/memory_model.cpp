@@ -1,0 +1,74 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "plan/stages.h"
+
+namespace kiln::plan {
+
+StateBytes state_bytes(Dtype d) {
+  if (d == Dtype::fp32) return {4, 4, 8};
+  return {2, 2, 12};
+}
+
+double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {
+  const double n = double(l.mb) * j.seq_len;  // tokens of one micro-batch
+  const double e = activation_bytes(j.dtype);
+  const double h = m.hidden, d = m.head_dim(), a = m.n_head, g = m.n_kv_head;
+  const double f = m.ffn_hidden, s = j.seq_len, t = l.tp;
+  const double rep = l.sp ? 1.0 / t : 1.0;
+  const double drop = m.dropout ? 1.0 : 0.0;
+  if (r == Recompute::full) return n * h * e * rep;
+  double replicated = 4 * h * e + 2 * h * drop;
+  double split = (a + g) * d * e + g * d * e + a * d * e;
+  split += (m.ffn == FfnKind::swiglu ? 3 : 2) * f * e;
+  if (j.flash_attention)
+    split += a * 4;  // the fp32 log-sum-exp per query head and token
+  else if (r == Recompute::none)
+    split += a * s * (e + drop * (1 + e));
+  return n * (replicated * rep + split / t);
+}
+
+MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                               const Layout& l, int64_t micro_batches) {
+  const StateBytes sb = state_bytes(j.dtype);
+  const double e = activation_bytes(j.dtype);
+  const double n = double(l.mb) * j.seq_len;
+  const double rep = l.sp ? 1.0 / l.tp : 1.0;
+  const double dp = l.dp;
+  const double per_layer_slice = double(count_params(m).per_layer) / l.tp;
+  const double act_layer = layer_activation_bytes(m, j, l, l.recompute);
+  const double act_layer_full = layer_activation_bytes(m, j, l, Recompute::none);
+  MemoryBreakdown best;
+  best.total = -1;
+  for (const Stage& st : pipeline_stages(m, l, micro_batches)) {
+    MemoryBreakdown mb;
+    mb.stage = st.index;
+    mb.weights = st.params * sb.weights / (l.zero >= 3 ? dp : 1);
+    mb.grads = st.params * sb.grads / (l.zero >= 2 ? dp : 1);
+    mb.optimizer = st.params * sb.optimizer / (l.zero >= 1 ? dp : 1);
+    mb.activations = st.in_flight_layers * act_layer;
+    if (st.first && m.dropout) mb.activations += st.in_flight_microbatches * n * m.hidden * rep;
+    if (st.last) {
+      // Final norm input and output, and the logits of the micro-batch in its loss: the
+      // vocabulary-parallel cross-entropy keeps an fp32 copy next to 16-bit logits.
+      mb.activations += 2 * n * m.hidden * e * rep;
+      mb.activations += n * double(m.vocab) / l.tp * (e == 4 ? 4 : e + 4);
+    }
+    // Backward needs the gradients of one layer's activations at a time (about one layer's
+    // activations); full recompute also rebuilds one layer's activations; ZeRO-3 gathers the
+    // 16-bit weights of the running layer and the next one, and one layer's gradients.
+    mb.transient = act_layer_full;
+    if (l.recompute == Recompute::full) mb.transient += act_layer_full;
+    if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.weights + sb.grads);
+    const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
+    mb.allowance = counted * j.mem_allowance;
+    mb.reserved = c.device.reserved_gib * double(1 << 30);
+    mb.total = counted + mb.allowance + mb.reserved;
+    mb.capacity = c.device.memory_gib * double(1 << 30);
+    if (mb.total > best.total) best = mb;
+  }
+  return best;
+}
+
+}  // namespace kiln::plan

@@ -1,0 +1,374 @@
+#include "plan/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace kiln::plan {
+namespace {
+
+std::vector<int> divisors(int64_t n, int64_t cap) {
+  std::vector<int> out;
+  for (int64_t k = 1; k <= std::min(n, cap); k++)
+    if (n % k == 0) out.push_back(int(k));
+  return out;
+}
+
+std::string list_ints(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); i++)
+    s += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + std::to_string(v[i]);
+  return s;
+}
+
+// Tensor-parallel degrees that divide the node, the heads, the key/value heads and the MLP.
+std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
+  std::vector<int> out;
+  for (int t : divisors(c.gpus_per_node, c.gpus_per_node))
+    if (m.n_head % t == 0 && m.n_kv_head % t == 0 && m.ffn_hidden % t == 0) out.push_back(t);
+  return out;
+}
+
+double gib(double bytes) {
+  return bytes / double(1 << 30);
+}
+
+// Memory of a layout whose batch may not divide evenly (for advice only).
+MemoryBreakdown memory_of(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                          const Layout& l) {
+  const int64_t mbs = std::max<int64_t>(1, j.global_batch_seqs() / (int64_t(l.dp) * l.mb));
+  return memory_per_gpu(m, c, j, l, mbs);
+}
+
+}  // namespace
+
+namespace {
+
+// What is wrong with tp alone (it must divide the node, the heads and the MLP), or "".
+std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
+  const std::vector<int> tps = tp_options(m, c);
+  if (m.n_head % l.tp != 0)
+    return fmt::format("tp={} does not divide the {} attention heads of {}; tp can be {}", l.tp,
+                       m.n_head, m.name, list_ints(tps));
+  if (m.n_kv_head % l.tp != 0)
+    return fmt::format("tp={} does not divide the {} key/value heads of {}; tp can be {}", l.tp,
+                       m.n_kv_head, m.name, list_ints(tps));
+  if (m.ffn_hidden % l.tp != 0)
+    return fmt::format("tp={} does not divide the MLP width {} of {}; tp can be {}", l.tp,
+                       m.ffn_hidden, m.name, list_ints(tps));
+  if (l.tp > c.gpus_per_node)
+    return fmt::format(
+        "tp={} spans nodes; kiln keeps tensor parallelism inside a node of {} "
+        "devices (its all-reduces run on the intra-node link); tp can be {}",
+        l.tp, c.gpus_per_node, list_ints(tps));
+  if (c.gpus_per_node % l.tp != 0)
+    return fmt::format("tp={} does not divide the {} devices of a node; tp can be {}", l.tp,
+                       c.gpus_per_node, list_ints(tps));
+  return "";
+}
+
+}  // namespace
+
+std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                           const Layout& l) {
+  std::string tp = tp_problem(m, c, l);
+  if (!tp.empty()) return tp;
+  const int total = c.total_gpus();
+  if (int64_t(l.tp) * l.pp * l.dp != total) {
+    if (total % (l.tp * l.pp) == 0)
+      return fmt::format("tp×pp×dp = {} but the cluster has {} devices ({}); use dp={}",
+                         int64_t(l.tp) * l.pp * l.dp, total, c.describe(), total / (l.tp * l.pp));
+    return fmt::format("tp×pp = {} does not divide the cluster's {} devices", l.tp * l.pp, total);
+  }
+  if (l.pp > m.n_layer)
+    return fmt::format("pp={} is more stages than the {} layers of {}", l.pp, m.n_layer, m.name);
+  const int64_t seqs = j.global_batch_seqs();
+  if (seqs % (int64_t(l.dp) * l.mb) != 0) {
+    std::vector<int> mbs;
+    if (seqs % l.dp == 0) mbs = divisors(seqs / l.dp, 64);
+    if (mbs.empty())
+      return fmt::format("the global batch of {} sequences does not split over dp={}", seqs, l.dp);
+    return fmt::format(
+        "the global batch of {} sequences does not split into dp×mb = {}×{}; mb "
+        "can be {}",
+        seqs, l.dp, l.mb, list_ints(mbs));
+  }
+  const int64_t micro = seqs / (int64_t(l.dp) * l.mb);
+  if (l.vpp > 1) {
+    if (l.pp == 1) return "vpp (interleaved virtual stages) needs pp > 1";
+    if (m.n_layer < l.pp * l.vpp)
+      return fmt::format("vpp={}: the {} layers do not make pp×vpp = {} chunks", l.vpp, m.n_layer,
+                         l.pp * l.vpp);
+    if (micro % l.pp != 0)
+      return fmt::format(
+          "the interleaved schedule needs the micro-batches per step (m = {}) to be "
+          "a multiple of pp = {} (Megatron-LM's rule)",
+          micro, l.pp);
+  }
+  return "";
+}
+
+Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, Layout l) {
+  if (l.tp == 1) l.sp = false;
+  std::string tp = tp_problem(m, c, l);
+  if (!tp.empty()) fail("--layout {}: {}", l.to_string(), tp);
+  if (l.dp == 0) {
+    const int total = c.total_gpus();
+    if (total % (l.tp * l.pp) != 0)
+      fail("--layout: tp×pp = {} does not divide the {} devices of {}", l.tp * l.pp, total,
+           c.describe());
+    l.dp = total / (l.tp * l.pp);
+  }
+  if (l.tp == 1) l.sp = false;
+  std::string problem = layout_problem(m, c, j, l);
+  if (!problem.empty()) fail("--layout {}: {}", l.to_string(), problem);
+  return l;
+}
+
+Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l) {
+  Estimate e;
+  e.layout = l;
+  e.invalid = layout_problem(m, c, j, l);
+  if (!e.valid()) return e;
+  const int64_t seqs = j.global_batch_seqs();
+  e.micro_batches = seqs / (int64_t(l.dp) * l.mb);
+  e.memory = memory_per_gpu(m, c, j, l, e.micro_batches);
+  e.time = step_time(m, c, j, l, e.micro_batches);
+  if (l.recompute == Recompute::selective && j.flash_attention)
+    e.notes.push_back(
+        "selective recompute does nothing with flash attention, which keeps no "
+        "attention scores");
+  if (l.zero > 0 && l.dp == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
+  if (l.tp > 1 && !l.sp)
+    e.notes.push_back(
+        "without sequence parallelism norms and dropout keep full activations on "
+        "every tp rank");
+
+  const int N = c.total_gpus();
+  e.tokens_per_step = double(seqs) * j.seq_len;
+  e.tokens_per_s = e.tokens_per_step / e.time.step;
+  const double fpt = model_flops_per_token(m, j.seq_len);
+  double hw = fpt;
+  if (l.recompute == Recompute::full) hw += block_forward_flops_per_token(m, j.seq_len);
+  if (l.recompute == Recompute::selective && !j.flash_attention)
+    hw += attention_core_forward_flops_per_token(m, j.seq_len);
+  e.tflops_per_gpu_model = fpt * e.tokens_per_s / N * 1e-12;
+  e.tflops_per_gpu_hw = hw * e.tokens_per_s / N * 1e-12;
+  const double peak = c.device.peak_tflops(j.dtype);
+  e.mfu = e.tflops_per_gpu_model / peak;
+  e.hfu = e.tflops_per_gpu_hw / peak;
+  e.steps = j.train_tokens / e.tokens_per_step;
+  const double seconds = e.steps * e.time.step;
+  e.days = seconds / 86400;
+  e.gpu_hours = seconds / 3600 * N;
+  e.cost_usd = e.gpu_hours * j.usd_per_gpu_hour;
+  const double gpu_w = j.gpu_power_w > 0 ? j.gpu_power_w : c.device.tdp_w;
+  const double node_w = j.node_overhead_w >= 0 ? j.node_overhead_w : c.device.node_overhead_w;
+  const double it_kw = (N * gpu_w + c.nodes * node_w) / 1000;
+  e.energy_kwh = it_kw * seconds / 3600 * j.pue;
+  e.co2_t = e.energy_kwh * j.gco2_per_kwh * 1e-6;
+  return e;
+}
+
+SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j) {
+  SearchResult out;
+  std::vector<Estimate> oom;
+  const int N = c.total_gpus();
+  const int64_t seqs = j.global_batch_seqs();
+  std::vector<Recompute> recomputes = {Recompute::none, Recompute::full};
+  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::selective);
+  for (int tp : tp_options(m, c)) {
+    for (int pp = 1; pp <= m.n_layer; pp++) {
+      if (N % (tp * pp) != 0) continue;
+      const int dp = N / (tp * pp);
+      if (seqs % dp != 0) continue;
+      for (int mb : divisors(seqs / dp, 64)) {
+        const int64_t micro = seqs / (int64_t(dp) * mb);
+        std::vector<int> vpps = {1};
+        // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
+        // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
+        for (int v = 2; pp > 1 && v <= 8; v++)
+          if (m.n_layer % (pp * v) == 0 && micro % pp == 0) vpps.push_back(v);
+        for (int vpp : vpps)
+          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+            for (Recompute rc : recomputes) {
+              Layout l;
+              l.tp = tp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
+              l.recompute = rc;
+              l.sp = tp > 1;
+              Estimate e = evaluate(m, c, j, l);
+              if (!e.valid()) continue;
+              out.considered++;
+              (e.fits() ? out.fitting : oom).push_back(std::move(e));
+            }
+      }
+    }
+  }
+  // Fastest first; step times equal to 3 significant digits rank the lower ZeRO stage first
+  // (less traffic to go wrong), then the smaller memory.
+  auto key = [](const Estimate& e) {
+    const double mag = std::pow(10.0, std::floor(std::log10(e.time.step)) - 2);
+    return std::tuple(std::round(e.time.step / mag) * mag, e.layout.zero, e.memory.total);
+  };
+  auto faster = [&](const Estimate& a, const Estimate& b) { return key(a) < key(b); };
+  std::sort(out.fitting.begin(), out.fitting.end(), faster);
+  // Out-of-memory layouts faster than the best fit, one per layout apart from its ZeRO stage:
+  // the one needing the least memory.
+  std::sort(oom.begin(), oom.end(), [&](const Estimate& a, const Estimate& b) {
+    return std::tuple(std::get<0>(key(a)), a.memory.total) <
+           std::tuple(std::get<0>(key(b)), b.memory.total);
+  });
+  for (auto& e : oom) {
+    // Only those at least 1% faster: a layout as fast as the best is no reason to buy memory.
+    if (!out.fitting.empty() && e.time.step >= 0.99 * out.fitting.front().time.step) break;
+    const bool seen =
+        std::any_of(out.faster_oom.begin(), out.faster_oom.end(),
+                    [&](const Estimate& k) { return same_but_zero(k.layout, e.layout); });
+    if (!seen) out.faster_oom.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j) {
+  // Smallest number of nodes (≥ 1) for which `fits(nodes)` holds, if any up to a million
+  // devices; fitting only gets easier with more nodes for the layouts tried here.
+  auto smallest = [&](auto fits) -> int64_t {
+    int64_t hi = 1;
+    const int64_t limit = std::max<int64_t>(1, (int64_t(1) << 20) / c.gpus_per_node);
+    while (!fits(hi)) {
+      if (hi >= limit) return 0;
+      hi = std::min(limit, hi * 2);
+    }
+    int64_t lo = hi / 2;  // does not fit (or 0)
+    while (hi - lo > 1) {
+      int64_t mid = (lo + hi) / 2;
+      (fits(mid) ? hi : lo) = mid;
+    }
+    return hi;
+  };
+  auto on_nodes = [&](int64_t nodes) {
+    ClusterSpec cc = c;
+    cc.nodes = int(nodes);
+    return cc;
+  };
+  // ZeRO-3 data parallelism alone, one sequence per micro-batch, full recompute.
+  auto zero3_fits = [&](int64_t nodes) {
+    ClusterSpec cc = on_nodes(nodes);
+    Layout l;
+    l.dp = cc.total_gpus();
+    l.zero = 3;
+    l.recompute = Recompute::full;
+    return memory_of(m, cc, j, l).fits();
+  };
+  // Tensor and pipeline parallelism with ZeRO-1 over the data parallelism the nodes leave: for
+  // each tp×pp, the fewest nodes on which it fits; the smallest cluster wins.
+  int best_k = 0;
+  int64_t best_k_nodes = 0;
+  for (int tp : tp_options(m, c))
+    for (int pp = 1; pp <= m.n_layer; pp++) {
+      const int k = tp * pp;
+      const int64_t step = k / std::gcd(k, c.gpus_per_node);  // nodes come in multiples of this
+      const int64_t units = smallest([&](int64_t u) {
+        if (u * step > (int64_t(1) << 20) / c.gpus_per_node) return false;
+        ClusterSpec cc = on_nodes(u * step);
+        Layout l;
+        l.tp = tp, l.pp = pp, l.dp = cc.total_gpus() / k, l.zero = 1, l.sp = tp > 1;
+        l.recompute = Recompute::full;
+        return memory_of(m, cc, j, l).fits();
+      });
+      if (units == 0) continue;
+      const int64_t nodes = units * step;
+      if (best_k == 0 || nodes < best_k_nodes || (nodes == best_k_nodes && k < best_k))
+        best_k = k, best_k_nodes = nodes;
+    }
+  const int64_t z3 = smallest(zero3_fits);
+  std::vector<std::string> ways;
+  if (z3 > 0)
+    ways.push_back(fmt::format("at least {} devices with ZeRO-3 ({} node{})", z3 * c.gpus_per_node,
+                               z3, z3 == 1 ? "" : "s"));
+  if (best_k > 0)
+    ways.push_back(fmt::format("tp×pp = {} with ZeRO-1 on {} devices ({} node{})", best_k,
+                               best_k_nodes * c.gpus_per_node, best_k_nodes,
+                               best_k_nodes == 1 ? "" : "s"));
+  if (z3 == 0 && !ways.empty())
+    ways.back() +=
+        " (ZeRO-3 data parallelism alone never fits: the activations of one sequence "
+        "do not fit a device)";
+  if (ways.empty()) {
+    Layout l;
+    l.recompute = Recompute::full;
+    l.dp = 1;
+    JobSpec one = j;
+    one.global_batch_tokens = j.seq_len;
+    const double act = layer_activation_bytes(m, one, l, Recompute::full);
+    return fmt::format(
+        "{} fits on no layout even with a million devices: with full recompute a "
+        "sequence of {} tokens still keeps {:.1f} GiB of activations per layer; "
+        "shorten --seq-len or use devices with more memory",
+        m.name, j.seq_len, gib(act));
+  }
+  std::string s = fmt::format("needs {}", ways[0]);
+  if (ways.size() > 1) s += fmt::format(", or {}", ways[1]);
+  return s;
+}
+
+std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                                      const Layout& l) {
+  std::vector<std::pair<std::string, Layout>> tries;
+  auto with = [&](std::string what, auto change) {
+    Layout x = l;
+    change(x);
+    tries.push_back({std::move(what), x});
+  };
+  if (l.recompute != Recompute::full) {
+    if (l.recompute == Recompute::none && !j.flash_attention)
+      with("recompute=selective", [](Layout& x) { x.recompute = Recompute::selective; });
+    with("recompute=full", [](Layout& x) { x.recompute = Recompute::full; });
+  }
+  if (l.tp > 1 && !l.sp) with("sp=1", [](Layout& x) { x.sp = true; });
+  for (int z = l.zero + 1; z <= 3 && l.dp > 1; z++)
+    with(fmt::format("zero={}", z), [z](Layout& x) { x.zero = z; });
+  for (int mb = l.mb / 2; mb >= 1; mb /= 2)
+    with(fmt::format("mb={}", mb), [mb](Layout& x) { x.mb = mb; });
+  if (l.dp % 2 == 0) {
+    with(fmt::format("pp={} (dp={})", l.pp * 2, l.dp / 2), [](Layout& x) { x.pp *= 2, x.dp /= 2; });
+    with(fmt::format("tp={} (dp={})", l.tp * 2, l.dp / 2),
+         [](Layout& x) { x.tp *= 2, x.dp /= 2, x.sp = true; });
+  }
+  std::vector<std::string> out;
+  for (auto& [what, x] : tries) {
+    Estimate e = evaluate(m, c, j, x);
+    if (e.fits())
+      out.push_back(
+          fmt::format("{} ({:.1f} GiB, {:.3g} s/step)", what, gib(e.memory.total), e.time.step));
+  }
+  return out;
+}
+
+std::string limiter(const Estimate& e) {
+  const TimeBreakdown& t = e.time;
+  std::vector<std::pair<double, const char*>> parts = {
+      {t.bubble, "bubble"},       {t.tp_comm, "TP comm"},        {t.pp_p2p, "PP sends"},
+      {t.dp_exposed, "DP comm"},  {t.zero_exposed, "ZeRO comm"}, {t.recompute, "recompute"},
+      {t.optimizer, "optimizer"},
+  };
+  std::sort(parts.begin(), parts.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::string s;
+  int shown = 0;
+  for (auto& [sec, what] : parts) {
+    const double share = sec / t.step;
+    if (share < 0.02 || shown == 2) break;
+    s += fmt::format("{}{} {:.0f}%", shown ? ", " : "", what, 100 * share);
+    shown++;
+  }
+  if (s.empty())
+    s = fmt::format("compute-bound ({:.0f}%)", 100 * (t.compute - t.recompute) / t.step);
+  return s;
+}
+
+}  // namespace kiln::plan

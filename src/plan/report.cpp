@@ -1,0 +1,289 @@
+#include "plan/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::plan {
+namespace {
+
+double gib(double bytes) {
+  return bytes / double(1 << 30);
+}
+
+std::string with_commas(double v) {
+  std::string digits = fmt::format("{:.0f}", std::fabs(v));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); i++) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  if (v < 0) out.insert(out.begin(), '-');
+  return out;
+}
+
+// Whole numbers with commas from 1000 up, 4 significant digits below (0.04717, 83.2).
+std::string amount(double v) {
+  if (std::fabs(v) >= 1000) return with_commas(v);
+  if (v == 0) return "0";
+  return fmt::format("{:.4g}", v);
+}
+
+}  // namespace
+
+std::string si(double v) {
+  const char* units[] = {"", "K", "M", "B", "T", "P"};
+  int u = 0;
+  while (std::fabs(v) >= 1000 && u < 5) v /= 1000, u++;
+  std::string s = fmt::format("{:.3g}", v);
+  return s + units[u];
+}
+
+nlohmann::json inputs_json(const PlanInputs& in) {
+  const ModelSpec& m = in.model;
+  const ClusterSpec& c = in.cluster;
+  const JobSpec& j = in.job;
+  const ParamCounts pc = count_params(m);
+  nlohmann::json model = {{"name", m.name},
+                          {"params", pc.total},
+                          {"n_layer", m.n_layer},
+                          {"hidden", m.hidden},
+                          {"n_head", m.n_head},
+                          {"n_kv_head", m.n_kv_head},
+                          {"ffn_hidden", m.ffn_hidden},
+                          {"vocab", m.vocab},
+                          {"ffn", m.ffn == FfnKind::swiglu ? "swiglu" : "gelu"},
+                          {"model_flops_per_token", model_flops_per_token(m, j.seq_len)}};
+  nlohmann::json cluster = {{"device", c.device.name},
+                            {"devices", c.total_gpus()},
+                            {"nodes", c.nodes},
+                            {"gpus_per_node", c.gpus_per_node},
+                            {"peak_tflops", c.device.peak_tflops(j.dtype)},
+                            {"memory_gib", c.device.memory_gib},
+                            {"matmul_efficiency", c.device.matmul_efficiency},
+                            {"intra_link", c.intra_link},
+                            {"intra_link_gbs", c.intra_link_gbs},
+                            {"network", c.network},
+                            {"nics_per_node", c.nics_per_node},
+                            {"nic_gbps", c.nic_gbps},
+                            {"topology", topology_name(c.topology)},
+                            {"oversubscription", c.oversubscription},
+                            {"nodes_per_domain", c.nodes_per_domain},
+                            {"rank_order", rank_order_name(c.order)}};
+  nlohmann::json job = {
+      {"seq_len", j.seq_len},
+      {"global_batch_tokens", j.global_batch_tokens},
+      {"train_tokens", j.train_tokens},
+      {"dtype", dtype_name(j.dtype)},
+      {"attention", j.flash_attention ? "flash" : "unfused"},
+      {"overlap_dp", j.overlap_dp},
+      {"mem_allowance", j.mem_allowance},
+      {"usd_per_gpu_hour", j.usd_per_gpu_hour},
+      {"gpu_power_w", j.gpu_power_w > 0 ? j.gpu_power_w : c.device.tdp_w},
+      {"node_overhead_w", j.node_overhead_w >= 0 ? j.node_overhead_w : c.device.node_overhead_w},
+      {"pue", j.pue},
+      {"gco2_per_kwh", j.gco2_per_kwh}};
+  return {{"model", model}, {"cluster", cluster}, {"job", job}};
+}
+
+nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
+  const Layout& l = e.layout;
+  nlohmann::json j = {{"layout",
+                       {{"text", l.to_string()},
+                        {"tp", l.tp},
+                        {"pp", l.pp},
+                        {"dp", l.dp},
+                        {"mb", l.mb},
+                        {"vpp", l.vpp},
+                        {"zero", l.zero},
+                        {"recompute", recompute_name(l.recompute)},
+                        {"sp", l.sp}}}};
+  if (!e.valid()) {
+    j["invalid"] = e.invalid;
+    return j;
+  }
+  const MemoryBreakdown& m = e.memory;
+  const TimeBreakdown& t = e.time;
+  j["micro_batches"] = e.micro_batches;
+  j["fits"] = m.fits();
+  j["memory_per_gpu_gib"] = gib(m.total);
+  j["memory_capacity_gib"] = gib(m.capacity);
+  j["memory_gib"] = {{"stage", m.stage},
+                     {"weights", gib(m.weights)},
+                     {"grads", gib(m.grads)},
+                     {"optimizer", gib(m.optimizer)},
+                     {"activations", gib(m.activations)},
+                     {"transient", gib(m.transient)},
+                     {"allowance", gib(m.allowance)},
+                     {"reserved", gib(m.reserved)}};
+  j["step_time_s"] = t.step;
+  j["time_s"] = {{"critical_stage", t.critical_stage},
+                 {"compute", t.compute},
+                 {"recompute", t.recompute},
+                 {"tp_comm", t.tp_comm},
+                 {"pp_p2p", t.pp_p2p},
+                 {"pp_bubble", t.bubble},
+                 {"zero_exposed", t.zero_exposed},
+                 {"dp_comm_total", t.dp_comm},
+                 {"dp_exposed", t.dp_exposed},
+                 {"optimizer", t.optimizer}};
+  const int N = in.cluster.total_gpus();
+  j["tokens_per_step"] = e.tokens_per_step;
+  j["tokens_per_s"] = e.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = e.tokens_per_s / N;
+  j["tflops_per_gpu_model"] = e.tflops_per_gpu_model;
+  j["tflops_per_gpu_hw"] = e.tflops_per_gpu_hw;
+  j["mfu"] = e.mfu;
+  j["hfu"] = e.hfu;
+  j["steps"] = e.steps;
+  j["days"] = e.days;
+  j["gpu_hours"] = e.gpu_hours;
+  j["cost_usd"] = in.job.usd_per_gpu_hour > 0 ? nlohmann::json(e.cost_usd) : nlohmann::json();
+  j["energy_kwh"] = e.energy_kwh;
+  j["co2_t"] = e.co2_t;
+  j["limiter"] = limiter(e);
+  j["notes"] = e.notes;
+  return j;
+}
+
+std::string inputs_text(const PlanInputs& in) {
+  const ModelSpec& m = in.model;
+  const JobSpec& j = in.job;
+  const ParamCounts pc = count_params(m);
+  std::string s = fmt::format(
+      "model    {} ({} parameters: {} layers, hidden {}, {} heads{}, MLP {} {}, vocabulary {})\n",
+      m.name, si(double(pc.total)), m.n_layer, m.hidden, m.n_head,
+      m.n_kv_head != m.n_head ? fmt::format(" / {} key-value", m.n_kv_head) : "",
+      m.ffn == FfnKind::swiglu ? "SwiGLU" : "GELU", m.ffn_hidden, m.vocab);
+  s += fmt::format("cluster  {}\n", in.cluster.describe());
+  s += fmt::format(
+      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention\n",
+      j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
+      si(j.train_tokens), with_commas(std::ceil(j.train_tokens / double(j.global_batch_tokens))),
+      dtype_name(j.dtype), j.flash_attention ? "flash" : "unfused");
+  return s;
+}
+
+std::string estimate_text(const Estimate& e, const PlanInputs& in) {
+  const Layout& l = e.layout;
+  if (!e.valid()) return fmt::format("layout {}: {}\n", l.to_string(), e.invalid);
+  const MemoryBreakdown& m = e.memory;
+  const TimeBreakdown& t = e.time;
+  const JobSpec& j = in.job;
+  const int N = in.cluster.total_gpus();
+  std::string s =
+      fmt::format("\nlayout   {}  ({} micro-batch{} of {} per pipeline and step)\n", l.to_string(),
+                  e.micro_batches, e.micro_batches == 1 ? "" : "es", l.mb);
+  s += fmt::format("\n{:<44} {:>9}\n", fmt::format("memory per GPU (stage {})", m.stage), "GiB");
+  auto mem_row = [&](const std::string& what, double bytes) {
+    s += fmt::format("  {:<42} {:>9.2f}\n", what, gib(bytes));
+  };
+  mem_row("weights", m.weights);
+  mem_row("gradients", m.grads);
+  mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over dp={})", l.zero, l.dp)
+                     : std::string("optimizer state"),
+          m.optimizer);
+  mem_row(fmt::format("activations (recompute {})", recompute_name(l.recompute)), m.activations);
+  mem_row("backward working set, ZeRO-3 gathers", m.transient);
+  mem_row(fmt::format("allowance ({:.0f}% of the above)", 100 * j.mem_allowance), m.allowance);
+  mem_row("reserved (runtime, libraries)", m.reserved);
+  s += fmt::format(
+      "  {:<42} {:>9.2f} of {:.1f}: {}\n", "total", gib(m.total), gib(m.capacity),
+      m.fits() ? "fits" : fmt::format("OUT OF MEMORY by {:.1f} GiB", gib(m.total - m.capacity)));
+
+  s +=
+      fmt::format("\n{:<44} {:>9} {:>6}\n",
+                  fmt::format("time per step (slowest stage: {})", t.critical_stage), "s", "share");
+  auto time_row = [&](const std::string& what, double sec) {
+    s += fmt::format("  {:<42} {:>9.4g} {:>5.1f}%\n", what, sec, 100 * sec / t.step);
+  };
+  time_row("compute", t.compute);
+  if (t.recompute > 0) time_row("  of which recompute", t.recompute);
+  if (l.tp > 1) time_row("tensor-parallel collectives", t.tp_comm);
+  if (l.pp > 1) {
+    time_row("pipeline sends", t.pp_p2p);
+    time_row(fmt::format("pipeline bubble ((p-1)/v of a stage's m)"), t.bubble);
+  }
+  if (l.zero >= 2 && l.dp > 1) time_row("ZeRO per-micro-batch traffic (exposed)", t.zero_exposed);
+  if (l.dp > 1 && l.zero < 3)
+    time_row(fmt::format("data-parallel traffic (exposed of {:.3g} s)", t.dp_comm), t.dp_exposed);
+  time_row("optimizer", t.optimizer);
+  s += fmt::format("  {:<42} {:>9.4g}\n", "step", t.step);
+
+  s += "\nthroughput\n";
+  s += fmt::format("  {:<42} {:>12}  ({} per GPU)\n", "tokens/s", si(e.tokens_per_s),
+                   si(e.tokens_per_s / N));
+  s += fmt::format("  {:<42} {:>12}  MFU {:.1f}%\n", "model TFLOP/s per GPU",
+                   amount(e.tflops_per_gpu_model), 100 * e.mfu);
+  s += fmt::format("  {:<42} {:>12}  HFU {:.1f}% (counts recomputation)\n",
+                   "hardware TFLOP/s per GPU", amount(e.tflops_per_gpu_hw), 100 * e.hfu);
+  s += "\nrun\n";
+  s += fmt::format("  {:<42} {:>12}\n", "steps", with_commas(std::ceil(e.steps)));
+  s += fmt::format("  {:<42} {:>12}\n", "days", amount(e.days));
+  s += fmt::format("  {:<42} {:>12}\n", "GPU-hours", amount(e.gpu_hours));
+  if (j.usd_per_gpu_hour > 0)
+    s += fmt::format("  {:<42} {:>12}\n", fmt::format("cost at ${:g}/GPU-hour", j.usd_per_gpu_hour),
+                     fmt::format("${}", amount(e.cost_usd)));
+  else
+    s += fmt::format("  {:<42} {:>12}\n", "cost", "(give --usd-per-gpu-hour)");
+  s += fmt::format("  {:<42} {:>12}\n", fmt::format("energy, kWh (PUE {:g})", j.pue),
+                   amount(e.energy_kwh));
+  s += fmt::format("  {:<42} {:>12}\n", fmt::format("CO2, tonnes ({:g} g/kWh)", j.gco2_per_kwh),
+                   amount(e.co2_t));
+  for (const auto& n : e.notes) s += fmt::format("note: {}\n", n);
+  return s;
+}
+
+std::string search_table(const SearchResult& r, int top) {
+  std::string s =
+      fmt::format("\nsearched {} layouts, {} fit in memory\n\n", r.considered, r.fitting.size());
+  s += fmt::format("{:>3}  {:<52} {:>9} {:>9} {:>8} {:>6} {:>8}  {}\n", "#", "layout", "step s",
+                   "tok/s", "TFLOP/s", "MFU", "mem GiB", "why");
+  const double best = r.fitting.empty() ? 0 : r.fitting.front().time.step;
+  std::vector<const Estimate*> shown;
+  for (const Estimate& e : r.fitting) {
+    if (int(shown.size()) == top) break;
+    // One row per layout apart from its ZeRO stage: the faster (or, as fast, the lower) one.
+    if (std::any_of(shown.begin(), shown.end(),
+                    [&](const Estimate* k) { return same_but_zero(k->layout, e.layout); }))
+      continue;
+    shown.push_back(&e);
+    std::string why = limiter(e);
+    if (shown.size() > 1) {
+      const double slower = std::max(0.0, 100 * (e.time.step / best - 1));  // ranks round steps
+      why = fmt::format("+{:.1f}% step; {}", slower, why);
+    }
+    s += fmt::format("{:>3}  {:<52} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  {}\n", shown.size(),
+                     e.layout.to_string(), e.time.step, si(e.tokens_per_s), e.tflops_per_gpu_model,
+                     100 * e.mfu, gib(e.memory.total), why);
+  }
+  if (!r.faster_oom.empty()) {
+    s += "\nfaster, but out of memory:\n";
+    for (int i = 0; i < int(r.faster_oom.size()) && i < 3; i++) {
+      const Estimate& e = r.faster_oom[i];
+      s += fmt::format(
+          "{:>3}  {:<52} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  needs {:.1f} of "
+          "{:.1f} GiB (+{:.1f})\n",
+          "-", e.layout.to_string(), e.time.step, si(e.tokens_per_s), e.tflops_per_gpu_model,
+          100 * e.mfu, gib(e.memory.total), gib(e.memory.total), gib(e.memory.capacity),
+          gib(e.memory.total - e.memory.capacity));
+    }
+  }
+  return s;
+}
+
+nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top) {
+  nlohmann::json j = inputs_json(in);
+  j["layouts_considered"] = r.considered;
+  j["layouts_fitting"] = r.fitting.size();
+  j["best"] = nlohmann::json::array();
+  for (int i = 0; i < int(r.fitting.size()) && i < top; i++)
+    j["best"].push_back(estimate_json(r.fitting[i], in));
+  j["faster_but_out_of_memory"] = nlohmann::json::array();
+  for (int i = 0; i < int(r.faster_oom.size()) && i < 3; i++)
+    j["faster_but_out_of_memory"].push_back(estimate_json(r.faster_oom[i], in));
+  return j;
+}
+
+}  // namespace kiln::plan

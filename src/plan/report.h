@@ -1,0 +1,31 @@
+// What `kiln plan` prints: tables for people and JSON for machines, every JSON figure with its
+// unit in its key (`step_time_s`, `memory_per_gpu_gib`, `tflops_per_gpu_model`, ...).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "plan/planner.h"
+
+namespace kiln::plan {
+
+struct PlanInputs {
+  const ModelSpec& model;
+  const ClusterSpec& cluster;
+  const JobSpec& job;
+};
+
+nlohmann::json inputs_json(const PlanInputs& in);
+nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in);
+
+// One layout in detail: memory by kind, time by part, throughput, run totals, notes.
+std::string estimate_text(const Estimate& e, const PlanInputs& in);
+// The header both outputs start with: model, cluster, job.
+std::string inputs_text(const PlanInputs& in);
+// The ranked table of a search (best `top` layouts and up to 3 faster ones that do not fit).
+std::string search_table(const SearchResult& r, int top);
+nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top);
+
+// 1234567 → "1.23M", 2e12 → "2T" (for token counts).
+std::string si(double v);
+
+}  // namespace kiln::plan

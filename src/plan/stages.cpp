@@ -1,0 +1,51 @@
+#include "plan/stages.h"
+
+#include <algorithm>
+
+namespace kiln::plan {
+
+std::vector<int> split_layers(int n_layer, int pp, int vpp) {
+  // Chunk c (of p·v) runs on stage c mod p; the extra layers of an uneven split go to the
+  // middle chunks first, as the first and last stages carry the embedding and the LM head.
+  const int chunks = pp * vpp;
+  std::vector<int> per_chunk(chunks, n_layer / chunks);
+  int extra = n_layer % chunks;
+  for (int c = 1; c + 1 < chunks && extra > 0; c++, extra--) per_chunk[c]++;
+  if (extra > 0) per_chunk[chunks - 1]++, extra--;
+  if (extra > 0) per_chunk[0]++;
+  std::vector<int> layers(pp, 0);
+  for (int c = 0; c < chunks; c++) layers[c % pp] += per_chunk[c];
+  return layers;
+}
+
+std::vector<Stage> pipeline_stages(const ModelSpec& m, const Layout& l, int64_t micro_batches) {
+  const ParamCounts pc = count_params(m);
+  const std::vector<int> layers = split_layers(m.n_layer, l.pp, l.vpp);
+  const double tied_copy = m.tied_embeddings && l.pp > 1 ? double(m.vocab) * m.hidden : 0.0;
+  std::vector<Stage> out(l.pp);
+  for (int s = 0; s < l.pp; s++) {
+    Stage& st = out[s];
+    st.index = s;
+    st.layers = layers[s];
+    st.first = s == 0;
+    st.last = s == l.pp - 1;
+    double p = double(st.layers) * pc.per_layer;
+    if (st.first) p += pc.embedding;
+    // The last stage holds the final norm and the LM head; a tied head past the first stage is a
+    // copy of the embedding whose gradient is summed with the first stage's (Megatron-LM).
+    if (st.last) p += pc.final_norm + (m.tied_embeddings ? tied_copy : double(pc.head));
+    st.params = p / l.tp;
+    if (l.vpp <= 1) {
+      st.in_flight_microbatches = int(std::min<int64_t>(micro_batches, l.pp - s));
+      st.in_flight_layers = double(st.in_flight_microbatches) * st.layers;
+    } else {
+      const int64_t chunks =
+          std::min<int64_t>(micro_batches * l.vpp, 2 * (l.pp - s - 1) + (l.vpp - 1) * l.pp + 1);
+      st.in_flight_layers = double(chunks) * st.layers / l.vpp;
+      st.in_flight_microbatches = int((chunks + l.vpp - 1) / l.vpp);
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::plan

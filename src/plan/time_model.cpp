@@ -1,0 +1,215 @@
+#include "plan/time_model.h"
+
+#include <algorithm>
+
+#include "plan/collectives.h"
+#include "plan/memory_model.h"
+#include "plan/stages.h"
+
+namespace kiln::plan {
+namespace {
+
+// What one device sustains, in FLOP/s, bytes/s and seconds.
+struct Rates {
+  double flops = 0, attn_flops = 0, bw = 0, cache_bytes = 0, cache_bw = 0, overhead = 0, e = 2;
+
+  Rates(const DeviceSpec& d, Dtype dt) {
+    flops = d.peak_tflops(dt) * 1e12 * d.matmul_efficiency;
+    attn_flops = flops * d.attention_efficiency;
+    bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency;
+    cache_bytes = d.cache_mib * double(1 << 20);
+    cache_bw = d.cache_bw_gbs * 1e9;
+    overhead = d.kernel_overhead_us * 1e-6;
+    e = activation_bytes(dt);
+  }
+
+  // `count` products C(M,N) = A(M,K)·B(K,N) of one shape in one (batched) kernel: at the
+  // matmul rate, or at the attention kernels' rate, or at `rate`.
+  double matmul(double M, double N, double K, double count = 1) const {
+    return product(M, N, K, count, flops);
+  }
+  double attention_matmul(double M, double N, double K, double count) const {
+    return product(M, N, K, count, attn_flops);
+  }
+  double product(double M, double N, double K, double count, double rate) const {
+    const double fl = 2 * M * N * K, bytes = e * (M * K + K * N + M * N);
+    return overhead + count * std::max(fl / rate, bytes / bw);
+  }
+  // `count` element-wise kernels moving `bytes` each.
+  double elementwise(double bytes, double count = 1) const {
+    const double b = cache_bytes > 0 && cache_bw > 0 && bytes <= cache_bytes ? cache_bw : bw;
+    return count * (overhead + bytes / b);
+  }
+};
+
+struct LayerTimes {
+  double fwd = 0, bwd = 0;
+  double attn_fwd = 0;  // the attention core's share of fwd (what selective recompute repeats)
+};
+
+// One transformer layer, one micro-batch, on one device.
+LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, const Rates& r) {
+  const double n = double(l.mb) * j.seq_len, s = j.seq_len, t = l.tp, e = r.e;
+  const double h = m.hidden, d = m.head_dim(), q = double(m.n_head) * d;
+  const double kv = double(m.n_kv_head) * d, f = m.ffn_hidden;
+  const double rep = l.sp ? 1.0 / t : 1.0, drop = m.dropout ? 1.0 : 0.0;
+  LayerTimes lt;
+  // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy.
+  auto linear = [&](double K, double N) {
+    lt.fwd += r.matmul(n, N, K);
+    lt.bwd += r.matmul(n, K, N) + r.matmul(K, N, n);
+  };
+  linear(h, (q + 2 * kv) / t);                            // QKV
+  linear(q / t, h);                                       // attention output
+  linear(h, f * (m.ffn == FfnKind::swiglu ? 2 : 1) / t);  // MLP up (gate and up together)
+  linear(f / t, h);                                       // MLP down
+  const double heads = l.mb * m.n_head / t;
+  if (j.flash_attention) {
+    // Causal: the kernel skips the masked half. Backward runs 5 products of s·s·d per head
+    // against forward's 2 (it recomputes the scores), so 2.5 × forward.
+    const double fl = heads * 0.5 * 4 * s * s * d;
+    lt.attn_fwd = r.overhead + fl / r.attn_flops;
+    lt.bwd += r.overhead + 2.5 * fl / r.attn_flops;
+  } else {
+    // Scores S = Q·Kᵀ (s×d · d×s) and O = P·V (s×s · s×d) per head; backward dP = dO·Vᵀ,
+    // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q. Softmax (and dropout) read and write the s×s matrix.
+    lt.attn_fwd = r.attention_matmul(s, s, d, heads) + r.attention_matmul(s, d, s, heads);
+    lt.bwd += r.attention_matmul(s, s, d, heads) + 3 * r.attention_matmul(s, d, s, heads);
+    const double probs = n * (m.n_head / t) * s;
+    lt.attn_fwd += r.elementwise(2 * e * probs);
+    lt.bwd += r.elementwise(4 * e * probs);
+    if (m.dropout) {
+      lt.attn_fwd += r.elementwise((2 * e + 1) * probs);
+      lt.bwd += r.elementwise(2 * (2 * e + 1) * probs);
+    }
+  }
+  lt.fwd += lt.attn_fwd;
+  // Element-wise kernels: two norms, two residual adds (with dropout), rotary, the activation.
+  auto ew = [&](double bytes, double count) {
+    lt.fwd += r.elementwise(bytes, count);
+    lt.bwd += r.elementwise(2 * bytes, count);
+  };
+  ew(2 * n * h * e * rep, 2);
+  ew((3 * n * h * e + drop * n * h) * rep, 2);
+  if (!m.learned_positions) ew(2 * n * (q + kv) / t * e, 1);
+  ew((m.ffn == FfnKind::swiglu ? 3 : 2) * n * f / t * e, 1);
+  return lt;
+}
+
+struct StageTimes {
+  double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, p2p = 0, zero = 0;
+  double total() const { return compute + tp + p2p + zero; }
+};
+
+}  // namespace
+
+TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,
+                        int64_t micro_batches) {
+  const Rates r(c.device, j.dtype);
+  const StateBytes sb = state_bytes(j.dtype);
+  const double n = double(l.mb) * j.seq_len, e = r.e, t = l.tp;
+  const double rep = l.sp ? 1.0 / t : 1.0;
+  const LayerTimes lt = layer_times(m, j, l, r);
+  double rec = 0;
+  if (l.recompute == Recompute::full)
+    rec = lt.fwd;
+  else if (l.recompute == Recompute::selective && !j.flash_attention)
+    rec = lt.attn_fwd;
+
+  // Tensor-parallel collectives of one activation (n·h·e bytes) inside the node.
+  const GroupPath tpg = group_path(c, l, Dim::tp);
+  const double act = n * m.hidden * e;
+  const double tp_one = l.tp <= 1 ? 0.0
+                        : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
+                                  : all_reduce_s(act, tpg);
+  const double tp_layer = tp_one * (l.recompute == Recompute::full ? 6 : 4);
+
+  // The LM head and loss on the last stage; the embedding on the first.
+  const double V = double(m.vocab);
+  const double head_fwd = r.matmul(n, V / t, m.hidden) + r.elementwise(2 * n * m.hidden * e * rep);
+  const double head_bwd = r.matmul(n, m.hidden, V / t) + r.matmul(m.hidden, V / t, n) +
+                          r.elementwise(4 * n * m.hidden * e * rep) +
+                          r.elementwise(n * V / t * (3 * e + 12), 3);
+  const double embed = r.elementwise(n * m.hidden * e, 1) + r.elementwise(2 * n * m.hidden * e, 1);
+
+  // Pipeline sends: the boundary activation and its gradient, split over the tp ranks (sequence
+  // parallelism, or Megatron-LM's scatter-gather), once per virtual stage.
+  const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(act / t, c, l) : 0.0;
+
+  const GroupPath dpg = group_path(c, l, Dim::dp);
+  const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
+  std::vector<StageTimes> st(stages.size());
+  for (size_t i = 0; i < stages.size(); i++) {
+    const Stage& s = stages[i];
+    StageTimes& x = st[i];
+    x.fwd = s.layers * lt.fwd + (s.first ? embed / 3 : 0) + (s.last ? head_fwd : 0);
+    x.bwd = s.layers * lt.bwd + (s.first ? 2 * embed / 3 : 0) + (s.last ? head_bwd : 0);
+    x.recompute = s.layers * rec;
+    x.compute = x.fwd + x.bwd + x.recompute;
+    x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
+    x.p2p = p2p_mb;
+    if (l.dp > 1 && l.zero >= 2) {
+      const double rs = reduce_scatter_s(s.params * sb.grads, dpg);
+      const double ag = l.zero >= 3 ? all_gather_s(s.params * sb.weights, dpg) : 0.0;
+      const double ag_rec = l.zero >= 3 && l.recompute == Recompute::full ? ag : 0.0;
+      if (j.overlap_dp)
+        x.zero = std::max(0.0, ag - x.fwd) + std::max(0.0, ag + ag_rec + rs - x.bwd - x.recompute);
+      else
+        x.zero = 2 * ag + ag_rec + rs;
+    }
+  }
+  size_t crit = 0;
+  double sum = 0, mean_fwd = 0, mean_bwd = 0;
+  for (size_t i = 0; i < st.size(); i++) {
+    if (st[i].total() > st[crit].total()) crit = i;
+    sum += st[i].total();
+    mean_fwd += st[i].fwd / st.size();
+    mean_bwd += st[i].bwd / st.size();
+  }
+  const double mean = sum / st.size();
+  const double mbs = double(micro_batches);
+
+  TimeBreakdown tb;
+  tb.critical_stage = int(crit);
+  tb.compute = mbs * st[crit].compute;
+  tb.recompute = mbs * st[crit].recompute;
+  tb.tp_comm = mbs * st[crit].tp;
+  tb.pp_p2p = mbs * st[crit].p2p;
+  tb.zero_exposed = mbs * st[crit].zero;
+  tb.bubble = double(l.pp - 1) / l.vpp * mean;
+
+  // Once per step: all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) of the gradients after the
+  // last backward, all-gather of the updated 16-bit weights (ZeRO-1/2) before the next forward.
+  // Stage k finishes its last backward k stage-backwards before stage 0 and starts its first
+  // forward k stage-forwards after it, which is time its collectives can hide in.
+  for (size_t i = 0; i < stages.size(); i++) {
+    if (l.dp <= 1) break;
+    const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.weights;
+    double after_bwd = 0, before_fwd = 0;
+    if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
+    if (l.zero == 1) after_bwd = reduce_scatter_s(grads, dpg);
+    if (l.zero == 1 || l.zero == 2) before_fwd = all_gather_s(weights, dpg);
+    const double k = double(i) / l.vpp;
+    const double bwd_window = st[i].bwd + st[i].recompute + k * mean_bwd;
+    const double fwd_window = st[i].fwd + k * mean_fwd;
+    const double exposed = j.overlap_dp ? std::max(0.0, after_bwd - bwd_window) +
+                                              std::max(0.0, before_fwd - fwd_window)
+                                        : after_bwd + before_fwd;
+    tb.dp_comm = std::max(tb.dp_comm, after_bwd + before_fwd);
+    tb.dp_exposed = std::max(tb.dp_exposed, exposed);
+  }
+
+  // The optimizer reads and writes its state, the weights and the gradients once (16-bit mixed:
+  // fp32 master, m, v read and written, 16-bit weights written, gradients read), plus the
+  // gradient-norm read and the zeroing write of the gradients.
+  for (const Stage& s : stages) {
+    const double shard = s.params / (l.zero >= 1 ? l.dp : 1);
+    const double per_param =
+        2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
+    tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
+  }
+  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer;
+  return tb;
+}
+
+}  // namespace kiln::plan

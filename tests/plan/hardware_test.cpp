@@ -1,0 +1,101 @@
+#include "plan/hardware.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace kiln::plan {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PlanHardware, FileStartsFromACatalogEntryAndOverridesIt) {
+  const HardwareFile hw = parse_hardware_toml(R"(
+[device]
+base = "h100-sxm"
+name = "h100-cut"
+memory_gib = 60
+[node]
+nics_per_node = 4
+[cluster]
+nodes = 16
+topology = "spine-leaf"
+oversubscription = 2.0
+nodes_per_domain = 8
+rank_order = "tp-pp-dp"
+)",
+                                              "cut.toml");
+  EXPECT_EQ(hw.device.name, "h100-cut");
+  EXPECT_DOUBLE_EQ(hw.device.memory_gib, 60);
+  EXPECT_DOUBLE_EQ(hw.device.peak_tflops_16, 989);  // from the base
+  EXPECT_EQ(hw.cluster.nics_per_node, 4);
+  EXPECT_EQ(hw.cluster.nodes, 16);
+  EXPECT_TRUE(hw.has_nodes);
+  EXPECT_EQ(hw.cluster.topology, Topology::spine_leaf);
+  EXPECT_DOUBLE_EQ(hw.cluster.oversubscription, 2);
+  EXPECT_EQ(hw.cluster.order, RankOrder::tp_pp_dp);
+  // 4 NICs of 400 Gb/s at 92% shared by 8 GPUs.
+  EXPECT_DOUBLE_EQ(hw.cluster.inter_bw_per_gpu(), 4 * 400 / 8.0 * 1e9 * 0.92 / 8);
+}
+
+TEST(PlanHardware, WrittenFileReadsBack) {
+  DeviceSpec d = find_device("cpu");
+  d.name = "this-cpu";
+  d.peak_tflops_32 = 0.1875;
+  d.cache_mib = 32;
+  d.cache_bw_gbs = 95.5;
+  const HardwareFile hw = parse_hardware_toml(hardware_toml(d, "measured\non a test"), "x.toml");
+  EXPECT_EQ(hw.device.name, "this-cpu");
+  EXPECT_TRUE(hw.device.cpu);
+  EXPECT_DOUBLE_EQ(hw.device.peak_tflops_32, 0.1875);
+  EXPECT_DOUBLE_EQ(hw.device.cache_bw_gbs, 95.5);
+  EXPECT_EQ(hw.cluster.gpus_per_node, 1);
+}
+
+TEST(PlanHardware, ErrorsNameTheKeyAndTheFile) {
+  EXPECT_NE(error_of([] {
+              parse_hardware_toml("[device]\nbase = \"a100-80gb\"\nmemory_gb = 3\n", "a.toml");
+            })
+                .find("a.toml: unknown hardware key 'device.memory_gb' (did you mean "
+                      "'device.memory_gib'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_hardware_toml("[device]\nname = \"x\"\n", "b.toml");
+            }).find("b.toml: device 'x' needs peak_tflops_bf16 or peak_tflops_fp32"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_hardware_toml("[device]\nbase = \"a100-80gb\"\nmemory_gib = \"lots\"\n",
+                                  "c.toml");
+            }).find("c.toml: hardware key 'device.memory_gib' must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_hardware_toml("[gpu]\nx = 1\n", "d.toml");
+            }).find("d.toml: unknown table or key 'gpu'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_hardware_toml("[device\n", "e.toml"); }).find("e.toml:1:"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_hardware_file("/nonexistent/hw.toml");
+            }).find("cannot read hardware file /nonexistent/hw.toml"),
+            std::string::npos);
+}
+
+TEST(PlanHardware, CatalogNumbersAreDatasheetTimesStatedEfficiency) {
+  for (const DeviceSpec& d : device_catalog()) {
+    EXPECT_NO_THROW(d.validate("catalog")) << d.name;
+    EXPECT_FALSE(d.source.empty()) << d.name;
+  }
+  EXPECT_DOUBLE_EQ(find_device("a100-80gb").peak_tflops_16, 312);
+  EXPECT_NEAR(find_device("a100-80gb").matmul_efficiency, 0.859 * 0.845, 1e-12);
+  EXPECT_NEAR(find_device("mi300x").matmul_efficiency, 0.601, 1e-12);
+}
+
+}  // namespace
+}  // namespace kiln::plan

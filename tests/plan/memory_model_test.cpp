@@ -1,0 +1,115 @@
+#include "plan/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include "plan/stages.h"
+
+namespace kiln::plan {
+namespace {
+
+struct Planned {
+  ModelSpec model;
+  ClusterSpec cluster;
+  JobSpec job;
+};
+
+Planned planned(const std::string& model, const std::string& gpu, int nodes, Dtype dtype,
+                bool flash) {
+  Planned s{find_preset(model).model, default_cluster(find_device(gpu), nodes), JobSpec{}};
+  s.job.seq_len = find_preset(model).seq_len;
+  s.job.global_batch_tokens = find_preset(model).global_batch_tokens;
+  s.job.train_tokens = 1e12;
+  s.job.dtype = dtype;
+  s.job.flash_attention = flash;
+  return s;
+}
+
+// Mixed-precision Adam keeps 16 bytes per parameter (ZeRO paper, section 3.1: 2 + 2 + 12):
+// a 7B model needs 16 × 6.74e9 bytes of model state on one device, and ZeRO-3 over 8 devices
+// divides all of it by 8; ZeRO-1 only the 12 optimizer bytes, ZeRO-2 also the 2 gradient bytes.
+TEST(PlanMemoryModel, MixedPrecisionAdamIs16BytesPerParameterAndZeroDividesIt) {
+  Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  const double P = double(count_params(s.model).total);
+  Layout l;
+  l.dp = 1;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(s.model, s.cluster, s.job, l, 1).model_state(), 16 * P);
+  l.dp = 8;
+  const double expect[] = {16 * P, (2 + 2 + 12.0 / 8) * P, (2 + 14.0 / 8) * P, 16 * P / 8};
+  for (int zero = 0; zero <= 3; zero++) {
+    l.zero = zero;
+    EXPECT_DOUBLE_EQ(memory_per_gpu(s.model, s.cluster, s.job, l, 1).model_state(), expect[zero])
+        << "zero=" << zero;
+  }
+  // fp32 Adam: 4 + 4 + 8 bytes.
+  s.job.dtype = Dtype::fp32;
+  l.zero = 0;
+  const MemoryBreakdown m = memory_per_gpu(s.model, s.cluster, s.job, l, 1);
+  EXPECT_DOUBLE_EQ(m.weights, 4 * P);
+  EXPECT_DOUBLE_EQ(m.optimizer, 8 * P);
+}
+
+// Korthikanti et al. 2022, section 4 (GPT-3 175B shapes, 16-bit activations, dropout, attention
+// scores kept): bytes per layer s·b·h·(10 + 24/t + 5as/(ht)) with tensor parallelism,
+// s·b·h·(34/t + 5as/(ht)) with sequence parallelism too, 34·s·b·h/t with selective recompute,
+// 2·s·b·h with full recompute.
+TEST(PlanMemoryModel, ActivationsMatchKorthikanti) {
+  Planned s = planned("gpt3-175b", "a100-80gb", 1, Dtype::fp16, false);
+  const double S = 2048, b = 2, h = 12288, a = 96, t = 8;
+  Layout l;
+  l.tp = 8, l.mb = 2, l.dp = 1;
+  const double sbh = S * b * h;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none),
+                   sbh * (10 + 24 / t + 5 * a * S / (h * t)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::full), 2 * sbh);
+  l.sp = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none),
+                   sbh * (34 / t + 5 * a * S / (h * t)));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::selective), 34 * sbh / t);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::full), 2 * sbh / t);
+  // Flash attention keeps no score matrix: selective recompute saves nothing more.
+  s.job.flash_attention = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none),
+                   layer_activation_bytes(s.model, s.job, l, Recompute::selective));
+}
+
+// 1F1B: stage k keeps min(m, p − k) micro-batches, so the first stage holds p × L/p = L layers'
+// worth; the interleaved schedule multiplies that by 1 + (p − 1)/(p·v) (Korthikanti et al.,
+// section 4.2.3).
+TEST(PlanMemoryModel, PipelineKeepsMicroBatchesInFlight) {
+  const ModelSpec m = find_preset("gpt3-175b").model;  // 96 layers
+  Layout l;
+  l.tp = 8, l.pp = 16;
+  std::vector<Stage> st = pipeline_stages(m, l, 64);
+  EXPECT_DOUBLE_EQ(st[0].in_flight_layers, 96);
+  EXPECT_DOUBLE_EQ(st[15].in_flight_layers, 6);
+  EXPECT_DOUBLE_EQ(pipeline_stages(m, l, 4)[0].in_flight_layers, 4 * 6);  // m < p
+  l.vpp = 2;
+  st = pipeline_stages(m, l, 64);
+  EXPECT_DOUBLE_EQ(st[0].in_flight_layers, 96 * (1 + 15.0 / (16 * 2)));
+}
+
+TEST(PlanMemoryModel, UnevenPipelineGivesTheExtraLayersToMiddleStages) {
+  // Llama 3 405B on 16 stages: 126 layers, the first and last stage one layer short.
+  std::vector<int> layers = split_layers(126, 16, 1);
+  EXPECT_EQ(layers.front(), 7);
+  EXPECT_EQ(layers.back(), 7);
+  for (int s = 1; s < 15; s++) EXPECT_EQ(layers[s], 8);
+  EXPECT_EQ(split_layers(96, 16, 2), std::vector<int>(16, 6));
+}
+
+// The allowance and the reservation are stated: total = (counted) × (1 + allowance) + reserved.
+TEST(PlanMemoryModel, AllowanceAndReservationAreAddedAsStated) {
+  Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  s.job.mem_allowance = 0.25;
+  Layout l;
+  l.dp = 8, l.zero = 1, l.recompute = Recompute::full;
+  const MemoryBreakdown m = memory_per_gpu(s.model, s.cluster, s.job, l, 128);
+  const double counted = m.weights + m.grads + m.optimizer + m.activations + m.transient;
+  EXPECT_DOUBLE_EQ(m.allowance, 0.25 * counted);
+  EXPECT_DOUBLE_EQ(m.reserved, 2.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(m.total, counted * 1.25 + m.reserved);
+  EXPECT_DOUBLE_EQ(m.capacity, 80e9);
+}
+
+}  // namespace
+}  // namespace kiln::plan

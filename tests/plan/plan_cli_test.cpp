@@ -1,0 +1,71 @@
+// `kiln plan` end to end: the binary, its tables, its JSON and its errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using kiln::testing::run_kiln;
+
+TEST(PlanCli, EvaluatesOneLayoutAsJson) {
+  auto r = run_kiln(
+      "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --layout "
+      "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective --attention unfused --usd-per-gpu-hour 2 "
+      "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["layout"]["text"], "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective");
+  for (const char* key : {"tflops_per_gpu_model", "tflops_per_gpu_hw", "step_time_s", "gpu_hours",
+                          "memory_per_gpu_gib", "days", "cost_usd", "energy_kwh", "co2_t"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["tflops_per_gpu_hw"].get<double>(), j["tflops_per_gpu_model"].get<double>());
+  EXPECT_EQ(j["cluster"]["devices"], 1024);
+}
+
+TEST(PlanCli, SearchPrintsARankedTable) {
+  auto r = run_kiln("plan --model llama2-13b --gpu h100-sxm --nodes 4 --top 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fit in memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  1  tp="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  3  tp="), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("  4  tp="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the best layout in detail"), std::string::npos);
+}
+
+TEST(PlanCli, BadInputSaysWhatWouldWork) {
+  auto r = run_kiln("plan --model llama2-70b --gpu a100-80gb");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("needs at least 24 devices with ZeRO-3"), std::string::npos) << r.output;
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --layout tp=3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("tp=3 does not divide the 32 attention heads"), std::string::npos)
+      << r.output;
+  r = run_kiln("plan --model llama2-7b --gpu b100");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("unknown GPU 'b100'"), std::string::npos) << r.output;
+  r = run_kiln("plan --model llama2-7b");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("give --gpu NAME"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, PlansAKilnConfigOnACalibratedMachine) {
+  kiln::testing::TempDir dir;
+  const std::string hw = dir / "cpu.toml";
+  auto r = run_kiln("plan --calibrate --seconds 0.01 --rounds 1 --output " + hw);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not measured: collective bandwidth"), std::string::npos) << r.output;
+  r = run_kiln("plan --config " + kiln::testing::source_path("configs/tiny.toml") + " --hardware " +
+               hw + " --layout mb=8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["job"]["dtype"], "fp32");
+  EXPECT_EQ(j["model"]["vocab"], 384);  // 257 padded to a multiple of 128
+  EXPECT_GT(j["step_time_s"].get<double>(), 0);
+  EXPECT_TRUE(j["fits"].get<bool>());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,184 @@
+#include "plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "core/error.h"
+#include "plan/report.h"
+
+namespace kiln::plan {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+JobSpec job_of(const Preset& p) {
+  JobSpec j;
+  j.seq_len = p.seq_len;
+  j.global_batch_tokens = p.global_batch_tokens;
+  j.train_tokens = p.train_tokens;
+  return j;
+}
+
+// GPT-2 1.5B has 25 heads: on 8 devices only tp=1 splits them evenly.
+TEST(PlanPlanner, SearchRejectsTensorParallelismThatDoesNotDivideTheHeads) {
+  const Preset& p = find_preset("gpt2-1.5b");
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  const SearchResult r = search(p.model, c, job_of(p));
+  ASSERT_FALSE(r.fitting.empty());
+  for (const Estimate& e : r.fitting) EXPECT_EQ(e.layout.tp, 1) << e.layout.to_string();
+  Layout l;
+  l.tp = 2, l.dp = 4;
+  const Estimate e = evaluate(p.model, c, job_of(p), l);
+  EXPECT_FALSE(e.valid());
+  EXPECT_NE(e.invalid.find("tp=2 does not divide the 25 attention heads of gpt2-1.5b; tp can be 1"),
+            std::string::npos)
+      << e.invalid;
+  EXPECT_NE(error_of([&] {
+              complete_layout(p.model, c, job_of(p), parse_layout("tp=4"));
+            }).find("tp=4 does not divide the 25 attention heads"),
+            std::string::npos);
+}
+
+TEST(PlanPlanner, SearchRanksFittingLayoutsByStepTime) {
+  const Preset& p = find_preset("llama2-13b");
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 8);
+  const SearchResult r = search(p.model, c, job_of(p));
+  ASSERT_GT(r.fitting.size(), 10u);
+  for (size_t i = 1; i < r.fitting.size(); i++)
+    // Ranked by step time to 3 significant digits (then the lower ZeRO stage).
+    EXPECT_LE(r.fitting[i - 1].time.step, r.fitting[i].time.step * 1.01);
+  for (const Estimate& e : r.fitting) EXPECT_TRUE(e.fits());
+  for (const Estimate& e : r.faster_oom) {
+    EXPECT_FALSE(e.memory.fits());
+    EXPECT_LT(e.time.step, r.fitting.front().time.step);
+  }
+  EXPECT_GE(r.considered, int64_t(r.fitting.size() + r.faster_oom.size()));
+}
+
+// Llama 2 70B on one node of A100-80GB: 16 bytes × 69B of model state alone is 1.1 TB, so it
+// needs ZeRO-3 over at least 24 devices (1.1 TB / 24 = 46 GB plus activations), or 16-way model
+// parallelism.
+TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
+  const Preset& p = find_preset("llama2-70b");
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  const JobSpec j = job_of(p);
+  EXPECT_TRUE(search(p.model, c, j).fitting.empty());
+  const std::string advice = fit_advice(p.model, c, j);
+  EXPECT_NE(advice.find("at least 24 devices with ZeRO-3 (3 nodes)"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("tp×pp = 16 with ZeRO-1"), std::string::npos) << advice;
+  // Four nodes, tensor-parallel over the node, no ZeRO: out of memory; ZeRO-2 or 3 would fit.
+  const ClusterSpec four = default_cluster(find_device("a100-80gb"), 4);
+  Layout l = complete_layout(p.model, four, j, parse_layout("tp=8,mb=1"));
+  EXPECT_FALSE(evaluate(p.model, four, j, l).fits());
+  const std::vector<std::string> fixes = layout_fixes(p.model, four, j, l);
+  ASSERT_FALSE(fixes.empty());
+  EXPECT_TRUE(std::any_of(fixes.begin(), fixes.end(),
+                          [](const std::string& f) { return f.rfind("zero=3", 0) == 0; }));
+}
+
+TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
+  const Preset& p = find_preset("gpt3-175b");
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 128);
+  const JobSpec j = job_of(p);
+  EXPECT_NE(error_of([&] { parse_layout("tp=8,pq=2"); }).find("unknown key 'pq' (did you mean"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_layout("tp=8,tp=4"); }).find("'tp' is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_layout("recompute=most"); }).find("none, selective or full"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_layout("zero=4"); }).find("ZeRO stage 0..3"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              complete_layout(p.model, c, j, parse_layout("tp=8,pp=16,dp=16"));
+            }).find("use dp=8"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              complete_layout(p.model, c, j, parse_layout("tp=8,pp=16,mb=5"));
+            }).find("does not split into dp×mb = 8×5; mb can be 1, 2, 3, 4, 6, 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              complete_layout(p.model, c, j, parse_layout("tp=8,pp=16,mb=1,vpp=7"));
+            }).find("pp×vpp = 112 chunks"),
+            std::string::npos);
+  const Layout l = complete_layout(p.model, c, j, parse_layout("tp=8,pp=16,mb=1,zero=1"));
+  EXPECT_EQ(l.dp, 8);
+  EXPECT_TRUE(l.sp);  // on by default with tp > 1
+  EXPECT_EQ(l.to_string(), "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=none");
+}
+
+TEST(PlanPlanner, UnknownHardwareListsTheCatalog) {
+  const std::string e = error_of([] { find_device("b200"); });
+  EXPECT_NE(e.find("unknown GPU 'b200'"), std::string::npos);
+  EXPECT_NE(e.find("a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, mi250x, mi300x, cpu"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of([] { find_device("h100"); }).find("did you mean"), std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_topology("torus"); }).find("fat-tree, spine-leaf, dragonfly or ring"),
+      std::string::npos);
+  ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  c.oversubscription = 2;
+  EXPECT_NE(error_of([&] { c.validate(); }).find("use --topology spine-leaf"), std::string::npos);
+}
+
+TEST(PlanPlanner, JobErrorsNameTheFlag) {
+  JobSpec j;
+  j.seq_len = 4096;
+  j.global_batch_tokens = 4096 * 3 + 5;
+  j.train_tokens = 1e9;
+  EXPECT_NE(error_of([&] { j.validate(); }).find("not a whole number of 4096-token sequences"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_count("4Mi", "--x"), 4194304);
+  EXPECT_DOUBLE_EQ(parse_count("300B", "--x"), 300e9);
+  EXPECT_DOUBLE_EQ(parse_count("2e12", "--x"), 2e12);
+  EXPECT_NE(error_of([] { parse_count("3X", "--tokens"); }).find("--tokens '3X': unknown suffix"),
+            std::string::npos);
+}
+
+// Run totals follow from the step: GPU-hours = steps × step time × devices / 3600, energy =
+// (devices × W + nodes × overhead) × hours × PUE, CO2 = energy × intensity.
+TEST(PlanPlanner, CostEnergyAndCarbonFollowFromTheStepTime) {
+  const Preset& p = find_preset("llama2-7b");
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  JobSpec j = job_of(p);
+  j.usd_per_gpu_hour = 2;
+  j.gpu_power_w = 400;
+  j.node_overhead_w = 1000;
+  j.pue = 1.1;
+  j.gco2_per_kwh = 400;
+  const Estimate e =
+      evaluate(p.model, c, j, complete_layout(p.model, c, j, parse_layout("mb=1,zero=1")));
+  ASSERT_TRUE(e.fits());
+  const double seconds = e.steps * e.time.step;
+  EXPECT_NEAR(e.gpu_hours, seconds / 3600 * 128, 1e-6 * e.gpu_hours);
+  EXPECT_NEAR(e.cost_usd, 2 * e.gpu_hours, 1e-6 * e.cost_usd);
+  EXPECT_NEAR(e.energy_kwh, (128 * 400 + 16 * 1000) / 1000.0 * seconds / 3600 * 1.1,
+              1e-6 * e.energy_kwh);
+  EXPECT_NEAR(e.co2_t, e.energy_kwh * 400e-6, 1e-9 * e.co2_t);
+  EXPECT_NEAR(e.mfu, e.tflops_per_gpu_model / 312, 1e-12);
+}
+
+TEST(PlanPlanner, JsonKeysCarryUnits) {
+  const Preset& p = find_preset("llama2-7b");
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  const JobSpec j = job_of(p);
+  const Estimate e = evaluate(p.model, c, j, complete_layout(p.model, c, j, parse_layout("tp=2")));
+  const nlohmann::json js = estimate_json(e, PlanInputs{p.model, c, j});
+  for (const char* key :
+       {"tflops_per_gpu_model", "tflops_per_gpu_hw", "step_time_s", "gpu_hours",
+        "memory_per_gpu_gib", "tokens_per_s", "energy_kwh", "co2_t", "days", "mfu"})
+    EXPECT_TRUE(js.contains(key)) << key;
+  EXPECT_DOUBLE_EQ(js["step_time_s"].get<double>(), e.time.step);
+  EXPECT_TRUE(js["cost_usd"].is_null());  // no price given
+}
+
+}  // namespace
+}  // namespace kiln::plan

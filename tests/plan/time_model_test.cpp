@@ -1,0 +1,145 @@
+#include "plan/time_model.h"
+
+#include <gtest/gtest.h>
+
+#include "plan/collectives.h"
+#include "plan/planner.h"
+
+namespace kiln::plan {
+namespace {
+
+// A model whose embedding and head are negligible, so every pipeline stage does the same work.
+ModelSpec even_model() {
+  ModelSpec m;
+  m.name = "even";
+  m.n_layer = 32;
+  m.hidden = 4096;
+  m.n_head = 32;
+  m.n_kv_head = 32;
+  m.ffn_hidden = 16384;
+  m.vocab = 128;
+  m.max_seq = 2048;
+  m.learned_positions = false;
+  return m;
+}
+
+JobSpec job(int64_t seqs) {
+  JobSpec j;
+  j.seq_len = 2048;
+  j.global_batch_tokens = seqs * 2048;
+  j.train_tokens = 1e12;
+  return j;
+}
+
+// The pipeline bubble is (p − 1)/(m + p − 1) of the pipeline's time with 1F1B and
+// (p − 1)/(v·m + p − 1) with v interleaved stages (Narayanan et al. 2021, sections 2.2.1-2.2.2).
+TEST(PlanTimeModel, PipelineBubbleFollowsTheScheduleFormula) {
+  const ModelSpec m = even_model();
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 8);
+  const JobSpec j = job(32);
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 1, l.mb = 1, l.sp = true;
+  for (int v : {1, 2, 4}) {
+    l.vpp = v;
+    const TimeBreakdown t = step_time(m, c, j, l, 32);
+    const double pipeline = t.step - t.dp_exposed - t.optimizer;
+    EXPECT_NEAR(t.bubble / pipeline, 7.0 / (v * 32 + 7), 0.003) << "vpp=" << v;
+  }
+}
+
+TEST(PlanTimeModel, MoreMicroBatchesShrinkTheBubble) {
+  const ModelSpec m = even_model();
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  Layout l;
+  l.tp = 8, l.pp = 4, l.dp = 1, l.mb = 1, l.sp = true;
+  const TimeBreakdown few = step_time(m, c, job(8), l, 8);
+  const TimeBreakdown many = step_time(m, c, job(64), l, 64);
+  EXPECT_GT(few.bubble / few.step, many.bubble / many.step);
+}
+
+// Full recomputation repeats the forward: about a third more compute than none.
+TEST(PlanTimeModel, FullRecomputeAddsAForwardPass) {
+  const ModelSpec m = even_model();
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  Layout l;
+  l.dp = 8, l.mb = 1;
+  const TimeBreakdown none = step_time(m, c, job(64), l, 8);
+  l.recompute = Recompute::full;
+  const TimeBreakdown full = step_time(m, c, job(64), l, 8);
+  EXPECT_NEAR(full.recompute / (none.compute), 1.0 / 3, 0.03);
+  EXPECT_NEAR(full.compute - full.recompute, none.compute, 1e-9 * none.compute);
+}
+
+// Data-parallel gradients overlap with the last backward unless told not to.
+TEST(PlanTimeModel, OverlapHidesDataParallelTraffic) {
+  const ModelSpec m = even_model();
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  JobSpec j = job(32);
+  Layout l;
+  l.dp = 32, l.mb = 1;
+  const TimeBreakdown overlapped = step_time(m, c, j, l, 1);
+  j.overlap_dp = false;
+  const TimeBreakdown serial = step_time(m, c, j, l, 1);
+  EXPECT_GT(serial.dp_comm, 0);
+  EXPECT_DOUBLE_EQ(serial.dp_exposed, serial.dp_comm);
+  EXPECT_LT(overlapped.dp_exposed, serial.dp_exposed);
+  EXPECT_NEAR(serial.step - serial.dp_exposed, overlapped.step - overlapped.dp_exposed,
+              1e-9 * serial.step);
+}
+
+// Ring costs (docs/planner.md): all-reduce base + 2(n−1)α + 2(n−1)/n·S/B, reduce-scatter and
+// all-gather half the steps and bytes; between nodes the bytes go over k NICs in parallel.
+TEST(PlanCollectives, RingAndTreeCosts) {
+  GroupPath g;
+  g.size = 8, g.per_node = 8, g.nodes = 1;
+  g.intra_bw = 240e9, g.intra_lat = 3.4e-6;
+  const double S = 1e9;
+  EXPECT_DOUBLE_EQ(all_reduce_s(S, g), 8.4e-6 + 14 * 3.4e-6 + 2.0 * 7 / 8 * S / 240e9);
+  EXPECT_DOUBLE_EQ(reduce_scatter_s(S, g), 8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * S / 240e9);
+  EXPECT_DOUBLE_EQ(all_gather_s(S, g), reduce_scatter_s(S, g));
+  g.size = 16, g.nodes = 2, g.net_bw = 23e9, g.net_lat = 9.6e-6;
+  const double W = S / (8 * 23e9);  // 8 NICs carry it; NVLink (240 GB/s) is not the bottleneck
+  EXPECT_DOUBLE_EQ(all_reduce_s(S, g), 8.4e-6 + 30 * 9.6e-6 + 2.0 * 15 / 16 * W);
+  // A small message is latency-bound: the tree's 2·log2(N) network steps beat the ring's 2(n−1).
+  const double tiny = 1024;
+  const double tree = 8.4e-6 + 2 * (1 * 9.6e-6 + 7 * 3.4e-6) + 2 * tiny / (8 * 23e9);
+  EXPECT_DOUBLE_EQ(all_reduce_s(tiny, g), tree);
+}
+
+TEST(PlanCollectives, OversubscriptionSlowsTrafficThatLeavesALeaf) {
+  ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  Layout l;
+  l.tp = 8, l.dp = 16;
+  EXPECT_DOUBLE_EQ(group_path(c, l, Dim::dp).slowdown, 1);  // fat-tree
+  c.topology = Topology::spine_leaf;
+  c.oversubscription = 4;
+  c.nodes_per_domain = 2;
+  // A ring over 16 nodes with 2 under each leaf: 4:1 uplinks shared by 2 nodes' rings → 2×.
+  EXPECT_DOUBLE_EQ(group_path(c, l, Dim::dp).slowdown, 2);
+  c.nodes_per_domain = 16;  // the whole ring under one leaf
+  EXPECT_DOUBLE_EQ(group_path(c, l, Dim::dp).slowdown, 1);
+  c.nodes_per_domain = 2;
+  c.topology = Topology::dragonfly;
+  c.oversubscription = 1;  // balanced global links, but Valiant routing crosses two of them
+  EXPECT_DOUBLE_EQ(group_path(c, l, Dim::dp).slowdown, 1);
+  c.nodes_per_domain = 1;
+  EXPECT_DOUBLE_EQ(group_path(c, l, Dim::dp).slowdown, 2);
+  // Pipeline sends two nodes apart with 2 nodes per leaf all leave the leaf: the full 4×.
+  c.topology = Topology::spine_leaf;
+  c.oversubscription = 4;
+  c.nodes_per_domain = 2;
+  Layout p;
+  p.tp = 8, p.dp = 2, p.pp = 8;
+  const double bytes = 1e8;
+  EXPECT_DOUBLE_EQ(p2p_s(bytes, c, p), c.inter_latency() + bytes / (c.inter_bw_per_gpu() / 4));
+  // A physical ring of nodes: a group with members 2 nodes apart shares each link two ways.
+  c.topology = Topology::ring;
+  c.oversubscription = 1;
+  c.order = RankOrder::tp_pp_dp;
+  Layout r;
+  r.tp = 8, r.pp = 2, r.dp = 8;
+  EXPECT_DOUBLE_EQ(group_path(c, r, Dim::dp).slowdown, 2);
+}
+
+}  // namespace
+}  // namespace kiln::plan
