@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -22,11 +23,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const kiln::Error& e) {
-    fmt::print(stderr, "kiln: error: {}\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "kiln: error: {}\n", e.what());
+    // In a multi-process job the other ranks may be waiting for this one in a collective.
+    if (kiln::launched_by_mpi()) kiln::abort_job(1);
     return 1;
   }
   return 0;

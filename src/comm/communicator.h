@@ -89,6 +89,10 @@ bool launched_by_mpi();
 std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o = {});
 std::unique_ptr<Communicator> make_self_communicator();
 
+// Ends the whole job after a fatal error on this rank: MPI_Abort when MPI is running, so that
+// peers blocked in a collective do not wait for their timeout; exit(code) otherwise.
+[[noreturn]] void abort_job(int code);
+
 // bf16 <-> fp32 (round to nearest even), used by the bf16 reductions.
 uint16_t float_to_bf16(float f);
 float bf16_to_float(uint16_t h);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -256,6 +257,16 @@ class MpiCommunicator : public Communicator {
 };
 
 }  // namespace
+
+void abort_job(int code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})

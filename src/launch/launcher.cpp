@@ -27,7 +27,12 @@ RankFailure parse_mpirun_failure(const std::string& out) {
   static const std::regex signaled(
       R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
   static const std::regex exited(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+))");
-  if (std::regex_search(out, m, signaled)) {
+  static const std::regex aborted(
+      R"(MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (\d+))");
+  if (std::regex_search(out, m, aborted)) {
+    f.rank = std::stoi(m[1]);
+    f.exit_code = std::stoi(m[2]);
+  } else if (std::regex_search(out, m, signaled)) {
     f.rank = std::stoi(m[1]);
     f.signal = std::stoi(m[2]);
   } else if (std::regex_search(out, m, exited)) {

@@ -182,6 +182,31 @@ TEST_F(DataParallelRun, LaunchGivesUpAfterMaxRestartsWithTheStory) {
   EXPECT_NE(r.output.find("global batch"), std::string::npos) << r.output;
 }
 
+TEST_F(DataParallelRun, AnErrorOnOneRankEndsTheWholeJobWithItsStory) {
+  // A token outside the vocabulary that only rank 1 reads (rank 1's first micro-batch, without
+  // shuffling, holds tokens 32..64): rank 1 fails, and rank 0, waiting for it in a reduction,
+  // must be stopped too rather than wait for the collective timeout.
+  std::vector<uint16_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<uint16_t>((i * 7) % 200);
+  tokens[40] = 9999;
+  {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(tokens.size());
+    std::ofstream f(dir_ / "bad.bin", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+    f.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  }
+  auto r = run_kiln(
+      "launch -n 2 " + config_ + " --set train.batch_size=2 --set data.shuffle=false" +
+      " --set data.train=" + (dir_ / "bad.bin") + " --set train.out_dir=" + (dir_ / "bad"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] kiln: error: data.train: token id 9999"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 1 exited with code 1"), std::string::npos) << r.output;
+}
+
 TEST_F(DataParallelRun, BenchRunsItselfUnderMpirunAndReportsTheWait) {
   auto r = run_kiln("bench train --config " + config_ +
                     " --set train.batch_size=2 --steps 3 -n 2 --json");
