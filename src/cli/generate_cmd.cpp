@@ -124,8 +124,8 @@ void generate(const GenerateOpts& o) {
 }  // namespace
 
 void register_generate(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate",
-                                 "Sample token ids from a trained checkpoint (KV-cached decoding)");
+  auto* cmd =
+      app.add_subcommand("generate", "Sample text from a trained checkpoint (KV-cached decoding)");
   auto o = std::make_shared<GenerateOpts>();
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, or a run directory (its newest checkpoint)")

@@ -3,18 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "test_util.h"
 
 namespace kiln::plan {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 TEST(PlanHardware, FileStartsFromACatalogEntryAndOverridesIt) {
   const HardwareFile hw = parse_hardware_toml(R"(

@@ -7,18 +7,12 @@
 
 #include "core/error.h"
 #include "plan/report.h"
+#include "test_util.h"
 
 namespace kiln::plan {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 JobSpec job_of(const Preset& p) {
   JobSpec j;
