@@ -25,6 +25,7 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;  // rethrows the operation's error (timeout, transport)
+  virtual bool test() = 0;  // finished (or failed), without waiting
 };
 
 struct CommOptions {

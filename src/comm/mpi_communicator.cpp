@@ -82,6 +82,10 @@ struct OpState : public Work {
     cv.wait(lock, [&] { return done; });
     if (!error.empty()) throw Error(error);
   }
+  bool test() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return done;
+  }
   void finish(std::string err) {
     std::lock_guard<std::mutex> lock(mu);
     done = true;

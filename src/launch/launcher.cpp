@@ -71,8 +71,16 @@ void forward_signal(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
 
-// Runs one attempt; streams its output with rank prefixes; returns (exit status, raw output).
-std::pair<int, std::string> run_attempt(const std::vector<std::string>& cmd, long& last_step) {
+struct Attempt {
+  int status = 0;
+  std::string output;   // everything mpirun printed
+  long last_step = -1;  // the last step rank 0 reported
+  int error_rank = -1;  // the first rank that printed "kiln: error:"
+};
+
+// Runs one attempt and streams its output with rank prefixes.
+Attempt run_attempt(const std::vector<std::string>& cmd) {
+  Attempt a;
   int fds[2];
   if (pipe(fds) != 0) fail("launch: pipe failed: {}", std::strerror(errno));
   pid_t pid = fork();
@@ -92,7 +100,6 @@ std::pair<int, std::string> run_attempt(const std::vector<std::string>& cmd, lon
   g_child = pid;
   close(fds[1]);
   FILE* in = fdopen(fds[0], "r");
-  std::string all;
   static const std::regex tag(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:\s?(.*)$)");
   static const std::regex step(R"(^step\s+(\d+)/\d+ \|)");
   char* line = nullptr;
@@ -100,14 +107,15 @@ std::pair<int, std::string> run_attempt(const std::vector<std::string>& cmd, lon
   ssize_t n;
   while ((n = getline(&line, &cap, in)) > 0) {
     std::string s(line, n);
-    all += s;
+    a.output += s;
     if (!s.empty() && s.back() == '\n') s.pop_back();
     std::smatch m;
     if (std::regex_match(s, m, tag)) {
       int rank = std::stoi(m[1]);
       std::string text = m[3];
       std::smatch sm;
-      if (rank == 0 && std::regex_search(text, sm, step)) last_step = std::stol(sm[1]);
+      if (rank == 0 && std::regex_search(text, sm, step)) a.last_step = std::stol(sm[1]);
+      if (a.error_rank < 0 && text.rfind("kiln: error:", 0) == 0) a.error_rank = rank;
       // Rank 0 speaks for the job; the others only when they report an error.
       if (rank == 0 || m[2] == "stderr") fmt::print("[rank {}] {}\n", rank, text);
     } else if (!s.empty()) {
@@ -117,10 +125,9 @@ std::pair<int, std::string> run_attempt(const std::vector<std::string>& cmd, lon
   }
   free(line);
   fclose(in);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(pid, &a.status, 0);
   g_child = 0;
-  return {status, all};
+  return a;
 }
 
 }  // namespace
@@ -132,18 +139,22 @@ int launch(const LaunchOptions& o) {
   signal(SIGTERM, forward_signal);
   std::vector<RankFailure> story;
   for (int attempt = 0;; attempt++) {
-    long last_step = -1;
-    auto cmd = mpirun_command(o, attempt > 0);
-    auto [status, out] = run_attempt(cmd, last_step);
+    Attempt a = run_attempt(mpirun_command(o, attempt > 0));
+    const int status = a.status;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       if (!story.empty())
         fmt::print("launch: finished after {} restart{}\n", story.size(),
                    story.size() == 1 ? "" : "s");
       return 0;
     }
-    RankFailure f = parse_mpirun_failure(out);
-    f.last_step = last_step;
-    if (f.rank < 0 && WIFEXITED(status)) f.exit_code = WEXITSTATUS(status);
+    RankFailure f = parse_mpirun_failure(a.output);
+    f.last_step = a.last_step;
+    if (f.rank < 0) {  // mpirun's report can be lost when a job aborts; the error line is not
+      f.rank = a.error_rank;
+      if (WIFEXITED(status)) f.exit_code = WEXITSTATUS(status);
+      // mpirun exits 128 + N when a rank died of signal N and it could not say which.
+      if (f.rank < 0 && f.exit_code > 128 && f.exit_code < 160) f.signal = f.exit_code - 128;
+    }
     story.push_back(f);
     if (attempt >= o.max_restarts) {
       fmt::print(stderr, "launch: giving up after {} attempt{}:\n", story.size(),

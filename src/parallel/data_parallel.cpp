@@ -11,13 +11,13 @@ DataParallel::DataParallel(Communicator& comm, int64_t numel,
                            const std::vector<int64_t>& tensor_offsets, int zero,
                            int64_t bucket_bytes)
     : comm_(comm), numel_(numel), zero_(zero) {
-  if (zero < 0 || zero > 1)
-    fail("train.zero = {} is not available: this build has ZeRO stages 0 and 1", zero);
+  if (zero < 0 || zero > 2)
+    fail("train.zero = {} is not available: this build has ZeRO stages 0, 1 and 2", zero);
   const int R = comm.size();
   shard_ = (numel + R - 1) / R;
   shard_begin_ = zero == 0 ? 0 : std::min(numel, shard_ * comm.rank());
   shard_end_ = zero == 0 ? numel : std::min(numel, shard_begin_ + shard_);
-  if (zero == 1) shard_grads_.resize(std::max<int64_t>(1, shard_end_ - shard_begin_));
+  if (zero >= 1) shard_grads_.resize(std::max<int64_t>(1, shard_end_ - shard_begin_));
   // Buckets from the end, closed at the first tensor edge past the size limit.
   const int64_t limit = std::max<int64_t>(1, bucket_bytes / 4);
   int64_t end = numel;
@@ -44,23 +44,43 @@ std::vector<int64_t> DataParallel::counts_in(int64_t begin, int64_t end) const {
   return c;
 }
 
-void DataParallel::begin(float* grads) {
-  grads_ = grads;
+void DataParallel::begin(PageBuffer& grads, bool first) {
+  pages_ = &grads;
+  grads_ = grads.data();
+  first_ = first;
+  into_ = shard_grads_.data();
+  if (zero_ == 2 && !first) {  // later micro-batches: reduce aside, then add
+    if (shard_tmp_.size() != shard_grads_.size()) shard_tmp_.resize(shard_grads_.size());
+    into_ = shard_tmp_.data();
+  }
   ready_from_ = numel_;
   next_bucket_ = 0;
   pending_.clear();
 }
 
-void DataParallel::launch(const Bucket& b) {
+void DataParallel::launch(size_t bucket) {
+  const Bucket& b = buckets_[bucket];
   if (zero_ == 0) {
-    pending_.push_back(comm_.all_reduce_async(grads_ + b.begin, b.end - b.begin, DType::F32));
+    pending_.emplace_back(bucket,
+                          comm_.all_reduce_async(grads_ + b.begin, b.end - b.begin, DType::F32));
     return;
   }
   // This rank's part of the bucket lands at its place in the shard buffer.
   int64_t mine = std::max(b.begin, shard_begin_);
-  float* out = shard_grads_.data() + std::max<int64_t>(0, mine - shard_begin_);
-  pending_.push_back(
-      comm_.reduce_scatter_async(grads_ + b.begin, out, counts_in(b.begin, b.end), DType::F32));
+  float* out = into_ + std::max<int64_t>(0, mine - shard_begin_);
+  pending_.emplace_back(bucket, comm_.reduce_scatter_async(grads_ + b.begin, out,
+                                                           counts_in(b.begin, b.end), DType::F32));
+}
+
+// zero 2: the pages of buckets whose reduction is done are no longer needed this step.
+void DataParallel::release_finished() {
+  if (zero_ != 2) return;
+  while (!pending_.empty() && pending_.front().second->test()) {
+    pending_.front().second->wait();  // rethrows a failure
+    const Bucket& b = buckets_[pending_.front().first];
+    pages_->release(b.begin, b.end);
+    pending_.erase(pending_.begin());
+  }
 }
 
 void DataParallel::ready(int64_t begin, int64_t end) {
@@ -69,17 +89,30 @@ void DataParallel::ready(int64_t begin, int64_t end) {
   // region but does not reach it (not expected from GPT-2's backward) is an internal error.
   KILN_CHECK(end >= ready_from_);
   ready_from_ = std::min(ready_from_, begin);
+  release_finished();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from_)
-    launch(buckets_[next_bucket_++]);
+    launch(next_bucket_++);
 }
 
 double DataParallel::finish() {
   KILN_CHECK(next_bucket_ == buckets_.size());
+  if (zero_ == 2) peak_resident_ = std::max<int64_t>(peak_resident_, pages_->resident_bytes());
   double t0 = now_seconds();
-  for (auto& w : pending_) w->wait();
+  for (auto& [bucket, w] : pending_) {
+    w->wait();
+    if (zero_ == 2) pages_->release(buckets_[bucket].begin, buckets_[bucket].end);
+  }
+  const double waited = now_seconds() - t0;
   pending_.clear();
+  if (zero_ == 2 && !first_) {
+    float* acc = shard_grads_.data();
+    const float* add = shard_tmp_.data();
+    const int64_t n = shard_end_ - shard_begin_;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) acc[i] += add[i];
+  }
   grads_ = nullptr;
-  return now_seconds() - t0;
+  return waited;
 }
 
 void DataParallel::gather(float* params) {

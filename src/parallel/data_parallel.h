@@ -12,6 +12,10 @@
 //             contiguous shard [r*S, (r+1)*S) of the flat buffer, S = ceil(N/R), updates only
 //             that shard of the parameters with its shard of the AdamW state, and the shards
 //             are all-gathered into every rank's parameters.
+//   zero = 2: as 1, and the gradients are sharded too: every micro-batch reduce-scatters its
+//             buckets (accumulating into the shard), and a bucket's pages of the full-size
+//             gradient buffer go back to the kernel as soon as its reduction is done, so only
+//             the buckets still in flight (and wte's, written at both ends of backward) are held.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,6 +23,7 @@
 
 #include "comm/communicator.h"
 #include "core/buffer.h"
+#include "core/page_buffer.h"
 
 namespace kiln {
 
@@ -34,8 +39,12 @@ class DataParallel {
   int64_t shard_size(int rank) const;
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
-  // Starts a step's reduction; grads is the flat gradient buffer.
-  void begin(float* grads);
+  // zero 2 reduces after every micro-batch, the others after the last one only.
+  bool reduces_every_micro_batch() const { return zero_ == 2; }
+  // Starts the reduction of one backward into the flat gradient buffer `grads` (zero 2: in
+  // `pages`, whose reduced buckets it releases). `first`: the step's first reduction (zero 2
+  // accumulates the later ones into the shard).
+  void begin(PageBuffer& grads, bool first = true);
   // Gradients [begin, end) are final for this step: reduce the buckets that became complete.
   void ready(int64_t begin, int64_t end);
   // Waits for every reduction of the step; returns the seconds spent waiting. Afterwards the
@@ -46,13 +55,16 @@ class DataParallel {
   void gather(float* params);
   // zero 1: the full buffer from the shards (checkpoints); `shard` is this rank's part.
   void gather_into(float* full, const float* shard);
-  int64_t comm_buffer_bytes() const { return shard_grads_.bytes(); }
+  int64_t comm_buffer_bytes() const { return shard_grads_.bytes() + shard_tmp_.bytes(); }
+  // zero 2: the most gradient-buffer memory held at the end of a backward so far (mincore).
+  int64_t peak_resident_grad_bytes() const { return peak_resident_; }
 
  private:
   struct Bucket {
     int64_t begin, end;
   };
-  void launch(const Bucket& b);
+  void launch(size_t bucket);
+  void release_finished();
   std::vector<int64_t> counts_in(int64_t begin, int64_t end) const;
 
   Communicator& comm_;
@@ -60,11 +72,15 @@ class DataParallel {
   int zero_;
   std::vector<Bucket> buckets_;  // in reduction order (from the end of the buffer)
   int64_t shard_begin_ = 0, shard_end_ = 0, shard_ = 0;
-  Buffer<float> shard_grads_;
+  Buffer<float> shard_grads_, shard_tmp_;
+  PageBuffer* pages_ = nullptr;
   float* grads_ = nullptr;
+  float* into_ = nullptr;  // where this reduction's shard goes
+  bool first_ = true;
+  int64_t peak_resident_ = 0;
   int64_t ready_from_ = 0;  // [ready_from_, numel_) is final
   size_t next_bucket_ = 0;
-  std::vector<std::shared_ptr<Work>> pending_;
+  std::vector<std::pair<size_t, std::shared_ptr<Work>>> pending_;  // (bucket, work)
 };
 
 }  // namespace kiln

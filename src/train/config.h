@@ -31,9 +31,9 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 disables clipping
   int64_t seed = 1337;
   std::string dtype = "fp32";
-  int threads = 0;        // 0: all cores
-  int zero = 0;           // ZeRO stage: 0 (optimizer state replicated) or 1 (sharded across dp)
-  double bucket_mb = 25;  // gradient bucket size for the data-parallel reduction
+  int threads = 0;  // 0: all cores
+  int zero = 0;     // ZeRO stage: 0 (replicated), 1 (optimizer state sharded), 2 (+ gradients)
+  double bucket_mb = 25;        // gradient bucket size for the data-parallel reduction
   std::string resume = "none";  // "none" | "auto"
   std::string init_from;        // a safetensors file with GPT-2 weights
   std::string out_dir = "runs/default";

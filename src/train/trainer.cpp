@@ -52,7 +52,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   dp_ = std::make_unique<DataParallel>(*comm_, n, offsets, cfg_.zero,
                                        static_cast<int64_t>(cfg_.bucket_mb * 1e6));
   params_.resize(n);
-  grads_.resize(n);
+  grads_ = PageBuffer(n);
   m_.resize(dp_->shard_end() - dp_->shard_begin());
   v_.resize(dp_->shard_end() - dp_->shard_begin());
   inputs_.resize(static_cast<size_t>(B) * T);
@@ -139,6 +139,8 @@ MemoryReport Trainer::memory() const {
   r.params = params_.bytes();
   r.grads = grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
+  // ZeRO-2 holds only part of the gradient buffer; report what a step held at most.
+  if (dp_->zero() == 2) r.grads = dp_->peak_resident_grad_bytes();
   r.comm_buffers = dp_->comm_buffer_bytes();
   r.activations = model_->activation_bytes();
   return r;
@@ -164,15 +166,15 @@ StepResult Trainer::step() {
   for (int micro = 0; micro < cfg_.grad_accum; micro++) {
     next_batch();
     loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss);
-    if (micro + 1 < cfg_.grad_accum) {  // only the last micro-batch reduces
-      model_->backward(params_.data(), grads_.data(), inputs_.data());
+    if (micro + 1 < cfg_.grad_accum && !dp_->reduces_every_micro_batch()) {
+      model_->backward(params_.data(), grads_.data(), inputs_.data());  // accumulate locally
       continue;
     }
-    dp_->begin(grads_.data());
+    dp_->begin(grads_, micro == 0);
     model_->backward(params_.data(), grads_.data(), inputs_.data(),
                      [this](int64_t b, int64_t e) { dp_->ready(b, e); });
+    r.comm_wait_seconds += dp_->finish();
   }
-  r.comm_wait_seconds = dp_->finish();
   const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
   // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1).
   const float* gshard = dp_->zero() == 0 ? grads_.data() : dp_->shard_grads();
@@ -354,18 +356,12 @@ void Trainer::log_step(const StepResult& r) {
 
 void Trainer::run() {
   if (!opts_.quiet) {
-    MemoryReport m = memory();
     fmt::print(
         "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
         "({}) | {} threads/rank | peak {:.0f} GFLOP/s\n",
         KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
         gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
         comm_->size(), cfg_.zero, comm_->backend(), num_threads(), peak_gflops_);
-    fmt::print(
-        "memory per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations "
-        "{:.1f} MiB, communication buffers {:.1f} MiB\n",
-        m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
-        m.activations / 1048576.0, m.comm_buffers / 1048576.0);
     std::fflush(stdout);
   }
   // Each rank leaves its pid where operators (and the recovery tests) find it.
@@ -375,8 +371,18 @@ void Trainer::run() {
       std::to_string(getpid()) + "\n");
   run_start_ = now_seconds();
   run_first_step_ = step_;
+  bool memory_shown = false;
   while (step_ < cfg_.steps) {
     StepResult r = step();
+    if (!memory_shown && !opts_.quiet) {  // after a step: ZeRO-2's gradient memory is measured
+      MemoryReport m = memory();
+      fmt::print(
+          "memory per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, "
+          "activations {:.1f} MiB, communication buffers {:.1f} MiB\n",
+          m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
+          m.activations / 1048576.0, m.comm_buffers / 1048576.0);
+      memory_shown = true;
+    }
     log_step(r);
     bool last = step_ == cfg_.steps;
     if (cfg_.val_every > 0 && (step_ % cfg_.val_every == 0 || last)) {

@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "core/buffer.h"
+#include "core/page_buffer.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/shards.h"
@@ -94,7 +95,8 @@ class Trainer {
   Communicator* comm_;  // the data-parallel group of grid_
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Gpt2> model_;
-  Buffer<float> params_, grads_;
+  Buffer<float> params_;
+  PageBuffer grads_;     // full size; with ZeRO-2 only the buckets in flight are resident
   Buffer<float> m_, v_;  // AdamW moments of this rank's shard [dp_->shard_begin(), shard_end())
   Buffer<int32_t> inputs_, targets_;
   ShardSet train_shards_, val_shards_;

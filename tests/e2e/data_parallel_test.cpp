@@ -87,7 +87,7 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
   auto ref = losses(dir_ / "ref/metrics.jsonl");
   ASSERT_EQ(ref.size(), 20u);
   for (int dp : {1, 2, 4}) {
-    for (int zero : {0, 1}) {
+    for (int zero : {0, 1, 2}) {
       std::string out = "dp" + std::to_string(dp) + "z" + std::to_string(zero);
       r = dp == 1 ? run_kiln(args(dp, zero, out)) : run_mpi(dp, args(dp, zero, out));
       ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
@@ -97,6 +97,11 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
         EXPECT_NEAR(got[step], loss, 1e-5 * loss) << out << " step " << step;
     }
   }
+  // ZeRO-2 with gradient accumulation reduces every micro-batch: the same global batch of 8.
+  r = run_mpi(2, args(2, 2, "accum") + " --set train.batch_size=2 --set train.grad_accum=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto accum = losses(dir_ / "accum/metrics.jsonl");
+  for (auto [step, loss] : ref) EXPECT_NEAR(accum[step], loss, 1e-5 * loss) << "accum " << step;
   // The same layout twice: the same bits.
   r = run_mpi(2, args(2, 1, "again"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -110,7 +115,7 @@ TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
   auto r = run_mpi(2, args(2, 1, "src"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto uninterrupted = losses(dir_ / "src/metrics.jsonl");
-  for (auto [dp, zero] : {std::pair{1, 0}, std::pair{4, 1}}) {
+  for (auto [dp, zero] : {std::pair{1, 0}, std::pair{4, 1}, std::pair{2, 2}}) {
     std::string out = "resumed" + std::to_string(dp);
     fs::create_directories(dir_ / (out + "/checkpoints"));
     fs::copy(dir_ / "src/checkpoints/step_00000010", dir_ / (out + "/checkpoints/step_00000010"),
@@ -159,9 +164,14 @@ TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
   waitpid(pid, &status, 0);
   std::string log = bytes_of(out + ".log");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
-  EXPECT_NE(log.find("rank " + std::to_string(victim) + " was killed by signal 9"),
-            std::string::npos)
-      << log;
+  // mpirun names the rank it saw die; OpenMPI sometimes loses that report while the job is torn
+  // down ("ORTE_ERROR_LOG: Out of resource in show_help.c"), and then only the signal is known.
+  EXPECT_NE(log.find("was killed by signal 9"), std::string::npos) << log;
+  if (log.find("mpirun noticed that process rank") != std::string::npos) {
+    EXPECT_NE(log.find("rank " + std::to_string(victim) + " was killed by signal 9"),
+              std::string::npos)
+        << log;
+  }
   EXPECT_NE(log.find("restarting from the newest complete checkpoint"), std::string::npos) << log;
   EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
   EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000200/model.safetensors") ==

@@ -1,0 +1,43 @@
+// A zeroed float array in its own anonymous memory mapping, whose pages can be handed back to the
+// kernel while the array stays addressable: released pages read as zero and cost no memory until
+// written again. ZeRO stage 2 keeps its full-size gradient buffer this way, holding only the
+// buckets whose reduction has not finished.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace kiln {
+
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  explicit PageBuffer(size_t n);
+  ~PageBuffer();
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  PageBuffer(PageBuffer&& o) noexcept { *this = std::move(o); }
+  PageBuffer& operator=(PageBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(mapped_, o.mapped_);
+    return *this;
+  }
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(float); }
+
+  // Zeroes [begin, end) and returns the whole pages inside it to the kernel.
+  void release(size_t begin, size_t end);
+  void zero() { release(0, size_); }
+  // Bytes of the mapping that are in memory now (mincore).
+  size_t resident_bytes() const;
+
+ private:
+  float* data_ = nullptr;
+  size_t size_ = 0, mapped_ = 0;
+};
+
+}  // namespace kiln
