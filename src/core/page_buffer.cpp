@@ -44,6 +44,10 @@ void PageBuffer::release(size_t begin, size_t end) {
   madvise(base + pb, pe - pb, MADV_DONTNEED);  // private anonymous: reads back as zero
 }
 
+void PageBuffer::zero() {
+  if (data_) std::memset(data_, 0, bytes());
+}
+
 size_t PageBuffer::resident_bytes() const {
   if (!data_) return 0;
   const size_t ps = page_size();

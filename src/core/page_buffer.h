@@ -29,9 +29,11 @@ class PageBuffer {
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(float); }
 
-  // Zeroes [begin, end) and returns the whole pages inside it to the kernel.
+  // Zeroes [begin, end) and returns the whole pages inside it to the kernel (they fault back in,
+  // zeroed, when written).
   void release(size_t begin, size_t end);
-  void zero() { release(0, size_); }
+  // Zeroes everything, keeping the pages: cheaper than faulting them back in when all are needed.
+  void zero();
   // Bytes of the mapping that are in memory now (mincore).
   size_t resident_bytes() const;
 

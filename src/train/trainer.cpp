@@ -161,7 +161,10 @@ StepResult Trainer::step() {
   const int64_t tokens =
       static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * comm_->size();
   const float dloss = 1.0f / static_cast<float>(tokens);
-  grads_.zero();
+  if (dp_->reduces_every_micro_batch())
+    grads_.release(0, grads_.size());  // ZeRO-2: pages come back only for the buckets written
+  else
+    grads_.zero();
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.grad_accum; micro++) {
     next_batch();
@@ -176,7 +179,7 @@ StepResult Trainer::step() {
     r.comm_wait_seconds += dp_->finish();
   }
   const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
-  // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1).
+  // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1, 2).
   const float* gshard = dp_->zero() == 0 ? grads_.data() : dp_->shard_grads();
   double sumsq = sum_squares(gshard, se - sb);
   if (comm_->size() > 1) {
