@@ -220,7 +220,7 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
 }  // namespace
 
 double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* targets,
-                     float dloss) {
+                     float dloss, const BlockHooks& hooks) {
   const Gpt2Config& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
@@ -233,6 +233,7 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
   }
   const float* residual = A.encoded;
   for (int l = 0; l < c.n_layer; l++) {
+    if (hooks.before) hooks.before(l);
     const BlockParams& W = P.h[l];
     Activations::Block& a = A.h[l];
     {
@@ -276,6 +277,7 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
       linear_forward(a.residual3, a.fch_gelu, W.fcproj_w, W.fcproj_b, BT, 4 * C, C, true);
     }
     residual = a.residual3;
+    if (hooks.after) hooks.after(l);
   }
   {
     Timed t(profile_, &Profile::layernorm);
@@ -296,7 +298,7 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
 }
 
 void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
-                    const GradsReady& ready) {
+                    const GradsReady& ready, const BlockHooks& hooks) {
   const Gpt2Config& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
@@ -327,6 +329,7 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
   };
   if (ready) ready(block_begin(c.n_layer), layout_.total);
   for (int l = c.n_layer - 1; l >= 0; l--) {
+    if (hooks.before) hooks.before(l);
     const BlockParams& W = P.h[l];
     BlockParams& D = G.h[l];
     Activations::Block& a = A.h[l];
@@ -367,6 +370,7 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
                          a.ln1_rstd, BT, C);
     }
+    if (hooks.after) hooks.after(l);
     if (ready) ready(block_begin(l), block_begin(l + 1));
   }
   {

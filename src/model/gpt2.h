@@ -126,14 +126,20 @@ class Gpt2 {
   // Forward over inputs (B,T); with targets (B,T) computes per-token losses and returns their
   // sum. If dloss != 0 the logits buffer is turned into dlogits for a following backward(),
   // each token's loss weighted by dloss (1 / tokens of the whole step).
-  double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss);
+  // Called around each block's forward and backward with the block index: ZeRO-3 makes the
+  // block's parameters present just before and drops them just after.
+  struct BlockHooks {
+    std::function<void(int block)> before, after;
+  };
+  double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss,
+                 const BlockHooks& hooks = {});
   // Called during backward each time a range [begin, end) of the flat gradient buffer is final
   // for this backward: ln_f's range first, then each block from the last to the first, then
   // [0, first block) holding wte and wpe. Data parallelism starts its reductions from it.
   using GradsReady = std::function<void(int64_t begin, int64_t end)>;
   // Accumulates parameter gradients into grads (same layout as params).
   void backward(const float* params, float* grads, const int32_t* inputs,
-                const GradsReady& ready = {});
+                const GradsReady& ready = {}, const BlockHooks& hooks = {});
 
   // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
   const float* logits() const { return acts_.logits; }

@@ -11,8 +11,7 @@ DataParallel::DataParallel(Communicator& comm, int64_t numel,
                            const std::vector<int64_t>& tensor_offsets, int zero,
                            int64_t bucket_bytes)
     : comm_(comm), numel_(numel), zero_(zero) {
-  if (zero < 0 || zero > 2)
-    fail("train.zero = {} is not available: this build has ZeRO stages 0, 1 and 2", zero);
+  if (zero < 0 || zero > 3) fail("train.zero = {}: ZeRO stages are 0, 1, 2 and 3", zero);
   const int R = comm.size();
   shard_ = (numel + R - 1) / R;
   shard_begin_ = zero == 0 ? 0 : std::min(numel, shard_ * comm.rank());
@@ -49,7 +48,7 @@ void DataParallel::begin(PageBuffer& grads, bool first) {
   grads_ = grads.data();
   first_ = first;
   into_ = shard_grads_.data();
-  if (zero_ == 2 && !first) {  // later micro-batches: reduce aside, then add
+  if (zero_ >= 2 && !first) {  // later micro-batches: reduce aside, then add
     if (shard_tmp_.size() != shard_grads_.size()) shard_tmp_.resize(shard_grads_.size());
     into_ = shard_tmp_.data();
   }
@@ -74,7 +73,7 @@ void DataParallel::launch(size_t bucket) {
 
 // zero 2: the pages of buckets whose reduction is done are no longer needed this step.
 void DataParallel::release_finished() {
-  if (zero_ != 2) return;
+  if (zero_ < 2) return;
   while (!pending_.empty() && pending_.front().second->test()) {
     pending_.front().second->wait();  // rethrows a failure
     const Bucket& b = buckets_[pending_.front().first];
@@ -96,15 +95,15 @@ void DataParallel::ready(int64_t begin, int64_t end) {
 
 double DataParallel::finish() {
   KILN_CHECK(next_bucket_ == buckets_.size());
-  if (zero_ == 2) peak_resident_ = std::max<int64_t>(peak_resident_, pages_->resident_bytes());
+  if (zero_ >= 2) peak_resident_ = std::max<int64_t>(peak_resident_, pages_->resident_bytes());
   double t0 = now_seconds();
   for (auto& [bucket, w] : pending_) {
     w->wait();
-    if (zero_ == 2) pages_->release(buckets_[bucket].begin, buckets_[bucket].end);
+    if (zero_ >= 2) pages_->release(buckets_[bucket].begin, buckets_[bucket].end);
   }
   const double waited = now_seconds() - t0;
   pending_.clear();
-  if (zero_ == 2 && !first_) {
+  if (zero_ >= 2 && !first_) {
     float* acc = shard_grads_.data();
     const float* add = shard_tmp_.data();
     const int64_t n = shard_end_ - shard_begin_;
@@ -115,16 +114,38 @@ double DataParallel::finish() {
   return waited;
 }
 
+void DataParallel::fetch(PageBuffer& params, const float* master, int64_t begin, int64_t end) {
+  KILN_CHECK(zero_ == 3);
+  const int64_t lo = std::max(begin, shard_begin_), hi = std::min(end, shard_end_);
+  if (lo < hi)
+    std::copy(master + (lo - shard_begin_), master + (hi - shard_begin_), params.data() + lo);
+  fetches_.emplace_back(
+      begin, comm_.all_gather_async(params.data() + begin, counts_in(begin, end), DType::F32));
+}
+
+void DataParallel::await(int64_t begin) {
+  for (size_t i = 0; i < fetches_.size(); i++) {
+    if (fetches_[i].first != begin) continue;
+    auto w = fetches_[i].second;
+    fetches_.erase(fetches_.begin() + static_cast<std::ptrdiff_t>(i));
+    w->wait();
+    return;
+  }
+}
+
 void DataParallel::gather(float* params) {
-  if (zero_ == 0) return;
+  if (zero_ == 1 || zero_ == 2) all_gather_shards(params);  // zero 3 gathers where it uses them
+}
+
+void DataParallel::all_gather_shards(float* full) {
   std::vector<int64_t> counts(comm_.size());
   for (int r = 0; r < comm_.size(); r++) counts[r] = shard_size(r);
-  comm_.all_gather(params, counts, DType::F32);
+  comm_.all_gather(full, counts, DType::F32);
 }
 
 void DataParallel::gather_into(float* full, const float* shard) {
   std::copy(shard, shard + (shard_end_ - shard_begin_), full + shard_begin_);
-  gather(full);
+  if (zero_ > 0) all_gather_shards(full);
 }
 
 }  // namespace kiln

@@ -16,6 +16,10 @@
 //             buckets (accumulating into the shard), and a bucket's pages of the full-size
 //             gradient buffer go back to the kernel as soon as its reduction is done, so only
 //             the buckets still in flight (and wte's, written at both ends of backward) are held.
+//   zero = 3: as 2, and the parameters are sharded too: each rank keeps the master copy of its
+//             shard only; a range of the full-size parameter buffer is all-gathered just before
+//             it is used (a block before its forward and again before its backward, the next
+//             one prefetched) and its pages are returned right after.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,7 +44,7 @@ class DataParallel {
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
   // zero 2 reduces after every micro-batch, the others after the last one only.
-  bool reduces_every_micro_batch() const { return zero_ == 2; }
+  bool reduces_every_micro_batch() const { return zero_ >= 2; }
   // Starts the reduction of one backward into the flat gradient buffer `grads` (zero 2: in
   // `pages`, whose reduced buckets it releases). `first`: the step's first reduction (zero 2
   // accumulates the later ones into the shard).
@@ -51,21 +55,30 @@ class DataParallel {
   // summed gradient is in the flat buffer (zero 0) or in shard_grads() (zero 1).
   double finish();
   float* shard_grads() { return shard_grads_.data(); }  // zero 1: (shard_end - shard_begin)
-  // zero 1: every rank's updated shard of the parameters to every rank.
+  // zero 1, 2: every rank's updated shard of the parameters to every rank.
   void gather(float* params);
-  // zero 1: the full buffer from the shards (checkpoints); `shard` is this rank's part.
+  // zero >= 1: the full buffer from the shards (checkpoints); `shard` is this rank's part.
   void gather_into(float* full, const float* shard);
   int64_t comm_buffer_bytes() const { return shard_grads_.bytes() + shard_tmp_.bytes(); }
   // zero 2: the most gradient-buffer memory held at the end of a backward so far (mincore).
   int64_t peak_resident_grad_bytes() const { return peak_resident_; }
+
+  // zero 3: starts gathering [begin, end) of the parameters into `params` from every rank's
+  // shard (this rank's part is copied from `master`, its shard of the parameters).
+  void fetch(PageBuffer& params, const float* master, int64_t begin, int64_t end);
+  // Waits for the fetch that started at `begin` (a no-op if none is pending).
+  void await(int64_t begin);
+  // Returns the pages of [begin, end) of the parameters.
+  void drop(PageBuffer& params, int64_t begin, int64_t end) { params.release(begin, end); }
 
  private:
   struct Bucket {
     int64_t begin, end;
   };
   void launch(size_t bucket);
+  void all_gather_shards(float* full);
   void release_finished();
-  std::vector<int64_t> counts_in(int64_t begin, int64_t end) const;
+  std::vector<int64_t> counts_in(int64_t begin, int64_t end) const;  // per rank: its shard ∩ range
 
   Communicator& comm_;
   int64_t numel_;
@@ -80,7 +93,8 @@ class DataParallel {
   int64_t peak_resident_ = 0;
   int64_t ready_from_ = 0;  // [ready_from_, numel_) is final
   size_t next_bucket_ = 0;
-  std::vector<std::pair<size_t, std::shared_ptr<Work>>> pending_;  // (bucket, work)
+  std::vector<std::pair<size_t, std::shared_ptr<Work>>> pending_;   // (bucket, work)
+  std::vector<std::pair<int64_t, std::shared_ptr<Work>>> fetches_;  // (begin, work)
 };
 
 }  // namespace kiln

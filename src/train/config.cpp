@@ -45,7 +45,7 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.dtype", &c.dtype, "compute precision: fp32"},
       {"train.threads", &c.threads,
        "threads per process (0: the cores shared out among this machine's ranks)"},
-      {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0, 1 or 2"},
+      {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0, 1, 2 or 3"},
       {"train.bucket_mb", &c.bucket_mb,
        "gradient bucket size in MB for the data-parallel reduction"},
       {"train.resume", &c.resume,
@@ -234,8 +234,8 @@ void TrainConfig::validate() const {
   if (vocab_multiple < 1) fail("{}: model.vocab_multiple must be at least 1", source);
   if (tokenizer != "gpt2" && tokenizer != "bytes")
     fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
-  if (zero < 0 || zero > 2)
-    fail("{}: train.zero = {}: this build has ZeRO stages 0, 1 and 2", source, zero);
+  if (zero < 0 || zero > 3)
+    fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
   if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (model.vocab_size > 65536)

@@ -32,7 +32,7 @@ struct TrainConfig {
   int64_t seed = 1337;
   std::string dtype = "fp32";
   int threads = 0;  // 0: all cores
-  int zero = 0;     // ZeRO stage: 0 (replicated), 1 (optimizer state sharded), 2 (+ gradients)
+  int zero = 0;     // ZeRO stage: 0 replicated, 1 optimizer state, 2 + gradients, 3 + parameters
   double bucket_mb = 25;        // gradient bucket size for the data-parallel reduction
   std::string resume = "none";  // "none" | "auto"
   std::string init_from;        // a safetensors file with GPT-2 weights

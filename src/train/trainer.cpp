@@ -51,7 +51,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
   dp_ = std::make_unique<DataParallel>(*comm_, n, offsets, cfg_.zero,
                                        static_cast<int64_t>(cfg_.bucket_mb * 1e6));
-  params_.resize(n);
+  params_ = PageBuffer(n);
   grads_ = PageBuffer(n);
   m_.resize(dp_->shard_end() - dp_->shard_begin());
   v_.resize(dp_->shard_end() - dp_->shard_begin());
@@ -91,6 +91,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
   }
 
+  if (zero3()) {  // keep only this rank's shard; ranges are gathered where they are used
+    master_.resize(std::max<int64_t>(1, dp_->shard_end() - dp_->shard_begin()));
+    std::copy(params_.data() + dp_->shard_begin(), params_.data() + dp_->shard_end(),
+              master_.data());
+    params_.release(0, params_.size());
+  }
   peak_gflops_ = cfg_.peak_gflops;
   if (peak_gflops_ <= 0 && opts_.measure_peak) peak_gflops_ = measure_peak_gflops(0.1);
   fs::create_directories(cfg_.out_dir);
@@ -130,13 +136,30 @@ std::string Trainer::sample_text() {
   return cfg_.sample_prompt + tokenizer_->decode(out.data(), out.size());
 }
 
+std::pair<int64_t, int64_t> Trainer::block_range(int l) const {
+  const auto& layout = model_->layout();
+  const auto& first = layout.find(fmt::format("h.{}.ln_1.weight", l));
+  const std::string next = l + 1 < cfg_.model.n_layer ? fmt::format("h.{}.ln_1.weight", l + 1)
+                                                      : std::string("ln_f.weight");
+  return {first.offset, layout.find(next).offset};
+}
+
+void Trainer::fetch_all() {
+  dp_->fetch(params_, master_.data(), 0, params_.size());
+  dp_->await(0);
+}
+
+void Trainer::drop_all() {
+  dp_->drop(params_, 0, params_.size());
+}
+
 std::string Trainer::checkpoint_root() const {
   return (fs::path(cfg_.out_dir) / "checkpoints").string();
 }
 
 MemoryReport Trainer::memory() const {
   MemoryReport r;
-  r.params = params_.bytes();
+  r.params = zero3() ? master_.bytes() + peak_resident_params_ : params_.bytes();
   r.grads = grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
   // ZeRO-2 holds only part of the gradient buffer; report what a step held at most.
@@ -166,17 +189,50 @@ StepResult Trainer::step() {
   else
     grads_.zero();
   double loss_sum = 0;
+  // ZeRO-3: the embedding and ln_f stay present for the whole micro-batch (wte is used at both
+  // ends); each block is gathered before its forward and its backward, the next one prefetched,
+  // and dropped after.
+  const int L = cfg_.model.n_layer;
+  const int64_t embed_end = block_range(0).first, lnf_begin = block_range(L - 1).second;
+  Gpt2::BlockHooks fwd, bwd;
+  if (zero3()) {
+    fwd.before = [&](int l) {
+      dp_->await(block_range(l).first);
+      if (l + 1 < L)
+        dp_->fetch(params_, master_.data(), block_range(l + 1).first, block_range(l + 1).second);
+    };
+    bwd.before = [&](int l) {
+      dp_->await(block_range(l).first);
+      if (l > 0)
+        dp_->fetch(params_, master_.data(), block_range(l - 1).first, block_range(l - 1).second);
+    };
+    fwd.after = bwd.after = [&](int l) {
+      peak_resident_params_ = std::max<int64_t>(peak_resident_params_, params_.resident_bytes());
+      dp_->drop(params_, block_range(l).first, block_range(l).second);
+    };
+  }
   for (int micro = 0; micro < cfg_.grad_accum; micro++) {
     next_batch();
-    loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss);
+    if (zero3()) {
+      dp_->fetch(params_, master_.data(), 0, embed_end);
+      dp_->fetch(params_, master_.data(), lnf_begin, params_.size());
+      dp_->fetch(params_, master_.data(), block_range(0).first, block_range(0).second);
+      dp_->await(0);
+      dp_->await(lnf_begin);
+    }
+    loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss, fwd);
+    if (zero3())
+      dp_->fetch(params_, master_.data(), block_range(L - 1).first, block_range(L - 1).second);
     if (micro + 1 < cfg_.grad_accum && !dp_->reduces_every_micro_batch()) {
       model_->backward(params_.data(), grads_.data(), inputs_.data());  // accumulate locally
       continue;
     }
     dp_->begin(grads_, micro == 0);
-    model_->backward(params_.data(), grads_.data(), inputs_.data(),
-                     [this](int64_t b, int64_t e) { dp_->ready(b, e); });
+    model_->backward(
+        params_.data(), grads_.data(), inputs_.data(),
+        [this](int64_t b, int64_t e) { dp_->ready(b, e); }, bwd);
     r.comm_wait_seconds += dp_->finish();
+    if (zero3()) drop_all();
   }
   const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
   // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1, 2).
@@ -209,8 +265,8 @@ StepResult Trainer::step() {
                     t.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f,
                     scale,
                     step_ + 1 - skipped_steps_};
-      adamw_update(params_.data() + lo, gshard + (lo - sb), m_.data() + (lo - sb),
-                   v_.data() + (lo - sb), hi - lo, a);
+      float* p = zero3() ? master_.data() + (lo - sb) : params_.data() + lo;
+      adamw_update(p, gshard + (lo - sb), m_.data() + (lo - sb), v_.data() + (lo - sb), hi - lo, a);
     }
     dp_->gather(params_.data());
   }
@@ -225,10 +281,12 @@ double Trainer::validate() {
   const int R = comm_->size(), rank = comm_->rank();
   Loader val(val_shards_, cfg_.batch_size, cfg_.seq_len, cfg_.model.vocab_size, false, 0, rank, R);
   double sum = 0;
+  if (zero3()) fetch_all();
   for (int i = rank; i < cfg_.val_batches; i += R) {
     val.next(inputs_.data(), targets_.data());
     sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
   }
+  if (zero3()) drop_all();
   if (R > 1) sum = comm_->all_reduce_scalar(sum);
   return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
 }
@@ -256,7 +314,9 @@ std::string Trainer::save_checkpoint() {
     v = full_v.data();
   }
   std::string dir;
+  if (zero3()) fetch_all();
   if (comm_->rank() == 0) dir = write_checkpoint(state, m, v);
+  if (zero3()) drop_all();
   comm_->barrier();  // nobody goes on before the checkpoint is complete
   return dir.empty() ? (fs::path(checkpoint_root()) / checkpoint_name(step_)).string() : dir;
 }
@@ -392,6 +452,7 @@ void Trainer::run() {
       double vl = validate();
       if (metrics_) metrics_->write({{"type", "val"}, {"step", step_}, {"val_loss", vl}});
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
+      if (zero3() && cfg_.sample_tokens > 0) fetch_all();
       if (cfg_.sample_tokens > 0 && comm_->rank() == 0) {
         std::string text = sample_text();
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
@@ -401,6 +462,7 @@ void Trainer::run() {
           fmt::print("step {} | sample: {}\n", step_, line);
         }
       }
+      if (zero3() && cfg_.sample_tokens > 0) drop_all();
     }
     if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) {
       double t0 = now_seconds();

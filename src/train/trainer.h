@@ -84,6 +84,10 @@ class Trainer {
  private:
   void resume_from(const std::string& dir);
   void check_manifest(const std::string& first_shard) const;
+  bool zero3() const { return dp_->zero() == 3; }
+  std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
+  void fetch_all();  // ZeRO-3: every parameter present (validation, samples, checkpoints)
+  void drop_all();
   std::string write_checkpoint(const nlohmann::json& state, const float* m, const float* v);
   std::string sample_text();
   void next_batch();
@@ -95,9 +99,10 @@ class Trainer {
   Communicator* comm_;  // the data-parallel group of grid_
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Gpt2> model_;
-  Buffer<float> params_;
-  PageBuffer grads_;     // full size; with ZeRO-2 only the buckets in flight are resident
-  Buffer<float> m_, v_;  // AdamW moments of this rank's shard [dp_->shard_begin(), shard_end())
+  PageBuffer params_;     // full size; with ZeRO-3 only the ranges in use are resident
+  Buffer<float> master_;  // ZeRO-3: this rank's shard of the parameters, the one AdamW updates
+  PageBuffer grads_;      // full size; with ZeRO-2 only the buckets in flight are resident
+  Buffer<float> m_, v_;   // AdamW moments of this rank's shard [dp_->shard_begin(), shard_end())
   Buffer<int32_t> inputs_, targets_;
   ShardSet train_shards_, val_shards_;
   std::unique_ptr<Loader> train_loader_;
@@ -106,6 +111,7 @@ class Trainer {
   int64_t skipped_steps_ = 0;
   double peak_gflops_ = 0;
   double flops_per_token_ = 0;
+  int64_t peak_resident_params_ = 0;  // ZeRO-3, measured
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
