@@ -162,8 +162,8 @@ MemoryReport Trainer::memory() const {
   r.params = zero3() ? master_.bytes() + peak_resident_params_ : params_.bytes();
   r.grads = grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
-  // ZeRO-2 holds only part of the gradient buffer; report what a step held at most.
-  if (dp_->zero() == 2) r.grads = dp_->peak_resident_grad_bytes();
+  // ZeRO-2 and 3 hold only part of the gradient buffer; report what a step held at most.
+  if (dp_->zero() >= 2) r.grads = dp_->peak_resident_grad_bytes();
   r.comm_buffers = dp_->comm_buffer_bytes();
   r.activations = model_->activation_bytes();
   return r;
