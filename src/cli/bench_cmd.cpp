@@ -137,6 +137,8 @@ void bench_train(const BenchTrainOpts& o) {
                         {"steps_timed", times.size()},
                         {"memory_bytes",
                          {{"comm_buffers", mem.comm_buffers},
+                          {"working", mem.working},
+                          {"model_state", mem.model_state()},
                           {"params", mem.params},
                           {"grads", mem.grads},
                           {"optimizer", mem.optimizer},
@@ -162,10 +164,12 @@ void bench_train(const BenchTrainOpts& o) {
   fmt::print("{:<28} {:>12.1f}\n", "model GFLOP/s", gflops);
   fmt::print("{:<28} {:>12.1f}\n", "peak GFLOP/s", peak);
   fmt::print("{:<28} {:>11.1f}%\n", "MFU", mfu * 100);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: model state MiB", mem.model_state() / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: params MiB", mem.params / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: grads MiB", mem.grads / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: optimizer MiB", mem.optimizer / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: activations MiB", mem.activations / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "memory: working buffers MiB", mem.working / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: comm buffers MiB", mem.comm_buffers / 1048576.0);
   fmt::print("\n{:<28} {:>10} {:>7}\n", "where a step goes (mean)", "ms", "share");
   for (auto& p : parts)

@@ -59,7 +59,8 @@ class DataParallel {
   void gather(float* params);
   // zero >= 1: the full buffer from the shards (checkpoints); `shard` is this rank's part.
   void gather_into(float* full, const float* shard);
-  int64_t comm_buffer_bytes() const { return shard_grads_.bytes() + shard_tmp_.bytes(); }
+  int64_t shard_grad_bytes() const { return shard_grads_.bytes(); }  // zero >= 1
+  int64_t side_buffer_bytes() const { return shard_tmp_.bytes(); }   // zero >= 2, accumulation
   // zero 2: the most gradient-buffer memory held at the end of a backward so far (mincore).
   int64_t peak_resident_grad_bytes() const { return peak_resident_; }
 

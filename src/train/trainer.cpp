@@ -159,12 +159,14 @@ std::string Trainer::checkpoint_root() const {
 
 MemoryReport Trainer::memory() const {
   MemoryReport r;
-  r.params = zero3() ? master_.bytes() + peak_resident_params_ : params_.bytes();
-  r.grads = grads_.bytes();
+  const int zero = dp_->zero();
+  r.params = zero == 3 ? master_.bytes() : params_.bytes();
+  r.grads = zero >= 2 ? dp_->shard_grad_bytes() : grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
-  // ZeRO-2 and 3 hold only part of the gradient buffer; report what a step held at most.
-  if (dp_->zero() >= 2) r.grads = dp_->peak_resident_grad_bytes();
-  r.comm_buffers = dp_->comm_buffer_bytes();
+  if (zero >= 2) r.working = dp_->peak_resident_grad_bytes();
+  if (zero == 3) r.working += peak_resident_params_;
+  r.comm_buffers =
+      zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
   r.activations = model_->activation_bytes();
   return r;
 }
@@ -440,10 +442,12 @@ void Trainer::run() {
     if (!memory_shown && !opts_.quiet) {  // after a step: ZeRO-2's gradient memory is measured
       MemoryReport m = memory();
       fmt::print(
-          "memory per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, "
-          "activations {:.1f} MiB, communication buffers {:.1f} MiB\n",
-          m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0,
-          m.activations / 1048576.0, m.comm_buffers / 1048576.0);
+          "memory per rank: model state {:.1f} MiB (params {:.1f}, grads {:.1f}, optimizer "
+          "{:.1f}), working buffers {:.1f} MiB, activations {:.1f} MiB, communication buffers "
+          "{:.1f} MiB\n",
+          m.model_state() / 1048576.0, m.params / 1048576.0, m.grads / 1048576.0,
+          m.optimizer / 1048576.0, m.working / 1048576.0, m.activations / 1048576.0,
+          m.comm_buffers / 1048576.0);
       memory_shown = true;
     }
     log_step(r);

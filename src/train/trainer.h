@@ -46,9 +46,14 @@ struct TrainerOptions {
 };
 
 // Memory held per kind, in bytes.
+// Memory held per kind, in bytes, per rank. The model state (ZeRO's accounting) is what a rank
+// keeps across steps: its parameters, gradients and AdamW moments, each whole or its shard.
+// ZeRO-2/3 also hold full-size working buffers only partly resident (gathered parameters,
+// gradient buckets in flight): `working` is their peak, measured.
 struct MemoryReport {
-  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
-  int64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
+  int64_t params = 0, grads = 0, optimizer = 0, working = 0, activations = 0, comm_buffers = 0;
+  int64_t model_state() const { return params + grads + optimizer; }
+  int64_t total() const { return model_state() + working + activations + comm_buffers; }
 };
 
 class Trainer {

@@ -231,5 +231,18 @@ TEST_F(DataParallelRun, BenchRunsItselfUnderMpirunAndReportsTheWait) {
   EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
 }
 
+TEST_F(DataParallelRun, ZeroThreeOnFourRanksKeepsAQuarterOfTheModelState) {
+  auto state = [&](int zero) {
+    auto r =
+        run_kiln("bench train --config " + config_ + " --set train.batch_size=2 --steps 2 -n 4" +
+                 " --set train.zero=" + std::to_string(zero) + " --json");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    return j["memory_bytes"]["model_state"].get<double>();
+  };
+  const double z0 = state(0), z3 = state(3);
+  EXPECT_NEAR(z3 / z0, 0.25, 0.01) << z3 << " of " << z0;
+}
+
 }  // namespace
 }  // namespace kiln
