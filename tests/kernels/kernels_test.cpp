@@ -41,7 +41,7 @@ Vec RandomVec(std::mt19937& rng, size_t n, float lo, float hi) {
   return v;
 }
 
-Vec64 ToDouble(const Vec& v) {
+Vec64 Widen(const Vec& v) {
   return Vec64(v.begin(), v.end());
 }
 
@@ -248,13 +248,13 @@ void CheckEncoder(int C) {
 
   Vec out(B * T * C, kGarbage);
   encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
-  EXPECT_TRUE(Near(out, RefEncoder(inp, ToDouble(wte), ToDouble(wpe), B, T, C), kFwdTol));
+  EXPECT_TRUE(Near(out, RefEncoder(inp, Widen(wte), Widen(wpe), B, T, C), kFwdTol));
 
   const Vec dwte0 = RandomVec(rng, V * C, -1, 1), dwpe0 = RandomVec(rng, T * C, -1, 1);
   Vec dwte = dwte0, dwpe = dwpe0;
   encoder_backward(dwte.data(), dwpe.data(), r.data(), inp.data(), B, T, C);
 
-  const Vec64 wte64 = ToDouble(wte), wpe64 = ToDouble(wpe);
+  const Vec64 wte64 = Widen(wte), wpe64 = Widen(wpe);
   const Vec64 gwte =
       FiniteDiff([&](const Vec64& x) { return Dot(RefEncoder(inp, x, wpe64, B, T, C), r); }, wte64);
   const Vec64 gwpe =
@@ -299,7 +299,7 @@ void CheckLayernorm(int M, int C) {
   }
   const Vec w = RandomVec(rng, C, 0.5f, 1.5f), b = RandomVec(rng, C, -0.5f, 0.5f);
   const Vec r = RandomVec(rng, M * C, -1, 1);
-  const Vec64 x64 = ToDouble(x), w64 = ToDouble(w), b64 = ToDouble(b);
+  const Vec64 x64 = Widen(x), w64 = Widen(w), b64 = Widen(b);
 
   Vec out(M * C, kGarbage), mean(M, kGarbage), rstd(M, kGarbage);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
@@ -333,7 +333,7 @@ TEST(KernelLayernorm, ForwardMatchesFloat64Reference) {
   const Vec w = RandomVec(rng, C, -2, 2), b = RandomVec(rng, C, -1, 1);
   Vec out(M * C), mean(M), rstd(M);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
-  const LayernormRef ref = RefLayernorm(ToDouble(x), ToDouble(w), ToDouble(b), M, C);
+  const LayernormRef ref = RefLayernorm(Widen(x), Widen(w), Widen(b), M, C);
   EXPECT_TRUE(Near(out, ref.out, kFwdTol));
   EXPECT_TRUE(Near(mean, ref.mean, kFwdTol));
   EXPECT_TRUE(Near(rstd, ref.rstd, kFwdTol));
@@ -390,7 +390,7 @@ TEST(KernelGelu, BackwardWritesFloat64FiniteDifferences) {
         for (size_t i = 0; i < v.size(); i++) s += RefGelu(v[i]) * r[i];
         return s;
       },
-      ToDouble(x));
+      Widen(x));
   EXPECT_TRUE(Near(dinp, g, kGradTol));
 }
 
@@ -402,7 +402,7 @@ void CheckAttention(int B, int T, int C, int NH) {
   std::mt19937 rng(41);
   const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
   const Vec r = RandomVec(rng, B * T * C, -1, 1);
-  const Vec64 qkv64 = ToDouble(qkv);
+  const Vec64 qkv64 = Widen(qkv);
 
   Vec out(B * T * C, kGarbage), att(B * NH * T * T, kGarbage);
   attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
@@ -466,7 +466,7 @@ struct CrossEntropyCase {
 
 TEST(KernelCrossEntropy, LossesMatchFloat64LogSumExpOverRealColumns) {
   CrossEntropyCase k;
-  const Vec64 want = RefCrossEntropy(ToDouble(k.logits), k.targets, k.M, k.V, k.Vp);
+  const Vec64 want = RefCrossEntropy(Widen(k.logits), k.targets, k.M, k.V, k.Vp);
   for (float scale : {0.0f, 0.37f}) {
     SCOPED_TRACE("dlogits_scale=" + std::to_string(scale));
     Vec logits = k.logits, losses(k.M, kGarbage);
@@ -489,7 +489,7 @@ TEST(KernelCrossEntropy, DlogitsMatchFloat64FiniteDifferencesWithPaddingAndIgnor
         for (double l : RefCrossEntropy(x, k.targets, k.M, k.V, k.Vp)) s += l;
         return s * scale;
       },
-      ToDouble(k.logits));
+      Widen(k.logits));
   EXPECT_TRUE(Near(logits, g, kGradTol));
   for (int m = 0; m < k.M; m++) {
     for (int i = 0; i < k.Vp; i++) {
@@ -559,8 +559,8 @@ TEST(KernelMatmul, AllTransposeAccumulateAndBiasCombinationsMatchFloat64Referenc
       const Vec bias = RandomVec(rng, s.N, -1, 1), c0 = RandomVec(rng, s.M * s.N, -1, 1);
       Vec c = s.accumulate ? c0 : Vec(s.M * s.N, kGarbage);
       matmul(s, a.data(), b.data(), c.data(), s.bias ? bias.data() : nullptr);
-      const Vec64 bias64 = ToDouble(bias), c064 = ToDouble(c0);
-      const Vec64 want = RefMatmul(s, ToDouble(a), ToDouble(b), s.bias ? &bias64 : nullptr,
+      const Vec64 bias64 = Widen(bias), c064 = Widen(c0);
+      const Vec64 want = RefMatmul(s, Widen(a), Widen(b), s.bias ? &bias64 : nullptr,
                                    s.accumulate ? &c064 : nullptr);
       EXPECT_TRUE(Near(c, want, kFwdTol));
     }
@@ -575,7 +575,7 @@ void CheckLinearGradients(bool w_stored_nk) {
   const int64_t M = 7, K = 6, N = 5;
   const Vec x = RandomVec(rng, M * K, -1, 1), w = RandomVec(rng, K * N, -1, 1);
   const Vec b = RandomVec(rng, N, -1, 1), r = RandomVec(rng, M * N, -1, 1);
-  const Vec64 x64 = ToDouble(x), w64 = ToDouble(w), b64 = ToDouble(b);
+  const Vec64 x64 = Widen(x), w64 = Widen(w), b64 = Widen(b);
   const MatmulShape fwd{M, N, K, false, w_stored_nk, false, true};
   auto ref = [&](const Vec64& xv, const Vec64& wv, const Vec64& bv) {
     return Dot(RefMatmul(fwd, xv, wv, &bv, nullptr), r);
@@ -650,7 +650,7 @@ TEST(KernelAdamW, UpdateMatchesFloat64PyTorchFormulas) {
     g[1] = 1e-8f;  // tiny gradients: eps dominates the denominator
     g[2] = -3e-8f;
     const AdamWParams a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t};
-    const AdamWState want = RefAdamW({ToDouble(p), ToDouble(m), ToDouble(v)}, g, a);
+    const AdamWState want = RefAdamW({Widen(p), Widen(m), Widen(v)}, g, a);
     const Vec p_before = p;
     adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
     // Compare the step taken rather than the parameters, so errors in it are not hidden by |p|.
