@@ -41,22 +41,13 @@ struct BenchTrainOpts {
 
 // `-n N`: the same benchmark as N data-parallel ranks under mpirun, one share of the cores each.
 [[noreturn]] void rerun_under_mpirun(const BenchTrainOpts& o) {
-  char exe[4096];
-  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (len <= 0) fail("bench: cannot find the kiln executable");
+  const std::string exe = self_executable();
+  if (exe.empty()) fail("bench: cannot find the kiln executable");
   std::vector<std::string> cmd = mpirun_prefix(o.ranks);
-  cmd.insert(cmd.end(), {std::string(exe, len), "bench", "train", "--config", o.config, "--steps",
-                         std::to_string(o.steps)});
-  bool threads_set = false;
-  for (const auto& s : o.sets) {
-    cmd.insert(cmd.end(), {"--set", s});
-    threads_set |= s.rfind("train.threads=", 0) == 0;
-  }
-  if (!threads_set) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cmd.insert(cmd.end(),
-               {"--set", "train.threads=" + std::to_string(std::max(1L, cores / o.ranks))});
-  }
+  cmd.insert(cmd.end(),
+             {exe, "bench", "train", "--config", o.config, "--steps", std::to_string(o.steps)});
+  // train.threads = 0 (the default) already shares the cores out among a machine's ranks.
+  for (const auto& s : o.sets) cmd.insert(cmd.end(), {"--set", s});
   if (o.json) cmd.push_back("--json");
   std::vector<char*> argv;
   for (auto& a : cmd) argv.push_back(a.data());

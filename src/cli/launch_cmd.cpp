@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "launch/launcher.h"
 
 namespace kiln::cli {
@@ -31,22 +32,13 @@ void register_launch(CLI::App& app) {
     LaunchOptions lo;
     lo.ranks = o->ranks;
     lo.max_restarts = o->max_restarts;
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len <= 0) fail("launch: cannot find the kiln executable");
-    lo.kiln_binary = std::string(exe, len);
+    lo.kiln_binary = self_executable();
+    if (lo.kiln_binary.empty()) fail("launch: cannot find the kiln executable");
+    // train.threads = 0 (the default) already shares the cores out among a machine's ranks.
     lo.train_args.push_back(o->config);
-    bool threads_set = false;
     for (const auto& s : o->sets) {
       lo.train_args.push_back("--set");
       lo.train_args.push_back(s);
-      threads_set |= s.rfind("train.threads=", 0) == 0;
-    }
-    // Share the cores out among the ranks unless the user chose.
-    if (!threads_set) {
-      long cores = sysconf(_SC_NPROCESSORS_ONLN);
-      lo.train_args.push_back("--set");
-      lo.train_args.push_back("train.threads=" + std::to_string(std::max(1L, cores / o->ranks)));
     }
     lo.mpirun_args = o->mpirun_args;
     int rc = launch(lo);

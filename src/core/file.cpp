@@ -65,6 +65,12 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, text.data(), text.size());
 }
 
+std::string self_executable() {
+  char exe[4096];
+  ssize_t len = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  return len > 0 ? std::string(exe, static_cast<size_t>(len)) : std::string();
+}
+
 std::string read_file(const std::string& path, const std::string& what) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot read {} {}: {}", what, path, std::strerror(errno));

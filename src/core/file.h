@@ -15,5 +15,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t bytes);
 void write_file_atomic(const std::string& path, const std::string& text);
 void fsync_path(const std::string& path);  // a file or a directory
 std::string read_file(const std::string& path, const std::string& what);
+// The path of the running executable ("" if it cannot be found).
+std::string self_executable();
 
 }  // namespace kiln

@@ -361,10 +361,7 @@ std::string find_gpt2_dir() {
   if (const char* env = std::getenv("KILN_TOKENIZER_DIR"); env && *env) {
     if (ok(env)) return env;
   }
-  char exe[4096];
-  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (len > 0) {
-    exe[len] = 0;
+  if (std::string exe = self_executable(); !exe.empty()) {
     fs::path d = fs::path(exe).parent_path().parent_path() / "data" / "tokenizers" / "gpt2";
     if (ok(d)) return d.string();
   }

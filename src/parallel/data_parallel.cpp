@@ -45,7 +45,6 @@ std::vector<int64_t> DataParallel::counts_in(int64_t begin, int64_t end) const {
 
 void DataParallel::begin(PageBuffer& grads, bool first) {
   pages_ = &grads;
-  grads_ = grads.data();
   first_ = first;
   into_ = shard_grads_.data();
   if (zero_ >= 2 && !first) {  // later micro-batches: reduce aside, then add
@@ -60,14 +59,14 @@ void DataParallel::begin(PageBuffer& grads, bool first) {
 void DataParallel::launch(size_t bucket) {
   const Bucket& b = buckets_[bucket];
   if (zero_ == 0) {
-    pending_.emplace_back(bucket,
-                          comm_.all_reduce_async(grads_ + b.begin, b.end - b.begin, DType::F32));
+    pending_.emplace_back(
+        bucket, comm_.all_reduce_async(pages_->data() + b.begin, b.end - b.begin, DType::F32));
     return;
   }
   // This rank's part of the bucket lands at its place in the shard buffer.
   int64_t mine = std::max(b.begin, shard_begin_);
   float* out = into_ + std::max<int64_t>(0, mine - shard_begin_);
-  pending_.emplace_back(bucket, comm_.reduce_scatter_async(grads_ + b.begin, out,
+  pending_.emplace_back(bucket, comm_.reduce_scatter_async(pages_->data() + b.begin, out,
                                                            counts_in(b.begin, b.end), DType::F32));
 }
 
@@ -83,7 +82,7 @@ void DataParallel::release_finished() {
 }
 
 void DataParallel::ready(int64_t begin, int64_t end) {
-  KILN_CHECK(grads_ && end <= numel_);
+  KILN_CHECK(pages_ && end <= numel_);
   // Ranges arrive from the end of the buffer backwards; a range that starts below the final
   // region but does not reach it (not expected from GPT-2's backward) is an internal error.
   KILN_CHECK(end >= ready_from_);
@@ -110,7 +109,7 @@ double DataParallel::finish() {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) acc[i] += add[i];
   }
-  grads_ = nullptr;
+  pages_ = nullptr;
   return waited;
 }
 

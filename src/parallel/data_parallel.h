@@ -87,9 +87,8 @@ class DataParallel {
   std::vector<Bucket> buckets_;  // in reduction order (from the end of the buffer)
   int64_t shard_begin_ = 0, shard_end_ = 0, shard_ = 0;
   Buffer<float> shard_grads_, shard_tmp_;
-  PageBuffer* pages_ = nullptr;
-  float* grads_ = nullptr;
-  float* into_ = nullptr;  // where this reduction's shard goes
+  PageBuffer* pages_ = nullptr;  // the gradient buffer of the reduction under way
+  float* into_ = nullptr;        // where this reduction's shard goes
   bool first_ = true;
   int64_t peak_resident_ = 0;
   int64_t ready_from_ = 0;  // [ready_from_, numel_) is final
