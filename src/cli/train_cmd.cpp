@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "train/config.h"
+#include "train/stop_request.h"
 #include "train/trainer.h"
 
 namespace kiln::cli {
@@ -14,6 +15,9 @@ void register_train(CLI::App& app) {
     std::vector<std::string> sets;
     bool resume = false;
     std::string init_from;
+    int metrics_port = -1;
+    std::string metrics_host = "127.0.0.1";
+    std::string trace;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("config", o->config, "TOML config (see configs/)")->required();
@@ -23,6 +27,14 @@ void register_train(CLI::App& app) {
                 "(an error if there is none; train.resume = \"auto\" starts fresh instead)");
   cmd->add_option("--init-from", o->init_from,
                   "start from GPT-2 weights in a Hugging Face safetensors file");
+  cmd->add_option("--metrics-port", o->metrics_port,
+                  "serve Prometheus metrics at http://HOST:PORT/metrics from rank 0 (0: any free "
+                  "port)");
+  cmd->add_option("--metrics-host", o->metrics_host, "address the metrics server binds")
+      ->capture_default_str();
+  cmd->add_option("--trace", o->trace,
+                  "write a Chrome trace (chrome://tracing, Perfetto) of every rank's forward, "
+                  "backward, optimizer, collectives and checkpoints to this file at the end");
   std::string keys = "Config keys:\n";
   for (const auto& k : train_config_keys()) keys += "  " + k + "\n";
   cmd->footer(keys);
@@ -31,8 +43,13 @@ void register_train(CLI::App& app) {
     if (o->resume) sets.push_back("train.resume=must");
     if (!o->init_from.empty()) sets.push_back("train.init_from=" + o->init_from);
     TrainConfig cfg = load_train_config(o->config, sets);
-    Trainer trainer(std::move(cfg));
-    trainer.run();
+    TrainerOptions opts;
+    opts.metrics_port = o->metrics_port;
+    opts.metrics_host = o->metrics_host;
+    opts.trace_path = o->trace;
+    Trainer trainer(std::move(cfg), opts);
+    // Stopped early on a signal, after a checkpoint: a job script requeues on this code.
+    if (!trainer.run()) std::exit(kExitStoppedForRequeue);
   });
 }
 

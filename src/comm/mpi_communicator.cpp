@@ -15,6 +15,8 @@
 #include "comm/communicator.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "obs/flight_recorder.h"
+#include "obs/trace.h"
 
 namespace kiln {
 namespace {
@@ -95,6 +97,8 @@ struct OpState : public Work {
 };
 
 struct Op {
+  uint64_t record = 0;  // its id in the flight recorder
+  uint64_t seq = 0;     // its sequence number on this communicator
   std::string name;
   std::function<int(MPI_Request*)> start;  // returns an MPI error code
   std::shared_ptr<OpState> state;
@@ -102,11 +106,14 @@ struct Op {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, const CommOptions& o, bool owns)
-      : comm_(comm), opts_(o), owns_(owns) {
+  MpiCommunicator(MPI_Comm comm, const CommOptions& o, bool owns, std::string name)
+      : comm_(comm), opts_(o), owns_(owns), name_(std::move(name)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      Tracer::instance().name_thread("comm " + name_);
+      loop();
+    });
   }
   ~MpiCommunicator() override {
     {
@@ -183,7 +190,7 @@ class MpiCommunicator : public Communicator {
       return MPI_Comm_split(comm_, color, key, &out);
     });
     w->wait();
-    return std::make_unique<MpiCommunicator>(out, opts_, true);
+    return std::make_unique<MpiCommunicator>(out, opts_, true, fmt::format("{}/{}", name_, color));
   }
 
  private:
@@ -191,7 +198,10 @@ class MpiCommunicator : public Communicator {
     auto st = std::make_shared<OpState>();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back({std::move(name), std::move(start), st});
+      // Issue order is the same on every rank, so the sequence number names the collective.
+      const uint64_t seq = ++seq_;
+      uint64_t rec = FlightRecorder::instance().issued(name_, seq, name);
+      queue_.push_back({rec, seq, std::move(name), std::move(start), st});
     }
     cv_.notify_all();
     return st;
@@ -207,7 +217,14 @@ class MpiCommunicator : public Communicator {
         op = std::move(queue_.front());
         queue_.pop_front();
       }
-      op.state->finish(run(op));
+      FlightRecorder::instance().started(op.record);
+      const double t0 = now_seconds();
+      std::string err = run(op);
+      FlightRecorder::instance().finished(op.record, !err.empty());
+      if (Tracer::instance().enabled())
+        Tracer::instance().complete(op.name, "comm", t0, now_seconds(),
+                                    fmt::format(R"({{"comm":"{}","seq":{}}})", name_, op.seq));
+      op.state->finish(std::move(err));
     }
   }
 
@@ -250,6 +267,8 @@ class MpiCommunicator : public Communicator {
   MPI_Comm comm_;
   CommOptions opts_;
   bool owns_;
+  std::string name_;
+  uint64_t seq_ = 0;  // operations issued (guarded by mu_)
   int rank_ = 0, size_ = 1;
   std::thread thread_;
   std::mutex mu_;
@@ -284,7 +303,7 @@ std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o) {
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  return std::make_unique<MpiCommunicator>(dup, o, true);
+  return std::make_unique<MpiCommunicator>(dup, o, true, "world");
 }
 
 }  // namespace kiln

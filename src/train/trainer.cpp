@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,10 +14,14 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/process.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "launch/job_env.h"
 #include "model/sampler.h"
+#include "obs/trace.h"
 #include "train/gpt2_weights.h"
+#include "train/stop_request.h"
 
 namespace fs = std::filesystem;
 
@@ -38,9 +44,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   // train.threads = 0: all cores, shared out among the ranks this machine runs.
   int threads = cfg_.threads;
   if (threads == 0) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int local_ranks = local ? std::max(1, std::atoi(local)) : 1;
-    threads = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / local_ranks);
+    // Slurm's --cpus-per-task when given; otherwise this machine's cores over its ranks.
+    JobEnv env = job_env();
+    threads = env.cpus_per_task > 0
+                  ? env.cpus_per_task
+                  : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / env.local_size);
   }
   set_num_threads(threads);
   if (comm_->rank() != 0) opts_.quiet = true;  // rank 0 speaks for the job
@@ -102,6 +110,91 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   fs::create_directories(cfg_.out_dir);
   if (!opts_.batches && comm_->rank() == 0)
     metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
+  if (comm_->rank() == 0) {
+    registry_ = std::make_shared<MetricsRegistry>();
+    declare_metrics();
+    if (opts_.metrics_port >= 0) {
+      server_ = std::make_unique<MetricsServer>(registry_, opts_.metrics_host, opts_.metrics_port);
+      if (!opts_.quiet)
+        fmt::print("metrics at http://{}:{}/metrics\n", opts_.metrics_host, server_->port());
+    }
+  }
+}
+
+void Trainer::declare_metrics() {
+  using T = MetricsRegistry::Type;
+  MetricsRegistry& m = *registry_;
+  m.declare("kiln_info", T::Gauge, "Constant 1, labelled with the run's version and layout.");
+  m.declare("kiln_step", T::Gauge, "Optimizer steps completed.");
+  m.declare("kiln_steps_target", T::Gauge, "Steps the run is configured to train (train.steps).");
+  m.declare("kiln_loss", T::Gauge, "Mean training loss of the last step.");
+  m.declare("kiln_val_loss", T::Gauge, "Mean validation loss at the last validation.");
+  m.declare("kiln_learning_rate", T::Gauge, "Learning rate of the last step.");
+  m.declare("kiln_grad_norm", T::Gauge,
+            "Global gradient L2 norm of the last step, before clipping.");
+  m.declare("kiln_tokens_per_second", T::Gauge, "Tokens per second of the last step, whole job.");
+  m.declare("kiln_mfu_ratio", T::Gauge,
+            "Model FLOPs utilisation of the last step against the measured or configured peak.");
+  m.declare("kiln_step_seconds", T::Gauge, "Wall time of the last step.");
+  m.declare("kiln_step_phase_seconds", T::Gauge,
+            "Rank 0's time in each phase of the last step (data, forward, backward, optimizer, "
+            "comm_wait).");
+  m.declare("kiln_rank_compute_seconds", T::Gauge,
+            "Each rank's forward+backward+optimizer time in the last step, waits excluded; the "
+            "largest is the straggler.");
+  m.declare("kiln_tokens_total", T::Counter, "Tokens trained on, whole job, since step 0.");
+  m.declare("kiln_skipped_steps_total", T::Counter, "Steps skipped for a non-finite loss or norm.");
+  m.declare("kiln_memory_bytes", T::Gauge, "Rank 0's memory by kind, bytes.");
+  m.declare("kiln_checkpoint_duration_seconds", T::Gauge, "Time to write the last checkpoint.");
+  m.declare("kiln_checkpoint_last_timestamp_seconds", T::Gauge,
+            "Unix time the last checkpoint was published.");
+  m.declare("kiln_checkpoint_age_seconds", T::Gauge, "Seconds since the last checkpoint.");
+  m.declare("kiln_restarts_total", T::Counter,
+            "Times the job was restarted (kiln launch) or requeued (Slurm) before this attempt.");
+  m.declare("kiln_world_size", T::Gauge, "Processes in the job.");
+  m.set("kiln_info", 1,
+        {{"version", KILN_VERSION},
+         {"dp", std::to_string(comm_->size())},
+         {"zero", std::to_string(cfg_.zero)},
+         {"dtype", cfg_.dtype},
+         {"out_dir", cfg_.out_dir}});
+  m.set("kiln_steps_target", static_cast<double>(cfg_.steps));
+  m.set("kiln_world_size", comm_->size());
+  m.set("kiln_restarts_total", restart_count());
+  m.set_function("kiln_checkpoint_age_seconds", [this] {
+    double t = last_checkpoint_unix_;
+    return t > 0 ? unix_seconds() - t : std::nan("");
+  });
+}
+
+void Trainer::publish_memory(const MemoryReport& mem) {
+  const std::pair<const char*, int64_t> kinds[] = {
+      {"params", mem.params},           {"grads", mem.grads},
+      {"optimizer", mem.optimizer},     {"working", mem.working},
+      {"activations", mem.activations}, {"comm_buffers", mem.comm_buffers},
+      {"peak_rss", peak_rss_bytes()}};
+  nlohmann::json rec = {{"type", "memory"}, {"step", step_}, {"time", unix_seconds()}};
+  for (const auto& [kind, bytes] : kinds) {
+    rec[kind] = bytes;
+    if (registry_)
+      registry_->set("kiln_memory_bytes", static_cast<double>(bytes), {{"kind", kind}});
+  }
+  if (metrics_) metrics_->write(rec);
+}
+
+void Trainer::write_trace() {
+  if (opts_.trace_path.empty()) return;
+  const std::string part = fmt::format("{}.rank-{}.part", opts_.trace_path, comm_->rank());
+  write_file_atomic(part, Tracer::instance().events_json());
+  comm_->barrier();
+  if (comm_->rank() == 0) {
+    std::vector<std::string> parts;
+    for (int r = 0; r < comm_->size(); r++)
+      parts.push_back(fmt::format("{}.rank-{}.part", opts_.trace_path, r));
+    write_merged_trace(parts, opts_.trace_path);
+    for (const auto& p : parts) fs::remove(p);
+    if (!opts_.quiet) fmt::print("trace written to {}\n", opts_.trace_path);
+  }
 }
 
 // `kiln data prepare` leaves a manifest beside the shards: a dataset made with another tokenizer
@@ -214,7 +307,10 @@ StepResult Trainer::step() {
     };
   }
   for (int micro = 0; micro < cfg_.grad_accum; micro++) {
+    double tp = now_seconds();
     next_batch();
+    r.data_seconds += now_seconds() - tp;
+    tp = now_seconds();
     if (zero3()) {
       dp_->fetch(params_, master_.data(), 0, embed_end);
       dp_->fetch(params_, master_.data(), lnf_begin, params_.size());
@@ -222,26 +318,47 @@ StepResult Trainer::step() {
       dp_->await(0);
       dp_->await(lnf_begin);
     }
-    loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss, fwd);
+    {
+      TraceSpan span("forward", "compute");
+      loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss, fwd);
+    }
+    r.forward_seconds += now_seconds() - tp;
+    tp = now_seconds();
     if (zero3())
       dp_->fetch(params_, master_.data(), block_range(L - 1).first, block_range(L - 1).second);
     if (micro + 1 < cfg_.grad_accum && !dp_->reduces_every_micro_batch()) {
+      TraceSpan span("backward", "compute");
       model_->backward(params_.data(), grads_.data(), inputs_.data());  // accumulate locally
+      r.backward_seconds += now_seconds() - tp;
       continue;
     }
     dp_->begin(grads_, micro == 0);
-    model_->backward(
-        params_.data(), grads_.data(), inputs_.data(),
-        [this](int64_t b, int64_t e) { dp_->ready(b, e); }, bwd);
-    r.comm_wait_seconds += dp_->finish();
+    {
+      TraceSpan span("backward", "compute");
+      model_->backward(
+          params_.data(), grads_.data(), inputs_.data(),
+          [this](int64_t b, int64_t e) { dp_->ready(b, e); }, bwd);
+    }
+    r.backward_seconds += now_seconds() - tp;
+    {
+      TraceSpan span("gradient reduction wait", "comm");
+      r.comm_wait_seconds += dp_->finish();
+    }
     if (zero3()) drop_all();
   }
+  const double t_opt = now_seconds();
+  TraceSpan opt_span("optimizer", "compute");
   const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
   // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1, 2).
   const float* gshard = dp_->zero() == 0 ? grads_.data() : dp_->shard_grads();
   double sumsq = sum_squares(gshard, se - sb);
+  r.stop_requested = stop_signal() != 0;
   if (comm_->size() > 1) {
-    loss_sum = comm_->all_reduce_scalar(loss_sum);
+    // A stop asked of any rank (a signal) reaches all of them with the loss.
+    double sums[2] = {loss_sum, r.stop_requested ? 1.0 : 0.0};
+    comm_->all_reduce(sums, 2, DType::F64);
+    loss_sum = sums[0];
+    r.stop_requested = sums[1] > 0;
     if (dp_->zero() > 0) sumsq = comm_->all_reduce_scalar(sumsq);
   }
   r.loss = loss_sum / static_cast<double>(tokens);
@@ -272,8 +389,18 @@ StepResult Trainer::step() {
     }
     dp_->gather(params_.data());
   }
+  opt_span.end();
   step_++;
+  r.optimizer_seconds = now_seconds() - t_opt;
   r.seconds = now_seconds() - t0;
+  // Each rank's own work in the step, waits excluded: the rank that takes longest is the one the
+  // others wait for.
+  r.rank_compute_seconds.assign(comm_->size(), 0.0);
+  r.rank_compute_seconds[comm_->rank()] =
+      r.forward_seconds + r.backward_seconds + r.optimizer_seconds;
+  if (comm_->size() > 1)
+    comm_->all_gather(r.rank_compute_seconds.data(), std::vector<int64_t>(comm_->size(), 1),
+                      DType::F64);
   return r;
 }
 
@@ -387,7 +514,16 @@ void Trainer::resume_from(const std::string& dir) {
   if (train_loader_)
     train_loader_->set_position(state.at("data").at("train_position").get<uint64_t>());
   if (!opts_.quiet) fmt::print("resumed from {} (step {})\n", dir, step_);
+  resumed_from_ = dir;
 }
+
+namespace {
+std::vector<double> ms(const std::vector<double>& seconds) {
+  std::vector<double> out;
+  for (double s : seconds) out.push_back(s * 1e3);
+  return out;
+}
+}  // namespace
 
 void Trainer::log_step(const StepResult& r) {
   const int64_t tokens =
@@ -407,7 +543,34 @@ void Trainer::log_step(const StepResult& r) {
                      {"step_ms", r.seconds * 1e3},
                      {"mfu", mfu},
                      {"comm_wait_ms", r.comm_wait_seconds * 1e3},
-                     {"skipped", r.skipped}});
+                     {"data_ms", r.data_seconds * 1e3},
+                     {"forward_ms", r.forward_seconds * 1e3},
+                     {"backward_ms", r.backward_seconds * 1e3},
+                     {"optimizer_ms", r.optimizer_seconds * 1e3},
+                     {"rank_compute_ms", ms(r.rank_compute_seconds)},
+                     {"skipped", r.skipped},
+                     {"time", unix_seconds()}});
+  if (registry_) {
+    MetricsRegistry& m = *registry_;
+    m.set("kiln_step", static_cast<double>(step_));
+    m.set("kiln_loss", r.loss);
+    m.set("kiln_learning_rate", r.lr);
+    m.set("kiln_grad_norm", r.grad_norm);
+    m.set("kiln_tokens_per_second", tps);
+    m.set("kiln_mfu_ratio", mfu);
+    m.set("kiln_step_seconds", r.seconds);
+    const std::pair<const char*, double> phases[] = {{"data", r.data_seconds},
+                                                     {"forward", r.forward_seconds},
+                                                     {"backward", r.backward_seconds},
+                                                     {"optimizer", r.optimizer_seconds},
+                                                     {"comm_wait", r.comm_wait_seconds}};
+    for (const auto& [phase, sec] : phases)
+      m.set("kiln_step_phase_seconds", sec, {{"phase", phase}});
+    for (size_t i = 0; i < r.rank_compute_seconds.size(); i++)
+      m.set("kiln_rank_compute_seconds", r.rank_compute_seconds[i], {{"rank", std::to_string(i)}});
+    m.set("kiln_tokens_total", static_cast<double>(step_ * tokens));
+    m.set("kiln_skipped_steps_total", static_cast<double>(skipped_steps_));
+  }
   if (opts_.quiet || (step_ % cfg_.log_every != 0 && step_ != cfg_.steps)) return;
   double per_step = (now_seconds() - run_start_) / std::max<int64_t>(1, step_ - run_first_step_);
   double eta = per_step * static_cast<double>(cfg_.steps - step_);
@@ -419,7 +582,30 @@ void Trainer::log_step(const StepResult& r) {
   std::fflush(stdout);
 }
 
-void Trainer::run() {
+void Trainer::save_checkpoint_logged() {
+  double t0 = now_seconds();
+  std::string dir;
+  {
+    TraceSpan span("checkpoint", "io");
+    dir = save_checkpoint();
+  }
+  const double sec = now_seconds() - t0;
+  last_checkpoint_unix_ = unix_seconds();
+  if (metrics_)
+    metrics_->write({{"type", "checkpoint"},
+                     {"step", step_},
+                     {"seconds", sec},
+                     {"dir", dir},
+                     {"time", last_checkpoint_unix_}});
+  if (registry_) {
+    registry_->set("kiln_checkpoint_duration_seconds", sec);
+    registry_->set("kiln_checkpoint_last_timestamp_seconds", last_checkpoint_unix_);
+  }
+  if (!opts_.quiet) fmt::print("checkpoint {} ({:.2f} s)\n", dir, sec);
+}
+
+bool Trainer::run() {
+  install_stop_handlers();
   if (!opts_.quiet) {
     fmt::print(
         "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
@@ -434,27 +620,66 @@ void Trainer::run() {
   write_file_atomic(
       (fs::path(cfg_.out_dir) / "pids" / fmt::format("rank-{}.pid", comm_->rank())).string(),
       std::to_string(getpid()) + "\n");
+  if (!opts_.trace_path.empty()) {
+    comm_->barrier();  // ranks agree on the trace's time zero
+    Tracer::instance().name_thread("train");
+    Tracer::instance().start(comm_->rank(), now_seconds());
+  }
+  if (metrics_)
+    metrics_->write({{"type", "run_start"},
+                     {"time", unix_seconds()},
+                     {"step", step_},
+                     {"world", comm_->size()},
+                     {"host", host_name()},
+                     {"restarts", restart_count()},
+                     {"launcher", job_env().launcher},
+                     {"slurm_job_id", job_env().job_id},
+                     {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr)
+                                                            : nlohmann::json(resumed_from_)},
+                     {"config", cfg_.to_json()}});
   run_start_ = now_seconds();
   run_first_step_ = step_;
   bool memory_shown = false;
   while (step_ < cfg_.steps) {
     StepResult r = step();
-    if (!memory_shown && !opts_.quiet) {  // after a step: ZeRO-2's gradient memory is measured
+    if (!memory_shown) {  // after a step: ZeRO-2's gradient memory is measured
       MemoryReport m = memory();
-      fmt::print(
-          "memory per rank: model state {:.1f} MiB (params {:.1f}, grads {:.1f}, optimizer "
-          "{:.1f}), working buffers {:.1f} MiB, activations {:.1f} MiB, communication buffers "
-          "{:.1f} MiB\n",
-          m.model_state() / 1048576.0, m.params / 1048576.0, m.grads / 1048576.0,
-          m.optimizer / 1048576.0, m.working / 1048576.0, m.activations / 1048576.0,
-          m.comm_buffers / 1048576.0);
+      publish_memory(m);
+      if (!opts_.quiet)
+        fmt::print(
+            "memory per rank: model state {:.1f} MiB (params {:.1f}, grads {:.1f}, optimizer "
+            "{:.1f}), working buffers {:.1f} MiB, activations {:.1f} MiB, communication buffers "
+            "{:.1f} MiB\n",
+            m.model_state() / 1048576.0, m.params / 1048576.0, m.grads / 1048576.0,
+            m.optimizer / 1048576.0, m.working / 1048576.0, m.activations / 1048576.0,
+            m.comm_buffers / 1048576.0);
       memory_shown = true;
     }
     log_step(r);
+    if (r.stop_requested) {
+      save_checkpoint_logged();
+      if (metrics_)
+        metrics_->write({{"type", "stopped"},
+                         {"step", step_},
+                         {"signal", stop_signal()},
+                         {"time", unix_seconds()}});
+      if (!opts_.quiet)
+        fmt::print(
+            "stopping at step {} as asked ({}); the checkpoint holds it: run again with --set "
+            "train.resume=auto to continue\n",
+            step_,
+            stop_signal() ? fmt::format("signal {}", strsignal(stop_signal()))
+                          : std::string("a signal to another rank"));
+      write_trace();
+      return false;
+    }
     bool last = step_ == cfg_.steps;
     if (cfg_.val_every > 0 && (step_ % cfg_.val_every == 0 || last)) {
       double vl = validate();
-      if (metrics_) metrics_->write({{"type", "val"}, {"step", step_}, {"val_loss", vl}});
+      if (metrics_)
+        metrics_->write(
+            {{"type", "val"}, {"step", step_}, {"val_loss", vl}, {"time", unix_seconds()}});
+      if (registry_) registry_->set("kiln_val_loss", vl);
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
       if (zero3() && cfg_.sample_tokens > 0) fetch_all();
       if (cfg_.sample_tokens > 0 && comm_->rank() == 0) {
@@ -468,12 +693,10 @@ void Trainer::run() {
       }
       if (zero3() && cfg_.sample_tokens > 0) drop_all();
     }
-    if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) {
-      double t0 = now_seconds();
-      std::string dir = save_checkpoint();
-      if (!opts_.quiet) fmt::print("checkpoint {} ({:.2f} s)\n", dir, now_seconds() - t0);
-    }
+    if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) save_checkpoint_logged();
   }
+  write_trace();
+  return true;
 }
 
 }  // namespace kiln

@@ -17,6 +17,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
+#include "obs/prometheus.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "train/config.h"
@@ -31,9 +32,15 @@ struct StepResult {
   double loss = 0;       // mean loss over the step's tokens, before the update
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;
-  bool skipped = false;  // non-finite loss or gradient: no update was made
+  bool skipped = false;         // non-finite loss or gradient: no update was made
+  bool stop_requested = false;  // some rank was asked to stop (all ranks agree)
   double seconds = 0;
   double comm_wait_seconds = 0;  // waiting for gradient reductions after backward
+  // Where the step's time went (this rank): reading batches, forward (with ZeRO-3's parameter
+  // waits), backward (with bucket hand-offs), the optimizer (clipping, AdamW, gathers).
+  double data_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
+  // Every rank's forward + backward + optimizer time, by rank.
+  std::vector<double> rank_compute_seconds;
 };
 
 // Fills one micro-batch: inputs and targets, each (B,T).
@@ -43,6 +50,11 @@ struct TrainerOptions {
   BatchSource batches;       // when set, replaces data.train (benchmarks, tests); no metrics file
   bool quiet = false;        // no progress lines
   bool measure_peak = true;  // measure peak GFLOP/s when the config states none
+  // Rank 0 serves Prometheus metrics at http://metrics_host:metrics_port/metrics (-1: off; 0: a
+  // free port, printed).
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
+  std::string trace_path;  // when set, a Chrome trace of the run is written here at the end
 };
 
 // Memory held per kind, in bytes.
@@ -69,8 +81,9 @@ class Trainer {
   double validate();
   // Writes a checkpoint of the current state; returns its directory.
   std::string save_checkpoint();
-  // Trains until train.steps, logging, validating and checkpointing as configured.
-  void run();
+  // Trains until train.steps, logging, validating and checkpointing as configured. Returns false
+  // when it stopped early on request (SIGUSR1/SIGTERM, see stop_request.h) after a checkpoint.
+  bool run();
 
   int64_t steps_done() const { return step_; }
   const TrainConfig& config() const { return cfg_; }
@@ -85,6 +98,9 @@ class Trainer {
   int rank() const { return grid_->rank(); }
   int world() const { return grid_->shape().size(); }
   std::string checkpoint_root() const;
+  // Rank 0's Prometheus registry (set after every step); null on other ranks.
+  std::shared_ptr<const MetricsRegistry> metrics_registry() const { return registry_; }
+  int metrics_port() const { return server_ ? server_->port() : -1; }
 
  private:
   void resume_from(const std::string& dir);
@@ -97,6 +113,10 @@ class Trainer {
   std::string sample_text();
   void next_batch();
   void log_step(const StepResult& r);
+  void declare_metrics();
+  void publish_memory(const MemoryReport& m);
+  void write_trace();
+  void save_checkpoint_logged();  // save_checkpoint() with its record, metrics and message
 
   TrainConfig cfg_;
   TrainerOptions opts_;
@@ -121,6 +141,10 @@ class Trainer {
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
   std::unique_ptr<Tokenizer> tokenizer_;  // made on first use (samples)
+  std::shared_ptr<MetricsRegistry> registry_;
+  std::unique_ptr<MetricsServer> server_;
+  double last_checkpoint_unix_ = 0;
+  std::string resumed_from_;  // the checkpoint this run started from, if any
 };
 
 }  // namespace kiln

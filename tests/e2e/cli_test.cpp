@@ -86,6 +86,7 @@ TEST_F(Cli, TrainWritesProgressMetricsAndCheckpointsThenResumes) {
       EXPECT_TRUE(j.contains("val_loss"));
       continue;
     }
+    if (j["type"] != "train") continue;  // run_start, memory, checkpoint: see observability_test
     train_lines++;
     for (const char* k :
          {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_sec", "step_ms", "mfu"})

@@ -1,0 +1,95 @@
+#include "launch/slurm.h"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "train/stop_request.h"
+
+namespace kiln {
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789_-./=:,+@%") == std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string sbatch_script(const SubmitOptions& o) {
+  std::string s = "#!/bin/bash\n";
+  s +=
+      "# Written by `kiln submit`: one `kiln train` task per rank, started by srun through PMIx.\n";
+  auto line = [&](const std::string& arg) { s += "#SBATCH " + arg + "\n"; };
+  line("--job-name=" + o.job_name);
+  line(fmt::format("--nodes={}", o.nodes));
+  line(fmt::format("--ntasks-per-node={}", o.ntasks_per_node));
+  if (o.cpus_per_task > 0) line(fmt::format("--cpus-per-task={}", o.cpus_per_task));
+  if (!o.time.empty()) line("--time=" + o.time);
+  if (!o.partition.empty()) line("--partition=" + o.partition);
+  if (!o.gres.empty()) line("--gres=" + o.gres);
+  line("--requeue");
+  line(fmt::format("--signal=USR1@{}", o.signal_seconds));
+  line("--chdir=" + o.workdir);
+  line("--output=" + o.out_dir + "/slurm-%j.out");
+  line("--open-mode=append");  // a requeued job adds to the same log
+  for (const auto& a : o.sbatch_args) line(a);
+  s += "\n";
+  s += "# The warning signal is for the tasks (they checkpoint and exit); the batch shell only\n";
+  s += "# notes it and waits for them.\n";
+  s += "trap 'echo \"kiln: job $SLURM_JOB_ID got the warning signal (USR1)\"' USR1\n";
+  s += "echo \"kiln: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart "
+       "${SLURM_RESTART_COUNT:-0}\"\n";
+  // No --kill-on-bad-exit: after a stop every task exits with the requeue code, and killing the
+  // slower ones would hide it. A rank that fails ends the whole job itself (MPI_Abort).
+  std::string cmd = "srun --mpi=pmix " + shell_quote(o.kiln_binary) + " train " +
+                    shell_quote(o.config) + " --set train.resume=auto";
+  for (const auto& kv : o.sets) cmd += " --set " + shell_quote(kv);
+  s += cmd + " &\n";
+  // Waiting in the background lets the trap run while srun goes on; wait again after a signal.
+  s += "pid=$!\n";
+  s += "rc=0\nwhile kill -0 $pid 2> /dev/null; do\n  wait $pid\n  rc=$?\ndone\n";
+  s += fmt::format("if [ $rc -eq {} ]; then\n", kExitStoppedForRequeue);
+  s += "  echo \"kiln: checkpoint written on request; requeueing job $SLURM_JOB_ID\"\n";
+  s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
+  s += "fi\n";
+  s += "exit $rc\n";
+  return s;
+}
+
+std::string submit_job(const SubmitOptions& o, std::string* script_path) {
+  namespace fs = std::filesystem;
+  fs::create_directories(o.out_dir);
+  std::string path = (fs::path(o.out_dir) / (o.job_name + ".sbatch")).string();
+  write_file_atomic(path, sbatch_script(o));
+  fs::permissions(path, fs::perms::owner_exec, fs::perm_options::add);
+  if (script_path) *script_path = path;
+  std::string cmd = "sbatch --parsable " + shell_quote(path) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) fail("submit: cannot run sbatch");
+  std::string out;
+  std::array<char, 512> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail("submit: sbatch {} failed{}: {}", path,
+         WIFEXITED(status) && WEXITSTATUS(status) == 127 ? " (is Slurm installed? sbatch not found)"
+                                                         : "",
+         out.empty() ? "no output" : out);
+  // --parsable prints "jobid" or "jobid;cluster".
+  std::string id = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+  id = id.substr(0, id.find(';'));
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
+    fail("submit: sbatch {} answered '{}', not a job id", path, out);
+  return id;
+}
+
+}  // namespace kiln

@@ -1,0 +1,36 @@
+// `kiln submit`: a Slurm batch script for a training run, and its submission. The script asks
+// for --requeue and --signal=USR1@<seconds>: on that warning (time limit, preemption) every task
+// checkpoints and exits with kExitStoppedForRequeue, and the script requeues the job, which
+// resumes from the checkpoint (train.resume = "auto").
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct SubmitOptions {
+  std::string config;             // absolute path of the TOML config
+  std::vector<std::string> sets;  // section.key=value overrides
+  std::string kiln_binary;        // absolute
+  std::string workdir;            // the job runs here (relative paths in the config)
+  std::string out_dir;            // train.out_dir, absolute: logs and the script go there
+  std::string job_name = "kiln";
+  int nodes = 1;
+  int ntasks_per_node = 1;
+  int cpus_per_task = 0;  // 0: Slurm's default
+  std::string time;       // --time, e.g. "2:00:00" ("" : the partition's default)
+  std::string partition;
+  std::string gres;                      // e.g. "gpu:4"
+  int signal_seconds = 120;              // USR1 this long before the time limit
+  std::vector<std::string> sbatch_args;  // extra #SBATCH lines' arguments
+};
+
+// Quotes a word for sh.
+std::string shell_quote(const std::string& s);
+
+std::string sbatch_script(const SubmitOptions& o);
+
+// Writes the script under out_dir, runs `sbatch --parsable` on it and returns the job id.
+std::string submit_job(const SubmitOptions& o, std::string* script_path);
+
+}  // namespace kiln
