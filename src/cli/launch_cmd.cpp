@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "launch/launcher.h"
+#include "train/config.h"
 
 namespace kiln::cli {
 
@@ -19,6 +20,8 @@ void register_launch(CLI::App& app) {
     std::string config;
     std::vector<std::string> sets;
     std::vector<std::string> mpirun_args;
+    std::string trace, metrics_host;
+    int metrics_port = -1;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-n,--ranks", o->ranks, "processes (data-parallel ranks)")->capture_default_str();
@@ -28,6 +31,10 @@ void register_launch(CLI::App& app) {
   cmd->add_option("config", o->config, "TOML config")->required();
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
   cmd->add_option("--mpirun-arg", o->mpirun_args, "an extra argument for mpirun (repeatable)");
+  cmd->add_option("--trace", o->trace, "passed to `kiln train`: a Chrome trace of every rank");
+  cmd->add_option("--metrics-port", o->metrics_port,
+                  "passed to `kiln train`: Prometheus metrics on this port (rank 0)");
+  cmd->add_option("--metrics-host", o->metrics_host, "passed to `kiln train`");
   cmd->callback([o]() {
     LaunchOptions lo;
     lo.ranks = o->ranks;
@@ -40,7 +47,15 @@ void register_launch(CLI::App& app) {
       lo.train_args.push_back("--set");
       lo.train_args.push_back(s);
     }
+    if (!o->trace.empty()) lo.train_args.insert(lo.train_args.end(), {"--trace", o->trace});
+    if (o->metrics_port >= 0)
+      lo.train_args.insert(lo.train_args.end(),
+                           {"--metrics-port", std::to_string(o->metrics_port)});
+    if (!o->metrics_host.empty())
+      lo.train_args.insert(lo.train_args.end(), {"--metrics-host", o->metrics_host});
     lo.mpirun_args = o->mpirun_args;
+    // Read (and checked) here, so a bad config fails once, not once per attempt.
+    lo.out_dir = load_train_config(o->config, o->sets).out_dir;
     int rc = launch(lo);
     if (rc != 0) std::exit(rc);
   });

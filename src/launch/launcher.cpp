@@ -6,18 +6,28 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 
+#include "core/clock.h"
 #include "core/error.h"
+#include "obs/metrics_log.h"
 
 namespace kiln {
 
+std::string RankFailure::how() const {
+  if (!hang.empty()) return "hung";
+  return signal ? fmt::format("killed by signal {} ({})", signal, strsignal(signal))
+                : fmt::format("exit code {}", exit_code);
+}
+
 std::string RankFailure::describe() const {
+  std::string when = last_step >= 0 ? fmt::format(" after step {}", last_step)
+                                    : std::string(" before its first step");
+  if (!hang.empty()) return "the job hung" + when + " (" + hang + ")";
   std::string who = rank >= 0 ? fmt::format("rank {}", rank) : std::string("a rank");
   std::string how = signal ? fmt::format("was killed by signal {} ({})", signal, strsignal(signal))
                            : fmt::format("exited with code {}", exit_code);
-  std::string when = last_step >= 0 ? fmt::format(" after step {}", last_step)
-                                    : std::string(" before its first step");
   return who + " " + how + when;
 }
 
@@ -49,9 +59,13 @@ std::vector<std::string> mpirun_prefix(int ranks) {
   return cmd;
 }
 
-std::vector<std::string> mpirun_command(const LaunchOptions& o, bool resume) {
+std::vector<std::string> mpirun_command(const LaunchOptions& o, int attempt) {
+  const bool resume = attempt > 0;
   std::vector<std::string> cmd = mpirun_prefix(o.ranks);
   cmd.push_back("--tag-output");
+  // The ranks count the restarts (their metrics and run records say so).
+  cmd.push_back("-x");
+  cmd.push_back(fmt::format("KILN_RESTART_COUNT={}", attempt));
   cmd.insert(cmd.end(), o.mpirun_args.begin(), o.mpirun_args.end());
   cmd.push_back(o.kiln_binary);
   cmd.push_back("train");
@@ -76,6 +90,7 @@ struct Attempt {
   std::string output;   // everything mpirun printed
   long last_step = -1;  // the last step rank 0 reported
   int error_rank = -1;  // the first rank that printed "kiln: error:"
+  std::string hang;     // the first watchdog report
 };
 
 // Runs one attempt and streams its output with rank prefixes.
@@ -116,6 +131,13 @@ Attempt run_attempt(const std::vector<std::string>& cmd) {
       std::smatch sm;
       if (rank == 0 && std::regex_search(text, sm, step)) a.last_step = std::stol(sm[1]);
       if (a.error_rank < 0 && text.rfind("kiln: error:", 0) == 0) a.error_rank = rank;
+      if (a.hang.empty() && text.rfind("kiln: error: watchdog: ", 0) == 0) {
+        a.hang = text.substr(std::strlen("kiln: error: watchdog: "));
+        static const std::regex after(R"(after step (\d+))");
+        std::smatch am;  // the watchdog knows the step even when progress lines are sparse
+        if (std::regex_search(a.hang, am, after))
+          a.last_step = std::max(a.last_step, std::stol(am[1]));
+      }
       // Rank 0 speaks for the job; the others only when they report an error.
       if (rank == 0 || m[2] == "stderr") fmt::print("[rank {}] {}\n", rank, text);
     } else if (!s.empty()) {
@@ -139,7 +161,7 @@ int launch(const LaunchOptions& o) {
   signal(SIGTERM, forward_signal);
   std::vector<RankFailure> story;
   for (int attempt = 0;; attempt++) {
-    Attempt a = run_attempt(mpirun_command(o, attempt > 0));
+    Attempt a = run_attempt(mpirun_command(o, attempt));
     const int status = a.status;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       if (!story.empty())
@@ -155,7 +177,24 @@ int launch(const LaunchOptions& o) {
       // mpirun exits 128 + N when a rank died of signal N and it could not say which.
       if (f.rank < 0 && f.exit_code > 128 && f.exit_code < 160) f.signal = f.exit_code - 128;
     }
+    f.hang = a.hang;
     story.push_back(f);
+    if (!o.out_dir.empty()) {  // the run's own record of what happened to it (kiln report)
+      try {
+        std::filesystem::create_directories(o.out_dir);
+        MetricsLog log((std::filesystem::path(o.out_dir) / "metrics.jsonl").string());
+        log.write({{"type", "restart"},
+                   {"time", unix_seconds()},
+                   {"attempt", attempt + 1},
+                   {"rank", f.rank},
+                   {"how", f.how()},
+                   {"after_step", f.last_step},
+                   {"message", f.describe()},
+                   {"restarting", attempt < o.max_restarts}});
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "launch: could not record the failure in {}: {}\n", o.out_dir, e.what());
+      }
+    }
     if (attempt >= o.max_restarts) {
       fmt::print(stderr, "launch: giving up after {} attempt{}:\n", story.size(),
                  story.size() == 1 ? "" : "s");

@@ -14,14 +14,17 @@ struct LaunchOptions {
   std::string kiln_binary;               // this executable
   std::vector<std::string> train_args;   // CONFIG and --set ... passed to `kiln train`
   std::vector<std::string> mpirun_args;  // extra arguments for mpirun
+  std::string out_dir;  // the run directory: restarts are recorded in its metrics.jsonl
 };
 
 // How one attempt ended, read from mpirun's exit status and its messages.
 struct RankFailure {
-  int rank = -1;        // -1: unknown
-  int signal = 0;       // killed by this signal, or
-  int exit_code = 0;    // exited with this code
-  long last_step = -1;  // last step rank 0 reported
+  int rank = -1;            // -1: unknown
+  int signal = 0;           // killed by this signal, or
+  int exit_code = 0;        // exited with this code
+  long last_step = -1;      // last step rank 0 reported
+  std::string hang;         // a watchdog's report, when the job ended on a hang
+  std::string how() const;  // "killed by signal 9 (Killed)", "exit code 1", "hung"
   std::string describe() const;
 };
 
@@ -32,8 +35,8 @@ RankFailure parse_mpirun_failure(const std::string& output);
 // mpirun and the flags kiln needs on one machine (more ranks than cores; root in containers).
 std::vector<std::string> mpirun_prefix(int ranks);
 
-// The mpirun command line for one attempt.
-std::vector<std::string> mpirun_command(const LaunchOptions& o, bool resume);
+// The mpirun command line for attempt `attempt` (0: the first; later ones resume).
+std::vector<std::string> mpirun_command(const LaunchOptions& o, int attempt);
 
 // Runs the job; returns the process exit code (0 on success).
 int launch(const LaunchOptions& o);

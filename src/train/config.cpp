@@ -58,6 +58,9 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.sample_tokens", &c.sample_tokens,
        "print a generated sample of N tokens at each validation (0: none)"},
       {"train.sample_prompt", &c.sample_prompt, "text the samples continue (default: none)"},
+      {"train.watchdog_seconds", &c.watchdog_seconds,
+       "end the job when a rank makes no progress (no step, no collective) for this long, "
+       "naming the ranks that did not arrive (0: off)"},
       {"data.train", &c.train_data, "training shards: a file or a glob"},
       {"data.val", &c.val_data, "validation shards: a file or a glob"},
       {"data.shuffle", &c.shuffle, "visit sequences in a seeded random order per epoch"},
@@ -238,6 +241,7 @@ void TrainConfig::validate() const {
     fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
   if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
+  if (watchdog_seconds < 0) fail("{}: train.watchdog_seconds must not be negative", source);
   if (model.vocab_size > 65536)
     fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);
 }

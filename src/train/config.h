@@ -40,8 +40,9 @@ struct TrainConfig {
   int val_every = 0;  // 0: never
   int val_batches = 4;
   int log_every = 1;
-  int sample_tokens = 0;      // print a sample of this many tokens at each validation (0: none)
-  std::string sample_prompt;  // text the sample continues (default: end-of-text)
+  int sample_tokens = 0;          // print a sample of this many tokens at each validation (0: none)
+  std::string sample_prompt;      // text the sample continues (default: end-of-text)
+  double watchdog_seconds = 300;  // hang detection (0: off); see obs/watchdog.h
 
   // [data]
   std::string train_data;  // data.train: a shard or glob

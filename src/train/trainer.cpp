@@ -583,6 +583,7 @@ void Trainer::log_step(const StepResult& r) {
 }
 
 void Trainer::save_checkpoint_logged() {
+  if (watchdog_) watchdog_->set_phase("checkpoint");
   double t0 = now_seconds();
   std::string dir;
   {
@@ -602,6 +603,7 @@ void Trainer::save_checkpoint_logged() {
     registry_->set("kiln_checkpoint_last_timestamp_seconds", last_checkpoint_unix_);
   }
   if (!opts_.quiet) fmt::print("checkpoint {} ({:.2f} s)\n", dir, sec);
+  if (watchdog_) watchdog_->set_phase("train");
 }
 
 bool Trainer::run() {
@@ -637,11 +639,22 @@ bool Trainer::run() {
                      {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr)
                                                             : nlohmann::json(resumed_from_)},
                      {"config", cfg_.to_json()}});
+  if (cfg_.watchdog_seconds > 0) {
+    WatchdogOptions w;
+    w.timeout_seconds = cfg_.watchdog_seconds;
+    w.interval_seconds = std::min(1.0, cfg_.watchdog_seconds / 4);
+    w.dir = cfg_.out_dir;
+    w.rank = comm_->rank();
+    w.world = comm_->size();
+    watchdog_ = std::make_unique<Watchdog>(w);
+    watchdog_->set_phase("train");
+  }
   run_start_ = now_seconds();
   run_first_step_ = step_;
   bool memory_shown = false;
   while (step_ < cfg_.steps) {
     StepResult r = step();
+    if (watchdog_) watchdog_->step_done(step_);
     if (!memory_shown) {  // after a step: ZeRO-2's gradient memory is measured
       MemoryReport m = memory();
       publish_memory(m);
@@ -671,10 +684,12 @@ bool Trainer::run() {
             stop_signal() ? fmt::format("signal {}", strsignal(stop_signal()))
                           : std::string("a signal to another rank"));
       write_trace();
+      watchdog_.reset();
       return false;
     }
     bool last = step_ == cfg_.steps;
     if (cfg_.val_every > 0 && (step_ % cfg_.val_every == 0 || last)) {
+      if (watchdog_) watchdog_->set_phase("validate");
       double vl = validate();
       if (metrics_)
         metrics_->write(
@@ -692,10 +707,12 @@ bool Trainer::run() {
         }
       }
       if (zero3() && cfg_.sample_tokens > 0) drop_all();
+      if (watchdog_) watchdog_->set_phase("train");
     }
     if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) save_checkpoint_logged();
   }
   write_trace();
+  watchdog_.reset();
   return true;
 }
 

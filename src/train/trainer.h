@@ -18,6 +18,7 @@
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
 #include "obs/prometheus.h"
+#include "obs/watchdog.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "train/config.h"
@@ -144,7 +145,8 @@ class Trainer {
   std::shared_ptr<MetricsRegistry> registry_;
   std::unique_ptr<MetricsServer> server_;
   double last_checkpoint_unix_ = 0;
-  std::string resumed_from_;  // the checkpoint this run started from, if any
+  std::unique_ptr<Watchdog> watchdog_;  // while run() runs
+  std::string resumed_from_;            // the checkpoint this run started from, if any
 };
 
 }  // namespace kiln

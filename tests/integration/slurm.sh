@@ -115,6 +115,7 @@ echo "slurm up: node $NODE, controller port $PORT"
 
 job_state() { scontrol show job "$1" 2> /dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
 state_is() { [ "$(job_state "$1")" = "$2" ]; }
+ended() { case "$(job_state "$1")" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; *) return 1 ;; esac; }
 submit() {  # submit OUT_DIR STEPS: prints the job id
   local out
   out=$("$KILN" submit "$SRC/configs/tiny.toml" --ntasks-per-node 2 -J "kiln-test" \
@@ -124,14 +125,18 @@ submit() {  # submit OUT_DIR STEPS: prints the job id
   echo "$out" >&2
   echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p'
 }
-records() { grep -c "\"type\":\"$2\"" "$1/metrics.jsonl" 2> /dev/null || true; }
+records() {
+  local n
+  n=$(grep -c "\"type\":\"$2\"" "$1/metrics.jsonl" 2> /dev/null)
+  echo "${n:-0}"
+}
 last_step() { grep '"type":"train"' "$1/metrics.jsonl" 2> /dev/null | tail -1 | sed 's/.*"step":\([0-9]*\).*/\1/'; }
 
 # --- 1. a 2-task job trains to the end -------------------------------------------------------
 OUT1=$S/run1
 J1=$(submit "$OUT1" 20)
 [ -n "$J1" ] || die "kiln submit printed no job id"
-wait_for 180 state_is "$J1" COMPLETED || {
+wait_for 180 ended "$J1" && state_is "$J1" COMPLETED || {
   scontrol show job "$J1"
   cat "$OUT1"/slurm-*.out
   die "job $J1 did not complete (state $(job_state "$J1"))"
@@ -162,8 +167,12 @@ echo "job $J2 stopped at step $STOP_STEP with checkpoint $CKPT"
 # The script requeued the job; Slurm holds a requeued job back for ~2 minutes: start it now.
 pending() { state_is "$J2" PENDING; }
 wait_for 120 pending || die "job $J2 was not requeued (state $(job_state "$J2"))"
+# Starting it while its first run is still being cleaned up gets it killed ("Job credential
+# revoked"): wait until the node is idle again.
+wait_for 120 idle || die "node $NODE did not become idle after the requeue"
+sleep 1
 scontrol update JobId="$J2" StartTime=now
-wait_for 300 state_is "$J2" COMPLETED || {
+wait_for 300 ended "$J2" && state_is "$J2" COMPLETED || {
   cat "$OUT2"/slurm-*.out
   die "requeued job $J2 did not complete (state $(job_state "$J2"))"
 }
