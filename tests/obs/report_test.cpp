@@ -1,0 +1,553 @@
+// `kiln report`: reading run directories (old and new record types, damage, restarts), the
+// drawing helpers, and the page itself rendered by a real browser (headless Chromium).
+#include "obs/report_html.h"
+
+#include <gtest/gtest.h>
+#include <png.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/file.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+namespace {
+
+using kiln::testing::error_of;
+using kiln::testing::run_kiln;
+using kiln::testing::TempDir;
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines,
+                 const std::string& tail = "") {
+  std::ofstream f(path);
+  for (auto& l : lines) f << l << "\n";
+  f << tail;
+}
+
+std::string train_line(int64_t step, double loss, const std::string& extra = "") {
+  return fmt::format(
+      R"({{"type":"train","step":{},"loss":{},"lr":0.001,"grad_norm":1.5,"tokens":{},)"
+      R"("tokens_per_sec":1000.0,"step_ms":50.0,"mfu":0.2,"comm_wait_ms":0.0,"skipped":false{}}})",
+      step, loss, step * 512, extra);
+}
+
+// A run with every record type: `world` ranks (the last one slow), a restart of rank 1 three
+// steps after a checkpoint and the resume from that checkpoint (so three steps run twice),
+// memory, checkpoints every tenth of the run, samples with markup, a skipped step and a
+// truncated last line.
+void write_full_run(const std::string& dir, int steps, int world) {
+  std::vector<std::string> l;
+  const std::string cfg = R"({"model":{"n_layer":2,"n_embd":64},"train":{"steps":)" +
+                          std::to_string(steps) +
+                          R"(,"lr":0.003,"sample_prompt":"<b>&"},"data":{"tokenizer":"bytes"}})";
+  l.push_back(R"({"type":"run_start","time":1795000000.0,"step":0,"world":)" +
+              std::to_string(world) + R"(,"resumed_from":null,"config":)" + cfg +
+              R"(,"host":"node01"})");
+  const int every = std::max(1, steps / 10);
+  const int restart_after = steps * 6 / 10 / every * every + 3;
+  double t = 1795000000.0;
+  bool restarted = false;
+  for (int s = 1; s <= steps; s++) {
+    if (s == restart_after + 1 && !restarted) {
+      restarted = true;
+      l.push_back(fmt::format(
+          R"({{"type":"restart","time":{},"attempt":1,"rank":1,"how":"killed by signal 9",)"
+          R"("after_step":{},"message":"rank 1 <died> & came back"}})",
+          t + 1, restart_after));
+      l.push_back(fmt::format(
+          R"({{"type":"run_start","time":{},"step":{},"world":{},)"
+          R"("resumed_from":"{}/checkpoints/step_{:08d}","config":{},"host":"node01"}})",
+          t + 3, restart_after - 3, world, dir, restart_after - 3, cfg));
+      s = restart_after - 3;
+      continue;
+    }
+    std::string ranks = "[";
+    for (int r = 0; r < world; r++)
+      ranks += fmt::format("{}{}", r ? "," : "", 60.0 + (r == world - 1 ? 9 : 0) + (s % 7) * 0.3);
+    ranks += "]";
+    double loss = 2 + 8.8 * std::exp(-s * 8.0 / steps) + 0.05 * (s % 5) + (restarted ? 0.01 : 0);
+    bool skipped = s == steps / 2;
+    t += 0.08;
+    l.push_back(fmt::format(
+        R"({{"type":"train","step":{},"loss":{},"lr":{},"grad_norm":{},"tokens":{},)"
+        R"("tokens_per_sec":{},"step_ms":{},"mfu":0.21,"comm_wait_ms":4.0,"forward_ms":20.0,)"
+        R"("backward_ms":40.0,"optimizer_ms":5.0,"data_ms":0.5,"skipped":{},"time":{},)"
+        R"("rank_step_ms":{}}})",
+        s, skipped ? "null" : fmt::format("{}", loss), 0.003 * std::min(1.0, s / 5.0),
+        skipped ? "null" : "1.25", s * 1024, 12800 + (s % 3) * 10, 80.0 + (s % 7) * 0.3,
+        skipped ? "true" : "false", t, ranks));
+    if (s == 1)
+      l.push_back(
+          R"({"type":"memory","step":1,"params":400000,"grads":400000,"optimizer":800000,)"
+          R"("working":1200000,"activations":3000000,"comm_buffers":100000,"peak_rss":90000000})");
+    if (s % every == 0) {
+      l.push_back(fmt::format(R"({{"type":"val","step":{},"val_loss":{}}})", s, loss + 0.1));
+      l.push_back(fmt::format(
+          R"({{"type":"sample","step":{},"text":"<script>alert('x')</script> & \"fox\"\nline 2"}})",
+          s));
+      l.push_back(fmt::format(
+          R"({{"type":"checkpoint","step":{},"seconds":0.25,"dir":"{}/checkpoints/step_{:08d}",)"
+          R"("time":{}}})",
+          s, dir, s, t));
+    }
+  }
+  write_lines(dir + "/metrics.jsonl", l, R"({"type":"train","step":)" + std::to_string(steps + 1));
+}
+
+struct SeriesPath {
+  int64_t declared = -1;  // data-points
+  int64_t counted = 0;    // M and L commands in d
+};
+
+// The series paths of a page (or of Chromium's DOM dump of it), by data-series name.
+std::map<std::string, SeriesPath> series_paths(const std::string& html) {
+  std::map<std::string, SeriesPath> out;
+  auto attr = [](const std::string& tag, const std::string& name) {
+    size_t p = tag.find(" " + name + "=\"");
+    if (p == std::string::npos) return std::string();
+    p += name.size() + 3;
+    return tag.substr(p, tag.find('"', p) - p);
+  };
+  for (size_t p = html.find("<path"); p != std::string::npos; p = html.find("<path", p + 1)) {
+    std::string tag = html.substr(p, html.find('>', p) - p);
+    if (attr(tag, "class") != "series") continue;
+    SeriesPath s;
+    s.declared = std::stoll(attr(tag, "data-points"));
+    for (char c : attr(tag, "d")) s.counted += c == 'M' || c == 'L';
+    out[attr(tag, "data-series")] = s;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+TEST(ReportHtml, EscapingNeutralisesMarkupInTextAndAttributes) {
+  EXPECT_EQ(html_escape("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;");
+  EXPECT_EQ(html_escape("plain text, é"), "plain text, é");
+}
+
+TEST(ReportHtml, DecimationKeepsEndsSpikesAndDipsWithinTheBudget) {
+  std::vector<Point> pts;
+  for (int i = 0; i < 100000; i++) pts.push_back({double(i), std::sin(i * 0.001)});
+  pts[54321].y = 100;   // a loss spike
+  pts[77777].y = -100;  // and a dip
+  auto d = decimate_min_max(pts, 2000);
+  EXPECT_LE(d.size(), 2000u);
+  EXPECT_GE(d.size(), 1900u);
+  EXPECT_EQ(d.front().x, 0);
+  EXPECT_EQ(d.back().x, 99999);
+  bool spike = false, dip = false;
+  for (size_t i = 0; i < d.size(); i++) {
+    if (i > 0) {
+      EXPECT_LT(d[i - 1].x, d[i].x) << i;  // in order, no repeats
+    }
+    EXPECT_EQ(d[i].y, pts[static_cast<size_t>(d[i].x)].y) << i;  // only real points
+    spike |= d[i].y == 100;
+    dip |= d[i].y == -100;
+  }
+  EXPECT_TRUE(spike);
+  EXPECT_TRUE(dip);
+  // The envelope survives: the decimated curve's extremes over any stretch of 1000 steps are
+  // those of the full curve (each run of points is at most 100 long).
+  for (int b = 0; b < 100; b++) {
+    double lo = 1e9, hi = -1e9, dlo = 1e9, dhi = -1e9;
+    for (int i = b * 1000; i < (b + 1) * 1000; i++)
+      lo = std::min(lo, pts[i].y), hi = std::max(hi, pts[i].y);
+    for (auto& p : d)
+      if (p.x >= b * 1000 - 100 && p.x < (b + 1) * 1000 + 100)
+        dlo = std::min(dlo, p.y), dhi = std::max(dhi, p.y);
+    EXPECT_LE(dlo, lo) << b;
+    EXPECT_GE(dhi, hi) << b;
+  }
+  std::vector<Point> few = {{1, 2}, {2, 3}, {3, 1}};
+  auto same = decimate_min_max(few, 2000);
+  ASSERT_EQ(same.size(), 3u);
+  EXPECT_EQ(same[2].y, 1);
+}
+
+TEST(ReportHtml, TicksAreRoundNumbersInsideTheRange) {
+  EXPECT_EQ(nice_ticks(0, 10, 5), (std::vector<double>{0, 2, 4, 6, 8, 10}));
+  auto t = nice_ticks(0.00013, 0.00291, 5);
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_NEAR(t[0], 0.0005, 1e-15);
+  EXPECT_NEAR(t[4], 0.0025, 1e-15);
+  EXPECT_EQ(nice_ticks(-3, 7, 4), (std::vector<double>{-2, 0, 2, 4, 6}));
+  EXPECT_TRUE(nice_ticks(3, 3, 5).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading run directories
+
+TEST(ReportRead, MissingRunDirectoryOrMetricsIsAnErrorNamingThePath) {
+  TempDir dir;
+  std::string e = error_of([&] { read_run(dir / "nope"); });
+  EXPECT_NE(e.find(dir / "nope"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a directory"), std::string::npos) << e;
+  e = error_of([&] { read_run(dir.path()); });
+  EXPECT_NE(e.find(dir.path()), std::string::npos) << e;
+  EXPECT_NE(e.find("no metrics.jsonl"), std::string::npos) << e;
+}
+
+TEST(ReportRead, ABadLineInTheMiddleIsAnErrorNamingFileAndLine) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl",
+              {train_line(1, 3.0), "{\"type\": \"train\", oops", train_line(2, 2.9)});
+  std::string e = error_of([&] { read_run(dir.path()); });
+  EXPECT_NE(e.find(dir / "metrics.jsonl:2:"), std::string::npos) << e;
+  EXPECT_NE(e.find("not JSON"), std::string::npos) << e;
+
+  write_lines(dir / "metrics.jsonl", {train_line(1, 3.0), "[1, 2]", train_line(2, 2.9)});
+  e = error_of([&] { read_run(dir.path()); });
+  EXPECT_NE(e.find("metrics.jsonl:2: not a JSON object"), std::string::npos) << e;
+
+  write_lines(dir / "metrics.jsonl",
+              {train_line(1, 3.0), R"({"type":"train","step":2,"loss":"low"})", train_line(3, 2)});
+  e = error_of([&] { read_run(dir.path()); });
+  EXPECT_NE(e.find("metrics.jsonl:2: \"loss\" should be a number, got \"low\""), std::string::npos)
+      << e;
+
+  write_lines(dir / "metrics.jsonl", {R"({"type":"val","val_loss":2.0})", train_line(1, 2)});
+  e = error_of([&] { read_run(dir.path()); });
+  EXPECT_NE(e.find("metrics.jsonl:1: a \"val\" record needs \"step\""), std::string::npos) << e;
+}
+
+TEST(ReportRead, ATruncatedLastLineIsSkippedAndSaidOnThePage) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl", {train_line(1, 3.0), train_line(2, 2.9)},
+              R"({"type":"train","step":3,"lo)");
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.train.size(), 2u);
+  ASSERT_EQ(run.notes.size(), 1u);
+  EXPECT_NE(run.notes[0].find("line 3"), std::string::npos) << run.notes[0];
+  std::string html = render_report(run);
+  EXPECT_NE(html.find("The last line of metrics.jsonl (line 3)"), std::string::npos);
+  EXPECT_EQ(series_paths(html)["train loss"].declared, 2);
+}
+
+TEST(ReportRead, AStepWrittenAgainAfterAResumeKeepsItsLaterValues) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl",
+              {train_line(1, 5.0), train_line(2, 4.0), train_line(3, 3.0), train_line(4, 2.5),
+               R"({"type":"val","step":4,"val_loss":3.5})", train_line(3, 3.3), train_line(4, 2.7),
+               R"({"type":"val","step":4,"val_loss":3.25})", train_line(5, 2.2)});
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.train.size(), 5u);
+  EXPECT_EQ(run.superseded, 2);
+  EXPECT_EQ(run.train[2].loss, 3.3);
+  EXPECT_EQ(run.train[3].loss, 2.7);
+  ASSERT_EQ(run.val.size(), 1u);
+  EXPECT_EQ(run.val[0].val_loss, 3.25);
+  EXPECT_EQ(series_paths(render_report(run))["train loss"].counted, 5);
+}
+
+TEST(ReportRead, NonFiniteStepsAreMarkedNotDrawn) {
+  TempDir dir;
+  write_lines(
+      dir / "metrics.jsonl",
+      {train_line(1, 5.0), train_line(2, 4.0),
+       R"({"type":"train","step":3,"loss":null,"lr":0.001,"grad_norm":null,"skipped":true})",
+       train_line(4, 3.0)});
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.train.size(), 4u);
+  EXPECT_TRUE(std::isnan(run.train[2].loss));
+  EXPECT_TRUE(run.train[2].skipped);
+  std::string html = render_report(run);
+  auto paths = series_paths(html);
+  EXPECT_EQ(paths["train loss"].counted, 3);
+  EXPECT_EQ(paths["grad norm"].counted, 3);
+  EXPECT_EQ(paths["lr"].counted, 4);
+  EXPECT_NE(html.find("<title>step 3 skipped (non-finite)</title>"), std::string::npos);
+  EXPECT_NE(html.find("1 step(s) had a non-finite loss"), std::string::npos);
+}
+
+TEST(ReportRead, AnOlderRunWithOnlyTrainValAndSampleRecordsStillReports) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl",
+              {train_line(1, 5.0), train_line(2, 4.0), R"({"type":"val","step":2,"val_loss":4.5})",
+               R"({"type":"sample","step":2,"text":"</td></tr><script>x()</script>"})",
+               R"({"type":"future_record","step":2})"});
+  // The config comes from the newest checkpoint when no run_start record has it.
+  fs::create_directories(dir / "checkpoints/step_00000002");
+  std::ofstream(dir / "checkpoints/step_00000002/trainer_state.json")
+      << R"({"step":2,"config":{"train":{"steps":2,"lr":0.003},"model":{"n_layer":1}}})";
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.checkpoints.size(), 1u);
+  EXPECT_EQ(run.checkpoints[0].step, 2);
+  EXPECT_TRUE(run.checkpoints[0].on_disk);
+  EXPECT_TRUE(std::isnan(run.checkpoints[0].seconds));
+  EXPECT_EQ(run.config["train"]["lr"], 0.003);
+  std::string html = render_report(run);
+  EXPECT_NE(html.find("<td>train.lr</td><td>0.003</td>"), std::string::npos);
+  EXPECT_NE(html.find("&lt;/td&gt;&lt;/tr&gt;&lt;script&gt;x()&lt;/script&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("1 record(s) of type &quot;future_record&quot;"), std::string::npos);
+  EXPECT_NE(html.find("id=\"memory\"><figcaption>Memory per rank by kind</figcaption>\n<p "
+                      "class=\"empty\">Not recorded"),
+            std::string::npos);
+  auto paths = series_paths(html);
+  EXPECT_EQ(paths["train loss"].counted, 2);
+  EXPECT_EQ(paths["val loss"].counted, 1);
+  EXPECT_EQ(paths.count("forward"), 0u);  // parts not recorded: no empty series
+}
+
+TEST(ReportRead, OnePointIsDrawnAsAMarker) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl", {train_line(1, 5.0)});
+  std::string html = report_html(dir.path());
+  EXPECT_EQ(series_paths(html)["train loss"].counted, 1);
+  EXPECT_NE(html.find("<title>train loss 5 at step 1</title></circle>"), std::string::npos);
+}
+
+TEST(ReportRead, EveryRecordTypeReachesThePage) {
+  TempDir dir;
+  write_full_run(dir.path(), 200, 4);
+  RunData run = read_run(dir.path());
+  EXPECT_EQ(run.train.size(), 200u);
+  EXPECT_EQ(run.superseded, 3);  // steps 121..123 ran again after the restart
+  EXPECT_EQ(run.runs.size(), 2u);
+  ASSERT_EQ(run.restarts.size(), 1u);
+  EXPECT_EQ(run.restarts[0].rank, 1);
+  ASSERT_EQ(run.memory.size(), 1u);
+  EXPECT_EQ(run.memory[0].bytes.size(), 6u);
+  EXPECT_EQ(run.checkpoints.size(), 10u);
+  EXPECT_EQ(run.train[10].rank_step_ms.size(), 4u);
+  std::string html = render_report(run);
+  auto paths = series_paths(html);
+  for (const char* s : {"train loss", "val loss", "lr", "grad norm", "tokens/s", "MFU", "step",
+                        "forward", "backward", "optimizer", "comm wait", "data", "fastest rank",
+                        "median rank", "slowest rank"}) {
+    ASSERT_EQ(paths.count(s), 1u) << s;
+    EXPECT_EQ(paths[s].counted, paths[s].declared) << s;
+  }
+  EXPECT_EQ(paths["train loss"].counted, 199);  // step 100 was skipped
+  EXPECT_EQ(paths["val loss"].counted, 10);
+  EXPECT_NE(html.find("Rank 3 was the slowest in 200 of 200 steps"), std::string::npos);
+  EXPECT_NE(html.find("<td>killed by signal 9</td><td>rank 1 &lt;died&gt; &amp; came back</td>"),
+            std::string::npos);
+  EXPECT_NE(html.find("restart (rank 1)"), std::string::npos);
+  EXPECT_NE(html.find(">activations</text>"), std::string::npos);
+  EXPECT_NE(html.find("2.9 MiB"), std::string::npos);  // 3,000,000 bytes of activations
+  EXPECT_NE(html.find("<td>train.sample_prompt</td><td>&lt;b&gt;&amp;</td>"), std::string::npos);
+  EXPECT_NE(html.find("The last line of metrics.jsonl"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+}
+
+TEST(ReportRead, AHugeRunIsDecimatedToAtMost2000PointsPerSeries) {
+  TempDir dir;
+  {
+    std::ofstream f(dir / "metrics.jsonl");
+    for (int s = 1; s <= 100000; s++)
+      f << train_line(s, s == 65432 ? 50.0 : 3.0 + (s % 10) * 0.01) << "\n";
+  }
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.train.size(), 100000u);
+  std::string html = render_report(run);
+  auto paths = series_paths(html);
+  EXPECT_LE(paths["train loss"].counted, 2000);
+  EXPECT_GE(paths["train loss"].counted, 1000);
+  EXPECT_EQ(paths["train loss"].counted, paths["train loss"].declared);
+  EXPECT_LT(html.size(), 2u << 20) << "the page stays small";
+  // The spike is the highest point: a vertex sits at the top of the plot area (y = 34 + 5% pad).
+  std::string d;
+  size_t p = html.find("data-series=\"train loss\"");
+  p = html.find(" d=\"", p) + 4;
+  d = html.substr(p, html.find('"', p) - p);
+  double top = 1e9;
+  for (size_t i = 0; (i = d.find_first_of("ML", i)) != std::string::npos; i++) {
+    double x, y;
+    ASSERT_EQ(std::sscanf(d.c_str() + i + 1, "%lf %lf", &x, &y), 2);
+    top = std::min(top, y);
+  }
+  EXPECT_LT(top, 34 + 0.06 * (300 - 34 - 46));
+}
+
+// ---------------------------------------------------------------------------------------------
+// In a real browser
+
+std::string chromium_binary() {
+  for (const char* name : {"chromium", "chromium-browser"}) {
+    std::string cmd = std::string("command -v ") + name + " 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[512] = {0};
+    std::string path = fgets(buf, sizeof buf, p) ? buf : "";
+    pclose(p);
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    if (!path.empty()) return path;
+  }
+  return "";
+}
+
+// Runs headless Chromium on a file with extra arguments; returns its stdout.
+std::string run_chromium(const std::string& bin, const TempDir& tmp, const std::string& page,
+                         const std::string& args) {
+  static int n = 0;
+  std::string profile = tmp / fmt::format("profile-{}", n++);
+  std::string out = tmp / "chromium.out";
+  // Without the background-networking flags Chromium keeps calling home on a closed network.
+  std::string cmd = fmt::format(
+      "timeout 120 {} --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync "
+      "--user-data-dir={} --window-size=1200,2000 {} file://{} > {} 2> {}",
+      bin, profile, args, fs::absolute(page).string(), out, tmp / "chromium.err");
+  int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << cmd << "\n" << read_file(tmp / "chromium.err", "chromium log");
+  return read_file(out, "chromium output");
+}
+
+// URLs the page itself asked for: Chromium's own background requests have no origin.
+std::vector<std::string> page_requests(const std::string& netlog_path) {
+  auto j = nlohmann::json::parse(read_file(netlog_path, "net log"));
+  int start_job = j.at("constants").at("logEventTypes").at("URL_REQUEST_START_JOB").get<int>();
+  std::vector<std::string> urls;
+  for (auto& e : j.at("events")) {
+    if (e.value("type", -1) != start_job || !e.contains("params")) continue;
+    auto& p = e["params"];
+    if (p.contains("url") && p.value("initiator", "") != "not an origin")
+      urls.push_back(p["url"].get<std::string>());
+  }
+  return urls;
+}
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+};
+
+Image read_png(const std::string& path) {
+  png_image im{};
+  im.version = PNG_IMAGE_VERSION;
+  Image out;
+  if (!png_image_begin_read_from_file(&im, path.c_str())) return out;
+  im.format = PNG_FORMAT_RGB;
+  out.rgb.resize(PNG_IMAGE_SIZE(im));
+  if (!png_image_finish_read(&im, nullptr, out.rgb.data(), 0, nullptr)) return {};
+  out.width = static_cast<int>(im.width);
+  out.height = static_cast<int>(im.height);
+  return out;
+}
+
+struct PixelCount {
+  int64_t not_background = 0, series_blue = 0;
+  size_t colours = 0;
+};
+
+PixelCount count_pixels(const Image& im) {
+  PixelCount c;
+  std::set<uint32_t> colours;
+  for (size_t i = 0; i + 2 < im.rgb.size(); i += 3) {
+    uint8_t r = im.rgb[i], g = im.rgb[i + 1], b = im.rgb[i + 2];
+    colours.insert(r << 16 | g << 8 | b);
+    bool page_bg = r == 0xf6 && g == 0xf7 && b == 0xf9, white = r == 255 && g == 255 && b == 255;
+    c.not_background += !page_bg && !white;
+    // The first series colour, #1f5fbf, or close to it (antialiasing).
+    c.series_blue += std::abs(r - 0x1f) < 24 && std::abs(g - 0x5f) < 24 && std::abs(b - 0xbf) < 24;
+  }
+  c.colours = colours.size();
+  return c;
+}
+
+class ReportBrowser : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    chromium_ = chromium_binary();
+    if (chromium_.empty())
+      GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs Debian's chromium); "
+                      "the page is not checked in a browser";
+  }
+  std::string chromium_;
+  TempDir tmp_;
+};
+
+TEST_F(ReportBrowser, TheDetectorOfExternalRequestsSeesThem) {
+  // A page that does load from the network, to show page_requests() would catch one.
+  std::ofstream(tmp_ / "leaky.html")
+      << "<!DOCTYPE html><html><body><img src=\"http://127.0.0.1:9/x.png\"></body></html>\n";
+  run_chromium(chromium_, tmp_, tmp_ / "leaky.html",
+               "--dump-dom --log-net-log=" + (tmp_ / "leaky.json"));
+  auto urls = page_requests(tmp_ / "leaky.json");
+  ASSERT_EQ(urls.size(), 1u);
+  EXPECT_EQ(urls[0], "http://127.0.0.1:9/x.png");
+}
+
+TEST_F(ReportBrowser, ATinyTrainingRunsReportRendersWithItsCurvesAndNoRequests) {
+  // Train a real tiny model for 12 steps (as tests/e2e/cli_test.cpp does), then report on it.
+  std::string text;
+  for (int i = 0; i < 300; i++)
+    text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
+  std::ofstream(tmp_ / "corpus.txt") << text;
+  auto r = run_kiln("data prepare --tokenizer bytes --input " + (tmp_ / "corpus.txt") +
+                    " --output " + (tmp_ / "data") + " --val-fraction 0.2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ofstream(tmp_ / "tiny.toml")
+      << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 32\nvocab_size = 257\n"
+         "[train]\nbatch_size = 2\nseq_len = 16\nsteps = 12\nlr = 3e-3\nval_every = 6\n"
+         "val_batches = 2\nsample_tokens = 24\nsample_prompt = \"<b>\"\nout_dir = \""
+      << (tmp_ / "run") << "\"\n[data]\ntrain = \"" << (tmp_ / "data/train_*.bin") << "\"\nval = \""
+      << (tmp_ / "data/val_*.bin")
+      << "\"\ntokenizer = \"bytes\"\n[checkpoint]\nevery = 6\n[hardware]\npeak_gflops = 100.0\n";
+  r = run_kiln("train " + (tmp_ / "tiny.toml"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_kiln("report " + (tmp_ / "run") + " -o " + (tmp_ / "page.html"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + (tmp_ / "page.html")), std::string::npos) << r.output;
+  std::string html = read_file(tmp_ / "page.html", "report");
+  for (const char* external :
+       {"<script", "<link", "<img", "<iframe", "src=", "url(http", "@import", "href=\"http"})
+    EXPECT_EQ(html.find(external), std::string::npos) << external;
+
+  // What Chromium built from it: the SVG paths with one vertex per step.
+  std::string dom = run_chromium(chromium_, tmp_, tmp_ / "page.html",
+                                 "--dump-dom --log-net-log=" + (tmp_ / "net.json"));
+  EXPECT_NE(dom.find("<svg"), std::string::npos) << dom.substr(0, 2000);
+  auto paths = series_paths(dom);
+  ASSERT_EQ(paths.count("train loss"), 1u) << dom.substr(0, 2000);
+  EXPECT_EQ(paths["train loss"].counted, 12);
+  EXPECT_EQ(paths["train loss"].declared, 12);
+  EXPECT_EQ(paths["val loss"].counted, 2);
+  EXPECT_EQ(paths["lr"].counted, 12);
+  EXPECT_EQ(paths["tokens/s"].counted, 12);
+  EXPECT_EQ(paths["MFU"].counted, 12);
+  EXPECT_NE(dom.find("<td>train.steps</td><td>12</td>"), std::string::npos);
+  EXPECT_NE(dom.find("<td>train.sample_prompt</td><td>&lt;b&gt;</td>"), std::string::npos);
+  EXPECT_NE(dom.find("step_00000012"), std::string::npos);  // the checkpoints table
+  EXPECT_EQ(page_requests(tmp_ / "net.json"), std::vector<std::string>{});
+
+  // And what it drew: a page of charts, not a blank or an error page.
+  run_chromium(chromium_, tmp_, tmp_ / "page.html", "--screenshot=" + (tmp_ / "page.png"));
+  Image im = read_png(tmp_ / "page.png");
+  ASSERT_EQ(im.width, 1200) << "cannot read the screenshot";
+  ASSERT_EQ(im.height, 2000);
+  PixelCount c = count_pixels(im);
+  EXPECT_GT(c.not_background, int64_t{1200} * 2000 / 20) << "less than 5% of the page is drawn";
+  EXPECT_GT(c.colours, 100u);
+  EXPECT_GT(c.series_blue, 2000) << "the curves are not on the screenshot";
+}
+
+TEST_F(ReportBrowser, AFullRunsPageDrawsEveryPanel) {
+  write_full_run(tmp_.path(), 400, 4);
+  std::string page = tmp_ / "full.html";
+  write_file_atomic(page, report_html(tmp_.path()));
+  std::string dom = run_chromium(chromium_, tmp_, page, "--dump-dom");
+  auto paths = series_paths(dom);
+  EXPECT_EQ(paths.size(), 15u);
+  EXPECT_EQ(paths["slowest rank"].counted, 400);
+  EXPECT_NE(dom.find("Rank 3 was the slowest"), std::string::npos);
+  run_chromium(chromium_, tmp_, page, "--screenshot=" + (tmp_ / "full.png"));
+  Image im = read_png(tmp_ / "full.png");
+  ASSERT_EQ(im.width, 1200);
+  PixelCount c = count_pixels(im);
+  EXPECT_GT(c.not_background, int64_t{1200} * 2000 / 20);
+  EXPECT_GT(c.series_blue, 2000);
+}
+
+}  // namespace
+}  // namespace kiln
