@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -122,45 +125,35 @@ RunData read_run(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
   if (!fs::exists(path, ec))
     fail("{} has no metrics.jsonl: is it a run directory (train.out_dir) of kiln train?", run_dir);
-  const std::string text = read_file(path, "metrics");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {}: {}", path, std::strerror(errno));
 
-  // Line boundaries first, so the last non-empty line is known while parsing.
-  std::vector<std::pair<size_t, size_t>> lines;  // [begin, end) of each line
-  for (size_t b = 0; b < text.size();) {
-    size_t e = text.find('\n', b);
-    if (e == std::string::npos) e = text.size();
-    lines.emplace_back(b, e);
-    b = e + 1;
-  }
-  size_t last_nonempty = 0;
-  for (size_t i = 0; i < lines.size(); i++)
-    if (text.find_first_not_of(" \t\r", lines[i].first) < lines[i].second) last_nonempty = i + 1;
-
+  // Read line by line (a long run's file can be larger than memory should hold). A line that is
+  // not a JSON object is an error unless it turns out to be the last one: a crash mid-write.
   std::map<std::string, int64_t> unknown_types;
-  for (size_t i = 0; i < lines.size(); i++) {
-    const int64_t line_no = static_cast<int64_t>(i) + 1;
-    std::string_view s(text.data() + lines[i].first, lines[i].second - lines[i].first);
-    if (s.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  std::string s;
+  int64_t line_no = 0, bad_line = 0;
+  std::string bad_why;
+  while (std::getline(in, s)) {
+    line_no++;
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (bad_line > 0)
+      fail("{}:{}: {}; every line of metrics.jsonl must be one JSON object", path, bad_line,
+           bad_why);
     run.lines++;
     nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      if (static_cast<size_t>(line_no) == last_nonempty) {
-        run.notes.push_back(fmt::format(
-            "The last line of metrics.jsonl (line {}) is not a complete JSON object, probably "
-            "because the run stopped while writing it; it was left out.",
-            line_no));
-        break;
-      }
-      std::string why = "not a JSON object";
+      bad_line = line_no;
+      bad_why = "not a JSON object";
       if (j.is_discarded()) {
         try {
           auto again = nlohmann::json::parse(s);
           (void)again;
         } catch (const nlohmann::json::exception& e) {
-          why = fmt::format("not JSON ({})", e.what());
+          bad_why = fmt::format("not JSON ({})", e.what());
         }
       }
-      fail("{}:{}: {}; every line of metrics.jsonl must be one JSON object", path, line_no, why);
+      continue;
     }
     LineReader r{path, line_no, j};
     if (!j.contains("type")) fail("{}:{}: the record has no \"type\"", path, line_no);
@@ -230,6 +223,14 @@ RunData read_run(const std::string& run_dir) {
     } else {
       unknown_types[type]++;  // a newer kiln's record: not an error
     }
+  }
+  if (in.bad()) fail("error reading {}: {}", path, std::strerror(errno));
+  if (bad_line > 0) {
+    run.lines--;
+    run.notes.push_back(fmt::format(
+        "The last line of metrics.jsonl (line {}) is not a complete JSON object, probably "
+        "because the run stopped while writing it; it was left out.",
+        bad_line));
   }
   run.superseded = keep_last_per_step(run.train);
   keep_last_per_step(run.val);
@@ -339,7 +340,7 @@ std::string fmt_si(double v, int digits = 3) {
 std::string fmt_tick(double v, double spacing) {
   if (std::abs(spacing) >= 1000 || std::abs(v) >= 1e5) return fmt_si(v, 4);
   if (spacing >= 1) return fmt::format("{:.0f}", v);
-  if (spacing >= 1e-3) {
+  if (spacing >= 1e-6) {
     int dec = static_cast<int>(std::ceil(-std::log10(spacing) - 1e-9));
     return fmt::format("{:.{}f}", v, dec);
   }
@@ -352,6 +353,15 @@ std::string fmt_bytes(double b) {
   if (b >= 1048576.0) return fmt::format("{:.1f} MiB", b / 1048576.0);
   if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
   return fmt::format("{:.0f} B", b);
+}
+
+// format_duration's clock, with days for long runs.
+std::string fmt_duration(double seconds) {
+  if (std::isfinite(seconds) && seconds >= 2 * 86400) {
+    auto h = static_cast<int64_t>(seconds / 3600 + 0.5);
+    return fmt::format("{}d{:02d}h", h / 24, h % 24);
+  }
+  return format_duration(seconds);
 }
 
 std::string fmt_time(double unix_seconds) {
@@ -709,7 +719,7 @@ svg text { font-family: inherit; }
 .label { font-size: 12px; fill: #3b424a; }
 .legend text { font-size: 11px; fill: #1d2126; }
 .event { stroke: #5c6570; stroke-width: 1; stroke-dasharray: 3 3; }
-.event-label { font-size: 10px; fill: #5c6570; }
+.event-label { font-size: 10px; fill: #3b424a; paint-order: stroke; stroke: #fff; stroke-width: 3px; }
 .skipped { fill: #c92a2a; stroke: #000; stroke-width: 0.6; }
 .note, .empty { color: #5c6570; font-size: 12px; margin: 4px 8px; }
 table { border-collapse: collapse; background: #fff; border: 1px solid #d6dae0; font-size: 13px; }
@@ -804,7 +814,7 @@ std::string render_report(const RunData& run) {
         t1 = std::isfinite(t1) ? std::max(t1, t.time) : t.time;
       }
     if (std::isfinite(t0) && std::isfinite(t1) && t1 >= t0)
-      out += card("wall time", format_duration(t1 - t0), "first to last record");
+      out += card("wall time", fmt_duration(t1 - t0), "first to last record");
   }
   if (!run.runs.empty()) {
     out += card("runs", std::to_string(run.runs.size()),
@@ -905,10 +915,12 @@ std::string render_report(const RunData& run) {
   }
   {
     // Medians of each part; "other" is what the parts leave of each step.
+    // Older runs record only the communication wait: too little to break a step down.
     std::vector<Bar> bars;
-    std::vector<std::vector<std::string>> rows;
     double total = median(field_values(run, &TrainRecord::step_ms));
-    bool any_part = false;
+    const bool any_part = has_field(run, &TrainRecord::forward_ms) ||
+                          has_field(run, &TrainRecord::backward_ms) ||
+                          has_field(run, &TrainRecord::optimizer_ms);
     std::vector<double> other;
     for (auto& t : run.train) {
       double sum = 0;
@@ -919,8 +931,7 @@ std::string render_report(const RunData& run) {
     }
     int style = 1;
     for (auto& p : parts) {
-      if (!has_field(run, p.f)) continue;
-      any_part = true;
+      if (!any_part || !has_field(run, p.f)) continue;
       double m = median(field_values(run, p.f));
       bars.push_back({p.name, fmt::format("{:.2f} ms ({:.0f}%)", m, 100 * m / total), m, style++});
     }

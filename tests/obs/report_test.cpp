@@ -299,6 +299,34 @@ TEST(ReportRead, AnOlderRunWithOnlyTrainValAndSampleRecordsStillReports) {
   EXPECT_EQ(paths.count("forward"), 0u);  // parts not recorded: no empty series
 }
 
+TEST(ReportRead, AnEmptyMetricsFileGivesAPageThatSaysSo) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl", {});
+  std::string html = report_html(dir.path());
+  EXPECT_NE(html.find("metrics.jsonl has no training steps yet."), std::string::npos);
+  EXPECT_TRUE(series_paths(html).empty());
+  EXPECT_NE(html.find("</html>"), std::string::npos);
+}
+
+TEST(ReportCli, WritesThePageAndFailsWithTheRunDirectoryNamed) {
+  TempDir dir;
+  auto r = run_kiln("report " + (dir / "missing"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("kiln: error: " + (dir / "missing") + " is not a directory"),
+            std::string::npos)
+      << r.output;
+  write_lines(dir / "metrics.jsonl", {train_line(1, 3.0), "not json", train_line(2, 2.0)});
+  r = run_kiln("report " + dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(dir / "metrics.jsonl:2: not JSON"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "report.html"));
+  write_lines(dir / "metrics.jsonl", {train_line(1, 3.0), train_line(2, 2.0)});
+  r = run_kiln("report " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + (dir / "report.html")), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir / "report.html", "report"), report_html(dir.path()));
+}
+
 TEST(ReportRead, OnePointIsDrawnAsAMarker) {
   TempDir dir;
   write_lines(dir / "metrics.jsonl", {train_line(1, 5.0)});
