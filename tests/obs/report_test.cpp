@@ -126,6 +126,44 @@ std::map<std::string, SeriesPath> series_paths(const std::string& html) {
   return out;
 }
 
+// The text of <figure id="ID"> ... </figure>.
+std::string figure(const std::string& html, const std::string& id) {
+  size_t b = html.find("<figure class=\"chart\" id=\"" + id + "\"");
+  if (b == std::string::npos) return "";
+  return html.substr(b, html.find("</figure>", b) - b);
+}
+
+// The vertices of a series' path, in pixels.
+std::vector<Point> path_points(const std::string& fig, const std::string& series) {
+  std::vector<Point> pts;
+  size_t p = fig.find("data-series=\"" + series + "\"");
+  if (p == std::string::npos) return pts;
+  p = fig.find(" d=\"", p) + 4;
+  std::string d = fig.substr(p, fig.find('"', p) - p);
+  for (size_t i = 0; (i = d.find_first_of("ML", i)) != std::string::npos; i++) {
+    Point q{};
+    if (std::sscanf(d.c_str() + i + 1, "%lf %lf", &q.x, &q.y) == 2) pts.push_back(q);
+  }
+  return pts;
+}
+
+// Tick labels of a chart as (value, pixel): the y axis's (anchored at their end) or the x axis's.
+std::vector<Point> tick_labels(const std::string& fig, bool y_axis) {
+  std::vector<Point> out;
+  const std::string anchor = y_axis ? "text-anchor=\"end\"" : "text-anchor=\"middle\"";
+  for (size_t p = fig.find("<text class=\"tick\""); p != std::string::npos;
+       p = fig.find("<text class=\"tick\"", p + 1)) {
+    std::string tag = fig.substr(p, fig.find('>', p) - p);
+    if (tag.find(anchor) == std::string::npos) continue;
+    double x, y;
+    size_t q = tag.find(" x=\"");
+    std::sscanf(tag.c_str() + q, " x=\"%lf\" y=\"%lf\"", &x, &y);
+    size_t b = fig.find('>', p) + 1;
+    out.push_back({std::stod(fig.substr(b, fig.find('<', b) - b)), y_axis ? y : x});
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -544,6 +582,37 @@ TEST_F(ReportBrowser, ATinyTrainingRunsReportRendersWithItsCurvesAndNoRequests) 
   EXPECT_EQ(paths["lr"].counted, 12);
   EXPECT_EQ(paths["tokens/s"].counted, 12);
   EXPECT_EQ(paths["MFU"].counted, 12);
+  // The curve is the data: pixels are one affine map of (step, loss) as metrics.jsonl has them,
+  // and the axis labels sit where that map puts their values.
+  std::vector<Point> data;
+  {
+    std::ifstream f(tmp_ / "run/metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j["type"] == "train") data.push_back({j["step"].get<double>(), j["loss"].get<double>()});
+    }
+  }
+  std::string fig = figure(dom, "loss");
+  auto px = path_points(fig, "train loss");
+  ASSERT_EQ(px.size(), data.size());
+  auto lo = std::min_element(data.begin(), data.end(), [](auto& a, auto& b) { return a.y < b.y; });
+  auto hi = std::max_element(data.begin(), data.end(), [](auto& a, auto& b) { return a.y < b.y; });
+  const double sx = (px.back().x - px.front().x) / (data.back().x - data.front().x);
+  const double sy = (px[hi - data.begin()].y - px[lo - data.begin()].y) / (hi->y - lo->y);
+  auto map_x = [&](double step) { return px.front().x + sx * (step - data.front().x); };
+  auto map_y = [&](double loss) { return px[lo - data.begin()].y + sy * (loss - lo->y); };
+  EXPECT_GT(sx, 0);
+  EXPECT_LT(sy, 0);  // up is a higher loss
+  for (size_t i = 0; i < data.size(); i++) {
+    EXPECT_NEAR(px[i].x, map_x(data[i].x), 0.11) << i;
+    EXPECT_NEAR(px[i].y, map_y(data[i].y), 0.11) << i;
+  }
+  auto yt = tick_labels(fig, true), xt = tick_labels(fig, false);
+  EXPECT_GE(yt.size(), 3u);
+  EXPECT_GE(xt.size(), 3u);
+  for (auto& t : yt) EXPECT_NEAR(t.y, map_y(t.x), 0.11) << "y tick " << t.x;
+  for (auto& t : xt) EXPECT_NEAR(t.y, map_x(t.x), 0.11) << "x tick " << t.x;
+
   EXPECT_NE(dom.find("<td>train.steps</td><td>12</td>"), std::string::npos);
   EXPECT_NE(dom.find("<td>train.sample_prompt</td><td>&lt;b&gt;</td>"), std::string::npos);
   EXPECT_NE(dom.find("step_00000012"), std::string::npos);  // the checkpoints table
