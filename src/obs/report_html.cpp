@@ -299,6 +299,21 @@ std::vector<Point> decimate_min_max(const std::vector<Point>& pts, size_t max_po
   return out;
 }
 
+std::vector<Point> ema_smooth(const std::vector<Point>& pts, double window) {
+  // alpha = 2 / (window + 1), the usual span convention; dividing by the weight seen so far
+  // removes the start-up bias towards 0 (as TensorBoard's smoothing does).
+  const double alpha = 2 / (window + 1);
+  std::vector<Point> out;
+  out.reserve(pts.size());
+  double num = 0, den = 0;
+  for (auto& p : pts) {
+    num = (1 - alpha) * num + alpha * p.y;
+    den = (1 - alpha) * den + alpha;
+    out.push_back({p.x, num / den});
+  }
+  return out;
+}
+
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   std::vector<double> ticks;
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
@@ -431,6 +446,7 @@ struct Series {
   std::vector<Point> pts;  // finite, sorted by x
   int style = 0;
   bool dots = false;  // draw a marker at every point (few points, e.g. validation)
+  double width = 1.6, opacity = 1;
 };
 
 struct VLine {
@@ -532,9 +548,9 @@ std::string render_line_chart(const LineChart& c) {
       d += fmt::format("{}{:.1f} {:.1f}", i == 0 ? "M" : " L", px(s.pts[i].x), py(s.pts[i].y));
     out += fmt::format(
         "<path class=\"series\" data-series=\"{}\" data-points=\"{}\" d=\"{}\" fill=\"none\" "
-        "stroke=\"{}\" stroke-width=\"1.6\" stroke-dasharray=\"{}\" "
+        "stroke=\"{}\" stroke-width=\"{}\" stroke-opacity=\"{}\" stroke-dasharray=\"{}\" "
         "stroke-linejoin=\"round\"/>\n",
-        html_escape(s.name), s.pts.size(), d, st.color, st.dash);
+        html_escape(s.name), s.pts.size(), d, st.color, s.width, s.opacity, st.dash);
     if (s.dots || s.pts.size() == 1)
       for (auto& p : s.pts)
         out += fmt::format(
@@ -568,9 +584,9 @@ std::string render_line_chart(const LineChart& c) {
   for (auto& s : c.series) {
     const Style& st = kStyles[s.style % kNumStyles];
     std::string sample = fmt::format(
-        "<line x1=\"0\" x2=\"22\" y1=\"0\" y2=\"0\" stroke=\"{}\" stroke-width=\"2\" "
-        "stroke-dasharray=\"{}\"/>",
-        st.color, st.dash);
+        "<line x1=\"0\" x2=\"22\" y1=\"0\" y2=\"0\" stroke=\"{}\" stroke-width=\"{}\" "
+        "stroke-opacity=\"{}\" stroke-dasharray=\"{}\"/>",
+        st.color, s.width + 0.4, s.opacity, st.dash);
     if (s.dots)
       sample += fmt::format(
           "<circle cx=\"11\" cy=\"0\" r=\"3\" fill=\"#fff\" stroke=\"{}\" stroke-width=\"1.6\"/>",
@@ -834,7 +850,23 @@ std::string render_report(const RunData& run) {
     c.id = "loss";
     c.title = "Loss";
     c.y_label = "loss";
-    c.series.push_back(series_of(run, &TrainRecord::loss, "train loss", 0));
+    Series raw = series_of(run, &TrainRecord::loss, "train loss", 0);
+    // A noisy loss shows its trend through a smoothed line drawn over the faint raw one.
+    std::vector<Point> all;
+    for (auto& t : run.train)
+      if (std::isfinite(t.loss)) all.push_back({static_cast<double>(t.step), t.loss});
+    const double window = std::floor(static_cast<double>(all.size()) / 50);
+    if (window >= 2) {
+      raw.opacity = 0.35;
+      raw.width = 1;
+      c.series.push_back(std::move(raw));
+      Series sm{fmt::format("train loss, EMA {:.0f} steps", window),
+                decimate_min_max(ema_smooth(all, window), kMaxPointsPerSeries), 0, false};
+      sm.width = 2.2;
+      c.series.push_back(std::move(sm));
+    } else {
+      c.series.push_back(std::move(raw));
+    }
     Series v{"val loss", {}, 1, true};
     for (auto& r : run.val)
       if (std::isfinite(r.val_loss)) v.pts.push_back({static_cast<double>(r.step), r.val_loss});

@@ -97,6 +97,10 @@ struct Point {
 // Fewer points are returned unchanged.
 std::vector<Point> decimate_min_max(const std::vector<Point>& pts, size_t max_points);
 
+// An exponential moving average over about `window` points (alpha = 2 / (window + 1)), corrected
+// for its start so the first value is the first point's.
+std::vector<Point> ema_smooth(const std::vector<Point>& pts, double window);
+
 // Ticks for an axis from lo to hi: about `target` round values (1, 2 or 5 times a power of ten).
 std::vector<double> nice_ticks(double lo, double hi, int target);
 

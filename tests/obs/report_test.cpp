@@ -212,6 +212,17 @@ TEST(ReportHtml, DecimationKeepsEndsSpikesAndDipsWithinTheBudget) {
   EXPECT_EQ(same[2].y, 1);
 }
 
+TEST(ReportHtml, SmoothingStartsAtTheDataAndLagsARampByHalfItsWindow) {
+  std::vector<Point> flat, ramp;
+  for (int i = 0; i < 500; i++)
+    flat.push_back({double(i), 3.5}), ramp.push_back({double(i), 2.0 * i});
+  for (auto& p : ema_smooth(flat, 20)) EXPECT_NEAR(p.y, 3.5, 1e-12);  // no pull towards 0
+  auto r = ema_smooth(ramp, 21);  // alpha = 1/11: a ramp's EMA lags (1 - alpha) / alpha = 10 points
+  EXPECT_EQ(r[0].y, 0);
+  EXPECT_NEAR(r[499].y, 2.0 * (499 - 10), 1e-6);
+  EXPECT_EQ(r[499].x, 499);
+}
+
 TEST(ReportHtml, TicksAreRoundNumbersInsideTheRange) {
   EXPECT_EQ(nice_ticks(0, 10, 5), (std::vector<double>{0, 2, 4, 6, 8, 10}));
   auto t = nice_ticks(0.00013, 0.00291, 5);
@@ -388,9 +399,9 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   EXPECT_EQ(run.train[10].rank_step_ms.size(), 4u);
   std::string html = render_report(run);
   auto paths = series_paths(html);
-  for (const char* s : {"train loss", "val loss", "lr", "grad norm", "tokens/s", "MFU", "step",
-                        "forward", "backward", "optimizer", "comm wait", "data", "fastest rank",
-                        "median rank", "slowest rank"}) {
+  for (const char* s : {"train loss", "train loss, EMA 3 steps", "val loss", "lr", "grad norm",
+                        "tokens/s", "MFU", "step", "forward", "backward", "optimizer", "comm wait",
+                        "data", "fastest rank", "median rank", "slowest rank"}) {
     ASSERT_EQ(paths.count(s), 1u) << s;
     EXPECT_EQ(paths[s].counted, paths[s].declared) << s;
   }
@@ -635,7 +646,7 @@ TEST_F(ReportBrowser, AFullRunsPageDrawsEveryPanel) {
   write_file_atomic(page, report_html(tmp_.path()));
   std::string dom = run_chromium(chromium_, tmp_, page, "--dump-dom");
   auto paths = series_paths(dom);
-  EXPECT_EQ(paths.size(), 15u);
+  EXPECT_EQ(paths.size(), 16u);
   EXPECT_EQ(paths["slowest rank"].counted, 400);
   EXPECT_NE(dom.find("Rank 3 was the slowest"), std::string::npos);
   run_chromium(chromium_, tmp_, page, "--screenshot=" + (tmp_ / "full.png"));
