@@ -938,7 +938,7 @@ std::string render_report(const RunData& run) {
     c.title = "Step time";
     c.y_label = "ms";
     c.from_zero = true;
-    c.series.push_back(series_of(run, &TrainRecord::step_ms, "step", 0));
+    c.series.push_back(series_of(run, &TrainRecord::step_ms, "whole step", 0));
     int style = 1;
     for (auto& p : parts)
       if (has_field(run, p.f)) c.series.push_back(series_of(run, p.f, p.name, style++));
@@ -995,10 +995,26 @@ std::string render_report(const RunData& run) {
         sum += b;
       }
       bars.push_back({"total", fmt_bytes(sum), sum, 5});
-      if (std::isfinite(m.peak_rss))
-        bars.push_back({"peak RSS", fmt_bytes(m.peak_rss), m.peak_rss, 6});
+      // The resident size also counts code, libraries and allocator slack; beside a small
+      // model it would flatten every other bar, so it is then only said in words.
+      const bool rss_bar = std::isfinite(m.peak_rss) && m.peak_rss <= 4 * sum;
+      if (rss_bar) bars.push_back({"peak RSS", fmt_bytes(m.peak_rss), m.peak_rss, 6});
       note = fmt::format("Per rank, after step {}{}.", m.step,
                          run.memory.size() > 1 ? " of the latest run" : "");
+      if (std::isfinite(m.peak_rss))
+        note += fmt::format(
+            " The process's peak resident size was {} (with code, libraries and "
+            "allocator slack).",
+            fmt_bytes(m.peak_rss));
+      if (run.memory.size() > 1) {
+        note += " Earlier runs:";
+        for (size_t i = 0; i + 1 < run.memory.size(); i++) {
+          double total = 0;
+          for (auto& kb : run.memory[i].bytes) total += kb.second;
+          note += fmt::format(" after step {}, {} in all{}", run.memory[i].step, fmt_bytes(total),
+                              i + 2 < run.memory.size() ? ";" : ".");
+        }
+      }
     }
     out += render_bar_chart("memory", "Memory per rank by kind", bars, note);
   }
@@ -1064,21 +1080,67 @@ std::string render_report(const RunData& run) {
 
   // Runs, restarts and checkpoints.
   out += "<h2>Runs and restarts</h2>\n";
+  {
+    // Progress against wall time: a stall or a restart is a flat stretch.
+    double t0 = kNaN;
+    for (auto& r : run.runs)
+      if (std::isfinite(r.time)) t0 = std::isfinite(t0) ? std::min(t0, r.time) : r.time;
+    for (auto& t : run.train)
+      if (std::isfinite(t.time)) t0 = std::isfinite(t0) ? std::min(t0, t.time) : t.time;
+    std::vector<Point> pts;
+    for (auto& t : run.train)
+      if (std::isfinite(t.time)) pts.push_back({t.time - t0, static_cast<double>(t.step)});
+    std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+    if (pts.size() >= 2) {
+      const double span = pts.back().x;
+      const auto [unit, div] = span < 120    ? std::pair{"seconds", 1.0}
+                               : span < 7200 ? std::pair{"minutes", 60.0}
+                                             : std::pair{"hours", 3600.0};
+      for (auto& p : pts) p.x /= div;
+      LineChart c;
+      c.id = "progress";
+      c.title = "Progress over wall time";
+      c.x_label = fmt::format("{} since the first record", unit);
+      c.y_label = "step";
+      c.from_zero = true;
+      c.series.push_back({"step", decimate_min_max(pts, kMaxPointsPerSeries), 0, false});
+      for (auto& r : run.restarts)
+        if (std::isfinite(r.time))
+          c.vlines.push_back({(r.time - t0) / div, r.rank >= 0
+                                                       ? fmt::format("restart (rank {})", r.rank)
+                                                       : std::string("restart")});
+      out += "<div class=\"grid2\">\n" + render_line_chart(c) + "</div>\n";
+    }
+  }
   if (run.runs.empty() && run.restarts.empty()) {
     out += "<p class=\"empty\">No run_start or restart records (a run from an older kiln).</p>\n";
   } else {
-    std::vector<std::vector<std::string>> rows;
+    struct Row {
+      double time;
+      int order;  // a restart comes before the start it causes
+      std::vector<std::string> cells;
+    };
+    std::vector<Row> rows;
     for (auto& r : run.runs)
-      rows.push_back({fmt_time(r.time), "start", std::to_string(r.step), std::to_string(r.world),
-                      r.host, r.resumed_from.empty() ? "" : "resumed from " + r.resumed_from});
+      rows.push_back({r.time,
+                      1,
+                      {fmt_time(r.time), "start", std::to_string(r.step), std::to_string(r.world),
+                       r.host, r.resumed_from.empty() ? "" : "resumed from " + r.resumed_from}});
     for (auto& r : run.restarts)
-      rows.push_back({fmt_time(r.time), fmt::format("restart {}", r.attempt),
-                      r.after_step >= 0 ? std::to_string(r.after_step) : "–",
-                      r.rank >= 0 ? "rank " + std::to_string(r.rank) + " failed" : "", r.how,
-                      r.message});
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](auto& a, auto& b) { return a[0] < b[0]; });  // UTC text sorts by time
-    out += table({"time", "event", "step", "ranks", "host / how", "detail"}, rows);
+      rows.push_back(
+          {r.time,
+           0,
+           {fmt_time(r.time), fmt::format("restart {}", r.attempt),
+            r.after_step >= 0 ? std::to_string(r.after_step) : "–",
+            r.rank >= 0 ? "rank " + std::to_string(r.rank) + " failed" : "", r.how, r.message}});
+    for (auto& r : rows)
+      if (!std::isfinite(r.time)) r.time = std::numeric_limits<double>::infinity();  // last
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.time != b.time ? a.time < b.time : a.order < b.order;
+    });
+    std::vector<std::vector<std::string>> cells;
+    for (auto& r : rows) cells.push_back(std::move(r.cells));
+    out += table({"time", "event", "step", "ranks", "host / how", "detail"}, cells);
   }
   out += "<h2>Checkpoints</h2>\n";
   if (run.checkpoints.empty()) {

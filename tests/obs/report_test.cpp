@@ -410,7 +410,13 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   EXPECT_NE(html.find("Rank 3 was the slowest in 200 of 200 steps"), std::string::npos);
   EXPECT_NE(html.find("<td>killed by signal 9</td><td>rank 1 &lt;died&gt; &amp; came back</td>"),
             std::string::npos);
-  EXPECT_NE(html.find("restart (rank 1)"), std::string::npos);
+  // Progress over wall time: the steps in the order they were reached, the restart marked.
+  std::string progress = figure(html, "progress");
+  EXPECT_NE(progress.find(">seconds since the first record</text>"), std::string::npos);
+  EXPECT_NE(progress.find(">restart (rank 1)</text>"), std::string::npos);
+  EXPECT_EQ(paths["step"].counted, 200);
+  EXPECT_NE(figure(html, "loss").find(">restart (rank 1)</text>"), std::string::npos);
+  EXPECT_NE(figure(html, "loss").find(">resume</text>"), std::string::npos);
   EXPECT_NE(html.find(">activations</text>"), std::string::npos);
   EXPECT_NE(html.find("2.9 MiB"), std::string::npos);  // 3,000,000 bytes of activations
   EXPECT_NE(html.find("<td>train.sample_prompt</td><td>&lt;b&gt;&amp;</td>"), std::string::npos);
@@ -646,7 +652,7 @@ TEST_F(ReportBrowser, AFullRunsPageDrawsEveryPanel) {
   write_file_atomic(page, report_html(tmp_.path()));
   std::string dom = run_chromium(chromium_, tmp_, page, "--dump-dom");
   auto paths = series_paths(dom);
-  EXPECT_EQ(paths.size(), 16u);
+  EXPECT_EQ(paths.size(), 17u);
   EXPECT_EQ(paths["slowest rank"].counted, 400);
   EXPECT_NE(dom.find("Rank 3 was the slowest"), std::string::npos);
   run_chromium(chromium_, tmp_, page, "--screenshot=" + (tmp_ / "full.png"));
