@@ -453,6 +453,52 @@ TEST(ReportRead, AHugeRunIsDecimatedToAtMost2000PointsPerSeries) {
   EXPECT_LT(top, 34 + 0.06 * (300 - 34 - 46));
 }
 
+// Prepares byte-level data and trains a tiny model into dir/run for `steps` steps (validation and
+// a sample every 6, a checkpoint every 6); extra arguments go to `kiln train`.
+void train_tiny(const TempDir& dir, int steps, const std::string& extra = "") {
+  if (!fs::exists(dir / "data/manifest.json")) {
+    std::string text;
+    for (int i = 0; i < 300; i++)
+      text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
+    std::ofstream(dir / "corpus.txt") << text;
+    auto r = run_kiln("data prepare --tokenizer bytes --input " + (dir / "corpus.txt") +
+                      " --output " + (dir / "data") + " --val-fraction 0.2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  std::ofstream(dir / "tiny.toml")
+      << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 32\nvocab_size = 257\n"
+         "[train]\nbatch_size = 2\nseq_len = 16\nsteps = "
+      << steps
+      << "\nlr = 3e-3\nval_every = 6\n"
+         "val_batches = 2\nsample_tokens = 24\nsample_prompt = \"<b>\"\nout_dir = \""
+      << (dir / "run") << "\"\n[data]\ntrain = \"" << (dir / "data/train_*.bin") << "\"\nval = \""
+      << (dir / "data/val_*.bin")
+      << "\"\ntokenizer = \"bytes\"\n[checkpoint]\nevery = 6\n[hardware]\npeak_gflops = 100.0\n";
+  auto r = run_kiln("train " + (dir / "tiny.toml") + " " + extra);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(ReportCli, AResumedRealRunIsOneCurveWithBothCheckpoints) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(train_tiny(dir, 6));
+  ASSERT_NO_FATAL_FAILURE(train_tiny(dir, 12, "--resume"));
+  auto r = run_kiln("report " + (dir / "run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  RunData run = read_run(dir / "run");
+  ASSERT_EQ(run.train.size(), 12u);
+  for (size_t i = 0; i < 12; i++) EXPECT_EQ(run.train[i].step, static_cast<int64_t>(i + 1));
+  EXPECT_EQ(run.superseded, 0);
+  ASSERT_EQ(run.checkpoints.size(), 2u);
+  EXPECT_EQ(run.checkpoints[0].step, 6);
+  EXPECT_EQ(run.checkpoints[1].step, 12);
+  EXPECT_EQ(run.val.size(), 2u);
+  EXPECT_EQ(run.samples.size(), 2u);
+  EXPECT_EQ(run.config["train"]["steps"], 12);  // the resumed run's config
+  std::string html = read_file(dir / "run/report.html", "report");
+  EXPECT_EQ(series_paths(html)["train loss"].counted, 12);
+  EXPECT_NE(html.find("<td>train.steps</td><td>12</td>"), std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // In a real browser
 
@@ -563,23 +609,8 @@ TEST_F(ReportBrowser, TheDetectorOfExternalRequestsSeesThem) {
 
 TEST_F(ReportBrowser, ATinyTrainingRunsReportRendersWithItsCurvesAndNoRequests) {
   // Train a real tiny model for 12 steps (as tests/e2e/cli_test.cpp does), then report on it.
-  std::string text;
-  for (int i = 0; i < 300; i++)
-    text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
-  std::ofstream(tmp_ / "corpus.txt") << text;
-  auto r = run_kiln("data prepare --tokenizer bytes --input " + (tmp_ / "corpus.txt") +
-                    " --output " + (tmp_ / "data") + " --val-fraction 0.2");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::ofstream(tmp_ / "tiny.toml")
-      << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 32\nvocab_size = 257\n"
-         "[train]\nbatch_size = 2\nseq_len = 16\nsteps = 12\nlr = 3e-3\nval_every = 6\n"
-         "val_batches = 2\nsample_tokens = 24\nsample_prompt = \"<b>\"\nout_dir = \""
-      << (tmp_ / "run") << "\"\n[data]\ntrain = \"" << (tmp_ / "data/train_*.bin") << "\"\nval = \""
-      << (tmp_ / "data/val_*.bin")
-      << "\"\ntokenizer = \"bytes\"\n[checkpoint]\nevery = 6\n[hardware]\npeak_gflops = 100.0\n";
-  r = run_kiln("train " + (tmp_ / "tiny.toml"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_kiln("report " + (tmp_ / "run") + " -o " + (tmp_ / "page.html"));
+  ASSERT_NO_FATAL_FAILURE(train_tiny(tmp_, 12));
+  auto r = run_kiln("report " + (tmp_ / "run") + " -o " + (tmp_ / "page.html"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("wrote " + (tmp_ / "page.html")), std::string::npos) << r.output;
   std::string html = read_file(tmp_ / "page.html", "report");
