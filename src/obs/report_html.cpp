@@ -252,24 +252,26 @@ std::string html_escape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
+    auto u = static_cast<unsigned char>(c);
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else if (c == '"') {
+      out += "&quot;";
+    } else if (c == '\'') {
+      out += "&#39;";
+    } else if ((u < 0x20 && c != '\n' && c != '\t' && c != '\r') || u == 0x7f) {
+      // Control characters (a byte-level model's samples have them; HTML does not allow them)
+      // are shown as their Unicode pictures: U+2400 + c, and U+2421 for DEL.
+      unsigned cp = u == 0x7f ? 0x2421 : 0x2400 + u;
+      out += static_cast<char>(0xe0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      out += c;
     }
   }
   return out;
@@ -705,6 +707,32 @@ std::string config_value(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+// "GPT-2 12L 12H 768C · batch 8×1024, accumulation 4 · ZeRO 1 · 5000 steps", from what the
+// config has.
+std::string config_summary(const nlohmann::json& cfg) {
+  auto get = [&](const char* section, const char* key) -> std::string {
+    if (!cfg.is_object() || !cfg.contains(section) || !cfg[section].is_object() ||
+        !cfg[section].contains(key))
+      return "";
+    return config_value(cfg[section][key]);
+  };
+  std::vector<std::string> parts;
+  std::string l = get("model", "n_layer"), h = get("model", "n_head"), c = get("model", "n_embd");
+  if (!l.empty() && !h.empty() && !c.empty())
+    parts.push_back(fmt::format("GPT-2 {}L {}H {}C", l, h, c));
+  std::string b = get("train", "batch_size"), t = get("train", "seq_len"),
+              a = get("train", "grad_accum");
+  if (!b.empty() && !t.empty())
+    parts.push_back(
+        fmt::format("batch {}×{}{}", b, t, a.empty() || a == "1" ? "" : ", accumulation " + a));
+  if (std::string z = get("train", "zero"); !z.empty() && z != "0") parts.push_back("ZeRO " + z);
+  if (std::string n = get("train", "steps"); !n.empty()) parts.push_back(n + " steps");
+  if (std::string d = get("data", "train"); !d.empty()) parts.push_back("data " + d);
+  std::string out;
+  for (auto& p : parts) out += (out.empty() ? "" : " · ") + p;
+  return out;
+}
+
 constexpr const char* kCss = R"(
 :root { color-scheme: light; }
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
@@ -763,10 +791,10 @@ std::string render_report(const RunData& run) {
       html_escape(name), kCss);
   out += hatch_defs();
   out += fmt::format(
-      "<header><h1>kiln run: {}</h1><div class=\"sub\">{} · {} lines of metrics.jsonl · report "
-      "by kiln {}</div></header>\n<main>\n",
-      html_escape(name), html_escape(fs::absolute(run.dir).lexically_normal().string()), run.lines,
-      KILN_VERSION);
+      "<header><h1>kiln run: {}</h1><div class=\"sub\">{}</div><div class=\"sub\">{} · {} lines "
+      "of metrics.jsonl · report by kiln {}</div></header>\n<main>\n",
+      html_escape(name), html_escape(config_summary(run.config)),
+      html_escape(fs::absolute(run.dir).lexically_normal().string()), run.lines, KILN_VERSION);
 
   // What the reader should know before trusting the plots.
   std::vector<std::string> notes = run.notes;

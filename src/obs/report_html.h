@@ -85,7 +85,8 @@ std::string render_report(const RunData& run);
 // read_run + render_report.
 std::string report_html(const std::string& run_dir);
 
-// Text made safe for HTML element content and attribute values.
+// Text made safe for HTML element content and attribute values; control characters other than
+// newline, tab and carriage return become their Unicode pictures (U+2400..U+241F, U+2421).
 std::string html_escape(std::string_view text);
 
 struct Point {

@@ -170,7 +170,13 @@ std::vector<Point> tick_labels(const std::string& fig, bool y_axis) {
 TEST(ReportHtml, EscapingNeutralisesMarkupInTextAndAttributes) {
   EXPECT_EQ(html_escape("<script>alert('x')</script> & \"q\""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;");
-  EXPECT_EQ(html_escape("plain text, é"), "plain text, é");
+  EXPECT_EQ(html_escape("plain text, é\nline\ttab"), "plain text, é\nline\ttab");
+  // A byte-level model's sample: NUL, ESC and DEL are not allowed in HTML; they show as pictures.
+  EXPECT_EQ(html_escape(std::string("a\0b\x1b"
+                                    "c\x7f",
+                                    6)),
+            "a\u2400b\u241b"
+            "c\u2421");
 }
 
 TEST(ReportHtml, DecimationKeepsEndsSpikesAndDipsWithinTheBudget) {
@@ -614,6 +620,10 @@ TEST_F(ReportBrowser, ATinyTrainingRunsReportRendersWithItsCurvesAndNoRequests) 
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("wrote " + (tmp_ / "page.html")), std::string::npos) << r.output;
   std::string html = read_file(tmp_ / "page.html", "report");
+  // The samples of a byte-level model hold control characters, which HTML does not allow.
+  for (char c : html)
+    ASSERT_TRUE(static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t' || c == '\r')
+        << "control character " << int(c) << " in the page";
   for (const char* external :
        {"<script", "<link", "<img", "<iframe", "src=", "url(http", "@import", "href=\"http"})
     EXPECT_EQ(html.find(external), std::string::npos) << external;
