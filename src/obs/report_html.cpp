@@ -750,7 +750,8 @@ h2 { font-size: 16px; margin: 24px 0 8px; border-bottom: 1px solid #d6dae0; padd
 .card-label { font-size: 12px; color: #5c6570; }
 .card-value { font-size: 20px; font-weight: 600; margin-top: 2px; }
 .card-sub { font-size: 11px; color: #5c6570; min-height: 13px; }
-.grid2 { display: flex; flex-wrap: wrap; gap: 14px; }
+.grid2 { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
+.config-grid { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
 figure.chart { background: #fff; border: 1px solid #d6dae0; border-radius: 6px; margin: 0;
   padding: 8px 6px 6px; flex: 0 1 calc(50% - 7px); min-width: 480px; box-sizing: border-box; }
 figure.chart svg { width: 100%; height: auto; display: block; }
@@ -1197,15 +1198,21 @@ std::string render_report(const RunData& run) {
   if (!run.config.is_object()) {
     out += "<p class=\"empty\">No config found (no run_start record and no checkpoint).</p>\n";
   } else {
-    std::vector<std::vector<std::string>> rows;
-    for (auto& [section, tbl] : run.config.items()) {
-      if (tbl.is_object())
-        for (auto& [key, v] : tbl.items()) rows.push_back({section + "." + key, config_value(v)});
-      else
-        rows.push_back({section, config_value(tbl)});
-    }
+    // One table per section, side by side.
     out += "<p class=\"note\">From " + html_escape(run.config_source) + ".</p>\n";
-    out += table({"key", "value"}, rows, "config");
+    out += "<div class=\"config-grid\">\n";
+    std::vector<std::vector<std::string>> loose;
+    for (auto& [section, tbl] : run.config.items()) {
+      if (!tbl.is_object()) {
+        loose.push_back({section, config_value(tbl)});
+        continue;
+      }
+      std::vector<std::vector<std::string>> rows;
+      for (auto& [key, v] : tbl.items()) rows.push_back({section + "." + key, config_value(v)});
+      out += table({"[" + section + "]", ""}, rows, "config");
+    }
+    if (!loose.empty()) out += table({"other", ""}, loose, "config");
+    out += "</div>\n";
   }
   out += fmt::format(
       "<footer>Written by <code>kiln report</code>. Plots are inline SVG; the page loads "
