@@ -175,12 +175,16 @@ RunData read_run(const std::string& run_dir) {
       t.comm_wait_ms = r.num("comm_wait_ms");
       t.data_ms = r.num("data_ms");
       t.skipped = r.boolean("skipped");
-      if (auto it = j.find("rank_step_ms"); it != j.end() && !it->is_null()) {
-        if (!it->is_array()) r.bad("rank_step_ms", "a list of numbers (ms per rank)");
+      for (const char* key : {"rank_step_ms", "rank_compute_ms"}) {
+        auto it = j.find(key);
+        if (it == j.end() || it->is_null()) continue;
+        if (!it->is_array()) r.bad(key, "a list of numbers (ms per rank)");
         for (auto& v : *it) {
-          if (!v.is_null() && !v.is_number()) r.bad("rank_step_ms", "a list of numbers");
-          t.rank_step_ms.push_back(v.is_null() ? kNaN : v.get<double>());
+          if (!v.is_null() && !v.is_number()) r.bad(key, "a list of numbers (ms per rank)");
+          t.rank_ms.push_back(v.is_null() ? kNaN : v.get<double>());
         }
+        run.rank_field = key;
+        break;
       }
       run.train.push_back(std::move(t));
     } else if (type == "val") {
@@ -194,6 +198,10 @@ RunData read_run(const std::string& run_dir) {
       s.world = r.integer("world", 1);
       s.resumed_from = r.str("resumed_from");
       s.host = r.str("host");
+      s.launcher = r.str("launcher");
+      s.restarts = r.integer("restarts", -1);
+      if (auto it = j.find("slurm_job_id"); it != j.end() && !it->is_null())
+        s.job_id = it->is_string() ? it->get<std::string>() : it->dump();
       if (auto it = j.find("config"); it != j.end() && it->is_object()) {
         run.config = *it;
         run.config_source = fmt::format("the run_start record on line {}", line_no);
@@ -220,6 +228,8 @@ RunData read_run(const std::string& run_dir) {
       x.how = r.str("how");
       x.message = r.str("message");
       run.restarts.push_back(std::move(x));
+    } else if (type == "stopped") {
+      run.stops.push_back({r.step(), r.integer("signal", 0), r.num("time")});
     } else {
       unknown_types[type]++;  // a newer kiln's record: not an error
     }
@@ -679,6 +689,7 @@ std::vector<VLine> events(const RunData& run) {
     if (r.after_step >= 0)
       v.push_back({static_cast<double>(r.after_step),
                    r.rank >= 0 ? fmt::format("restart (rank {})", r.rank) : "restart"});
+  for (auto& r : run.stops) v.push_back({static_cast<double>(r.step), "stopped"});
   std::stable_sort(v.begin(), v.end(), [](const VLine& a, const VLine& b) { return a.x < b.x; });
   return v;
 }
@@ -1050,11 +1061,13 @@ std::string render_report(const RunData& run) {
   {
     // Stragglers: the fastest, median and slowest rank of each step, and each rank's median.
     size_t world = 0;
-    for (auto& t : run.train) world = std::max(world, t.rank_step_ms.size());
+    for (auto& t : run.train) world = std::max(world, t.rank_ms.size());
+    const bool compute = run.rank_field == "rank_compute_ms";
+    const std::string what = compute ? "compute time" : "step time";
     if (world > 1) {
       LineChart c;
       c.id = "rank-step-time";
-      c.title = "Step time across ranks";
+      c.title = compute ? "Compute time across ranks (waits excluded)" : "Step time across ranks";
       c.y_label = "ms";
       c.from_zero = true;
       Series lo{"fastest rank", {}, 2, false}, mid{"median rank", {}, 0, false},
@@ -1064,12 +1077,11 @@ std::string render_report(const RunData& run) {
       for (auto& t : run.train) {
         std::vector<double> v;
         size_t arg = 0;
-        for (size_t r = 0; r < t.rank_step_ms.size(); r++) {
-          per_rank[r].push_back(t.rank_step_ms[r]);
-          if (std::isfinite(t.rank_step_ms[r])) {
-            v.push_back(t.rank_step_ms[r]);
-            if (!std::isfinite(t.rank_step_ms[arg]) || t.rank_step_ms[r] > t.rank_step_ms[arg])
-              arg = r;
+        for (size_t r = 0; r < t.rank_ms.size(); r++) {
+          per_rank[r].push_back(t.rank_ms[r]);
+          if (std::isfinite(t.rank_ms[r])) {
+            v.push_back(t.rank_ms[r]);
+            if (!std::isfinite(t.rank_ms[arg]) || t.rank_ms[r] > t.rank_ms[arg]) arg = r;
           }
         }
         if (v.empty()) continue;
@@ -1094,10 +1106,15 @@ std::string render_report(const RunData& run) {
                         fmt::format("{:.1f} ms, slowest {}×", m, slowest_count[r]), m,
                         r == slowest ? 1 : 0});
       }
-      out +=
-          render_bar_chart("ranks", "Median step time per rank", bars,
-                           fmt::format("Rank {} was the slowest in {} of {} steps (hatched bar).",
-                                       slowest, slowest_count[slowest], run.train.size()));
+      int64_t counted = 0;
+      for (auto n : slowest_count) counted += n;
+      out += render_bar_chart(
+          "ranks", "Median " + what + " per rank", bars,
+          fmt::format("Rank {} was the slowest in {} of {} steps (hatched bar).{}", slowest,
+                      slowest_count[slowest], counted,
+                      compute ? " Each rank's forward, backward and optimizer time, waits "
+                                "excluded: the slowest rank is the one the others wait for."
+                              : ""));
     } else {
       out +=
           "<figure class=\"chart\" id=\"ranks\"><figcaption>Step time across "
@@ -1141,7 +1158,7 @@ std::string render_report(const RunData& run) {
       out += "<div class=\"grid2\">\n" + render_line_chart(c) + "</div>\n";
     }
   }
-  if (run.runs.empty() && run.restarts.empty()) {
+  if (run.runs.empty() && run.restarts.empty() && run.stops.empty()) {
     out += "<p class=\"empty\">No run_start or restart records (a run from an older kiln).</p>\n";
   } else {
     struct Row {
@@ -1150,11 +1167,24 @@ std::string render_report(const RunData& run) {
       std::vector<std::string> cells;
     };
     std::vector<Row> rows;
-    for (auto& r : run.runs)
+    for (auto& r : run.runs) {
+      std::string detail = r.resumed_from.empty() ? "" : "resumed from " + r.resumed_from;
+      auto add = [&](const std::string& what) { detail += (detail.empty() ? "" : "; ") + what; };
+      if (!r.launcher.empty() && r.launcher != "none") add("launched by " + r.launcher);
+      if (!r.job_id.empty()) add("Slurm job " + r.job_id);
+      if (r.restarts > 0) add(fmt::format("after {} restart(s)", r.restarts));
       rows.push_back({r.time,
                       1,
                       {fmt_time(r.time), "start", std::to_string(r.step), std::to_string(r.world),
-                       r.host, r.resumed_from.empty() ? "" : "resumed from " + r.resumed_from}});
+                       r.host, detail}});
+    }
+    for (auto& r : run.stops)
+      rows.push_back({r.time,
+                      0,
+                      {fmt_time(r.time), "stopped", std::to_string(r.step), "",
+                       r.signal > 0 ? fmt::format("signal {} ({})", r.signal, strsignal(r.signal))
+                                    : "a signal to another rank",
+                       "checkpoint written; the job can resume from it"}});
     for (auto& r : run.restarts)
       rows.push_back(
           {r.time,

@@ -18,8 +18,10 @@ struct TrainRecord {
   int64_t step = 0;
   double time, loss, lr, grad_norm, tokens, tokens_per_sec, step_ms, mfu;
   double forward_ms, backward_ms, optimizer_ms, comm_wait_ms, data_ms;
-  bool skipped = false;              // the trainer made no update (non-finite loss or norm)
-  std::vector<double> rank_step_ms;  // per rank, when the job had more than one
+  bool skipped = false;  // the trainer made no update (non-finite loss or norm)
+  // Per rank, when the job had more than one: "rank_step_ms" (each rank's whole step) or
+  // "rank_compute_ms" (its forward, backward and optimizer, waits excluded).
+  std::vector<double> rank_ms;
 };
 
 struct ValRecord {
@@ -36,7 +38,14 @@ struct RunStartRecord {
   double time;
   int64_t step = 0;  // the first step of this run: 0, or the step it resumed from
   int64_t world = 1;
-  std::string resumed_from, host;
+  int64_t restarts = -1;  // how many times the launcher had restarted the job (-1: not said)
+  std::string resumed_from, host, launcher, job_id;
+};
+
+// The trainer stopped as asked (a signal: Slurm's warning before a time limit or preemption).
+struct StopRecord {
+  int64_t step = 0, signal = 0;  // signal 0: the signal went to another rank
+  double time;
 };
 
 struct MemoryRecord {
@@ -68,6 +77,8 @@ struct RunData {
   std::vector<MemoryRecord> memory;   // in file order
   std::vector<CheckpointRecord> checkpoints;  // by step; from the run directory for older runs
   std::vector<RestartRecord> restarts;        // in file order
+  std::vector<StopRecord> stops;              // in file order
+  std::string rank_field;                     // "rank_step_ms", "rank_compute_ms" or ""
   nlohmann::json config;                      // resolved config (sections → keys), or null
   std::string config_source;                  // where it came from
   int64_t superseded = 0;                     // train lines replaced by a later line for their step

@@ -42,7 +42,8 @@ std::string train_line(int64_t step, double loss, const std::string& extra = "")
 // steps after a checkpoint and the resume from that checkpoint (so three steps run twice),
 // memory, checkpoints every tenth of the run, samples with markup, a skipped step and a
 // truncated last line.
-void write_full_run(const std::string& dir, int steps, int world) {
+void write_full_run(const std::string& dir, int steps, int world,
+                    const std::string& rank_field = "rank_step_ms") {
   std::vector<std::string> l;
   const std::string cfg = R"({"model":{"n_layer":2,"n_embd":64},"train":{"steps":)" +
                           std::to_string(steps) +
@@ -61,10 +62,11 @@ void write_full_run(const std::string& dir, int steps, int world) {
           R"({{"type":"restart","time":{},"attempt":1,"rank":1,"how":"killed by signal 9",)"
           R"("after_step":{},"message":"rank 1 <died> & came back"}})",
           t + 1, restart_after));
-      l.push_back(fmt::format(
-          R"({{"type":"run_start","time":{},"step":{},"world":{},)"
-          R"("resumed_from":"{}/checkpoints/step_{:08d}","config":{},"host":"node01"}})",
-          t + 3, restart_after - 3, world, dir, restart_after - 3, cfg));
+      l.push_back(
+          fmt::format(R"({{"type":"run_start","time":{},"step":{},"world":{},)"
+                      R"("resumed_from":"{}/checkpoints/step_{:08d}","config":{},"host":"node01",)"
+                      R"("launcher":"slurm","slurm_job_id":"4242","restarts":1}})",
+                      t + 3, restart_after - 3, world, dir, restart_after - 3, cfg));
       s = restart_after - 3;
       continue;
     }
@@ -79,10 +81,10 @@ void write_full_run(const std::string& dir, int steps, int world) {
         R"({{"type":"train","step":{},"loss":{},"lr":{},"grad_norm":{},"tokens":{},)"
         R"("tokens_per_sec":{},"step_ms":{},"mfu":0.21,"comm_wait_ms":4.0,"forward_ms":20.0,)"
         R"("backward_ms":40.0,"optimizer_ms":5.0,"data_ms":0.5,"skipped":{},"time":{},)"
-        R"("rank_step_ms":{}}})",
+        R"("{}":{}}})",
         s, skipped ? "null" : fmt::format("{}", loss), 0.003 * std::min(1.0, s / 5.0),
         skipped ? "null" : "1.25", s * 1024, 12800 + (s % 3) * 10, 80.0 + (s % 7) * 0.3,
-        skipped ? "true" : "false", t, ranks));
+        skipped ? "true" : "false", t, rank_field, ranks));
     if (s == 1)
       l.push_back(
           R"({"type":"memory","step":1,"params":400000,"grads":400000,"optimizer":800000,)"
@@ -98,6 +100,7 @@ void write_full_run(const std::string& dir, int steps, int world) {
           s, dir, s, t));
     }
   }
+  l.push_back(fmt::format(R"({{"type":"stopped","step":{},"signal":10,"time":{}}})", steps, t));
   write_lines(dir + "/metrics.jsonl", l, R"({"type":"train","step":)" + std::to_string(steps + 1));
 }
 
@@ -402,7 +405,10 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   ASSERT_EQ(run.memory.size(), 1u);
   EXPECT_EQ(run.memory[0].bytes.size(), 6u);
   EXPECT_EQ(run.checkpoints.size(), 10u);
-  EXPECT_EQ(run.train[10].rank_step_ms.size(), 4u);
+  EXPECT_EQ(run.train[10].rank_ms.size(), 4u);
+  EXPECT_EQ(run.rank_field, "rank_step_ms");
+  ASSERT_EQ(run.stops.size(), 1u);
+  EXPECT_EQ(run.stops[0].signal, 10);
   std::string html = render_report(run);
   auto paths = series_paths(html);
   for (const char* s : {"train loss", "train loss, EMA 3 steps", "val loss", "lr", "grad norm",
@@ -414,6 +420,10 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   EXPECT_EQ(paths["train loss"].counted, 199);  // step 100 was skipped
   EXPECT_EQ(paths["val loss"].counted, 10);
   EXPECT_NE(html.find("Rank 3 was the slowest in 200 of 200 steps"), std::string::npos);
+  EXPECT_NE(html.find("Step time across ranks</figcaption>"), std::string::npos);
+  EXPECT_NE(html.find("launched by slurm; Slurm job 4242; after 1 restart(s)"), std::string::npos);
+  EXPECT_NE(html.find("<td>stopped</td><td>200</td><td></td><td>signal 10 ("), std::string::npos);
+  EXPECT_NE(figure(html, "loss").find(">stopped</text>"), std::string::npos);
   EXPECT_NE(html.find("<td>killed by signal 9</td><td>rank 1 &lt;died&gt; &amp; came back</td>"),
             std::string::npos);
   // Progress over wall time: the steps in the order they were reached, the restart marked.
@@ -428,6 +438,20 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   EXPECT_NE(html.find("<td>train.sample_prompt</td><td>&lt;b&gt;&amp;</td>"), std::string::npos);
   EXPECT_NE(html.find("The last line of metrics.jsonl"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
+}
+
+TEST(ReportRead, PerRankComputeTimesAreShownAsSuch) {
+  TempDir dir;
+  write_full_run(dir.path(), 50, 3, "rank_compute_ms");
+  RunData run = read_run(dir.path());
+  EXPECT_EQ(run.rank_field, "rank_compute_ms");
+  EXPECT_EQ(run.train[0].rank_ms.size(), 3u);
+  std::string html = render_report(run);
+  EXPECT_NE(html.find("Compute time across ranks (waits excluded)</figcaption>"),
+            std::string::npos);
+  EXPECT_NE(html.find("Median compute time per rank</figcaption>"), std::string::npos);
+  EXPECT_NE(html.find("Rank 2 was the slowest in 50 of 50 steps"), std::string::npos);
+  EXPECT_EQ(series_paths(html)["slowest rank"].counted, 50);
 }
 
 TEST(ReportRead, AHugeRunIsDecimatedToAtMost2000PointsPerSeries) {
