@@ -11,7 +11,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <optional>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -96,7 +95,12 @@ void read_checkpoints_on_disk(RunData& run) {
   }
   std::sort(found.begin(), found.end());
   // Records for checkpoints the trainer wrote; directories without one come from older runs.
-  for (auto& c : run.checkpoints) c.on_disk = !c.dir.empty() && fs::exists(c.dir, ec);
+  // A record's dir may be relative to where training ran, or the run directory may have moved:
+  // a checkpoint of that step under RUN_DIR/checkpoints counts too.
+  for (auto& c : run.checkpoints)
+    c.on_disk =
+        std::any_of(found.begin(), found.end(), [&](auto& f) { return f.first == c.step; }) ||
+        (!c.dir.empty() && fs::exists(fs::path(c.dir) / "trainer_state.json", ec));
   for (auto& [step, p] : found) {
     bool recorded = std::any_of(run.checkpoints.begin(), run.checkpoints.end(),
                                 [&](const CheckpointRecord& c) { return c.step == step; });

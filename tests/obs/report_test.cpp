@@ -405,6 +405,7 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   ASSERT_EQ(run.memory.size(), 1u);
   EXPECT_EQ(run.memory[0].bytes.size(), 6u);
   EXPECT_EQ(run.checkpoints.size(), 10u);
+  EXPECT_FALSE(run.checkpoints[0].on_disk);  // the fixture has no checkpoint directories
   EXPECT_EQ(run.train[10].rank_ms.size(), 4u);
   EXPECT_EQ(run.rank_field, "rank_step_ms");
   ASSERT_EQ(run.stops.size(), 1u);
@@ -521,6 +522,8 @@ TEST(ReportCli, AResumedRealRunIsOneCurveWithBothCheckpoints) {
   ASSERT_EQ(run.checkpoints.size(), 2u);
   EXPECT_EQ(run.checkpoints[0].step, 6);
   EXPECT_EQ(run.checkpoints[1].step, 12);
+  EXPECT_TRUE(run.checkpoints[0].on_disk);
+  EXPECT_TRUE(run.checkpoints[1].on_disk);
   EXPECT_EQ(run.val.size(), 2u);
   EXPECT_EQ(run.samples.size(), 2u);
   EXPECT_EQ(run.config["train"]["steps"], 12);  // the resumed run's config
