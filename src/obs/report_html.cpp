@@ -146,6 +146,21 @@ RunData read_run(const std::string& run_dir) {
            bad_why);
     run.lines++;
     nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded()) {
+      // A run that died mid-write and was resumed appends its next record to the torn one:
+      // "{"loss":2.3,"st{"comm_wait_ms":...}". The record that starts later on the line is read.
+      for (size_t p = s.find('{', 1); p != std::string::npos; p = s.find('{', p + 1)) {
+        auto rest = nlohmann::json::parse(std::string_view(s).substr(p), nullptr, false);
+        if (rest.is_object() && rest.contains("type")) {
+          run.notes.push_back(fmt::format(
+              "Line {} of metrics.jsonl starts with a record cut short (the run stopped while "
+              "writing it) followed by the next run's first record; the cut one was left out.",
+              line_no));
+          j = std::move(rest);
+          break;
+        }
+      }
+    }
     if (j.is_discarded() || !j.is_object()) {
       bad_line = line_no;
       bad_why = "not a JSON object";

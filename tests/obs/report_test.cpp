@@ -291,6 +291,28 @@ TEST(ReportRead, ATruncatedLastLineIsSkippedAndSaidOnThePage) {
   EXPECT_EQ(series_paths(html)["train loss"].declared, 2);
 }
 
+TEST(ReportRead, ARecordTornByACrashThenAppendedToByTheResumedRunIsSkipped) {
+  // metrics.jsonl is opened for appending: the resumed run's first line lands after the cut one.
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl",
+              {train_line(1, 3.0), train_line(2, 2.9),
+               R"({"type":"train","step":3,"lo)" +
+                   std::string(R"({"type":"run_start","step":2,"world":1,"config":{"train":{}}})"),
+               train_line(3, 2.8)});
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.train.size(), 3u);
+  ASSERT_EQ(run.runs.size(), 1u);
+  EXPECT_EQ(run.runs[0].step, 2);
+  ASSERT_EQ(run.notes.size(), 1u);
+  EXPECT_NE(run.notes[0].find("Line 3 of metrics.jsonl starts with a record cut short"),
+            std::string::npos)
+      << run.notes[0];
+  // Garbage that is not followed by a record is still an error.
+  write_lines(dir / "metrics.jsonl", {train_line(1, 3.0), "xx{\"no\": 1}", train_line(2, 2.9)});
+  EXPECT_NE(error_of([&] { read_run(dir.path()); }).find("metrics.jsonl:2: not JSON"),
+            std::string::npos);
+}
+
 TEST(ReportRead, AStepWrittenAgainAfterAResumeKeepsItsLaterValues) {
   TempDir dir;
   write_lines(dir / "metrics.jsonl",
@@ -512,6 +534,10 @@ void train_tiny(const TempDir& dir, int steps, const std::string& extra = "") {
 TEST(ReportCli, AResumedRealRunIsOneCurveWithBothCheckpoints) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(train_tiny(dir, 6));
+  // As if the first run died while writing its last line (the step-6 sample): the resumed run
+  // appends its first record to the torn one.
+  const std::string metrics = dir / "run/metrics.jsonl";
+  fs::resize_file(metrics, fs::file_size(metrics) - 10);
   ASSERT_NO_FATAL_FAILURE(train_tiny(dir, 12, "--resume"));
   auto r = run_kiln("report " + (dir / "run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -525,7 +551,10 @@ TEST(ReportCli, AResumedRealRunIsOneCurveWithBothCheckpoints) {
   EXPECT_TRUE(run.checkpoints[0].on_disk);
   EXPECT_TRUE(run.checkpoints[1].on_disk);
   EXPECT_EQ(run.val.size(), 2u);
-  EXPECT_EQ(run.samples.size(), 2u);
+  ASSERT_EQ(run.samples.size(), 1u);  // the torn one is gone
+  EXPECT_EQ(run.samples[0].step, 12);
+  ASSERT_EQ(run.notes.size(), 1u);
+  EXPECT_NE(run.notes[0].find("starts with a record cut short"), std::string::npos) << run.notes[0];
   EXPECT_EQ(run.config["train"]["steps"], 12);  // the resumed run's config
   std::string html = read_file(dir / "run/report.html", "report");
   EXPECT_EQ(series_paths(html)["train loss"].counted, 12);
