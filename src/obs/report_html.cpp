@@ -348,6 +348,8 @@ std::vector<Point> ema_smooth(const std::vector<Point>& pts, double window) {
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   std::vector<double> ticks;
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
+  // A span below double precision at this magnitude has no distinct round values.
+  if (hi - lo <= 1e-12 * std::max(std::abs(lo), std::abs(hi))) return ticks;
   double raw = (hi - lo) / std::max(1, target);
   double p = std::pow(10.0, std::floor(std::log10(raw)));
   // Round to the nearest of 1, 2, 5, 10 (geometrically), as d3's ticks do.
@@ -356,7 +358,8 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
                      : e >= std::sqrt(10.0) ? 5
                      : e >= std::sqrt(2.0)  ? 2
                                             : 1);
-  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k++)
+  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9 && ticks.size() < 100;
+       k++)
     ticks.push_back(std::abs(k * step) < step * 1e-9 ? 0.0 : k * step);
   return ticks;
 }
@@ -512,8 +515,10 @@ std::string render_line_chart(const LineChart& c) {
   }
   for (double s : c.skipped) x0 = std::min(x0, s), x1 = std::max(x1, s);
   if (c.from_zero) y0 = std::min(y0, 0.0);
-  if (x1 <= x0) x0 -= 1, x1 += 1;
-  if (y1 <= y0) {
+  if (x1 - x0 <= 1e-9 * std::max(std::abs(x0), std::abs(x1))) x0 -= 1, x1 += 1;
+  // A flat series (or one that differs only in rounding, like the EMA of a constant) gets a
+  // band around its value.
+  if (y1 - y0 <= 1e-9 * std::max(std::abs(y0), std::abs(y1))) {
     double d = std::abs(y0) > 0 ? std::abs(y0) * 0.1 : 1;
     y0 -= d, y1 += d;
   } else {
@@ -1220,14 +1225,36 @@ std::string render_report(const RunData& run) {
     for (auto& r : rows) cells.push_back(std::move(r.cells));
     out += table({"time", "event", "step", "ranks", "host / how", "detail"}, cells);
   }
+  // Long runs have many checkpoints and samples: the tables keep the newest.
+  constexpr size_t kMaxRows = 100;
   out += "<h2>Checkpoints</h2>\n";
   if (run.checkpoints.empty()) {
     out += "<p class=\"empty\">No checkpoints.</p>\n";
   } else {
-    std::vector<std::vector<std::string>> rows;
+    Series took{"write time", {}, 0, false};
     for (auto& c : run.checkpoints)
+      if (std::isfinite(c.seconds)) took.pts.push_back({static_cast<double>(c.step), c.seconds});
+    if (took.pts.size() >= 2) {
+      LineChart c;
+      c.id = "checkpoint-time";
+      c.title = "Checkpoint write time";
+      c.y_label = "seconds";
+      c.from_zero = true;
+      took.dots = took.pts.size() <= 200;
+      took.pts = decimate_min_max(took.pts, kMaxPointsPerSeries);
+      c.series.push_back(std::move(took));
+      c.vlines = ev;
+      out += "<div class=\"grid2\">\n" + render_line_chart(c) + "</div>\n";
+    }
+    std::vector<std::vector<std::string>> rows;
+    const size_t n = run.checkpoints.size(), first = n > kMaxRows ? n - kMaxRows : 0;
+    for (size_t i = n; i-- > first;) {
+      const CheckpointRecord& c = run.checkpoints[i];
       rows.push_back({std::to_string(c.step), fmt_num(c.seconds, "{:.2f} s"), fmt_time(c.time),
                       c.on_disk ? "yes" : "no (pruned)", c.dir});
+    }
+    if (first > 0)
+      out += fmt::format("<p class=\"note\">The newest {} of {} checkpoints.</p>\n", kMaxRows, n);
     out += table({"step", "took", "written", "on disk", "directory"}, rows, "numeric");
   }
 
@@ -1237,8 +1264,13 @@ std::string render_report(const RunData& run) {
     out += "<p class=\"empty\">No samples (train.sample_tokens = 0, or no validation yet).</p>\n";
   } else {
     std::vector<std::vector<std::string>> rows;
-    for (auto it = run.samples.rbegin(); it != run.samples.rend(); ++it)
-      rows.push_back({std::to_string(it->step), it->text});
+    const size_t n = run.samples.size(), first = n > kMaxRows ? n - kMaxRows : 0;
+    for (size_t i = n; i-- > first;)
+      rows.push_back({std::to_string(run.samples[i].step), run.samples[i].text});
+    if (first > 0)
+      out += fmt::format(
+          "<p class=\"note\">The newest {} of {} samples; metrics.jsonl has them all.</p>\n",
+          kMaxRows, n);
     out += table({"step", "generated text"}, rows, "samples");
   }
 

@@ -240,6 +240,8 @@ TEST(ReportHtml, TicksAreRoundNumbersInsideTheRange) {
   EXPECT_NEAR(t[4], 0.0025, 1e-15);
   EXPECT_EQ(nice_ticks(-3, 7, 4), (std::vector<double>{-2, 0, 2, 4, 6}));
   EXPECT_TRUE(nice_ticks(3, 3, 5).empty());
+  EXPECT_TRUE(nice_ticks(3, 3.0000000000000004, 5).empty());  // one ulp apart: no round values
+  EXPECT_EQ(nice_ticks(0, 1e6, 5).size(), 6u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,6 +477,30 @@ TEST(ReportRead, PerRankComputeTimesAreShownAsSuch) {
   EXPECT_NE(html.find("Median compute time per rank</figcaption>"), std::string::npos);
   EXPECT_NE(html.find("Rank 2 was the slowest in 50 of 50 steps"), std::string::npos);
   EXPECT_EQ(series_paths(html)["slowest rank"].counted, 50);
+}
+
+TEST(ReportRead, LongTablesKeepTheNewestRows) {
+  TempDir dir;
+  std::vector<std::string> l;
+  for (int s = 1; s <= 300; s++) {
+    l.push_back(train_line(s, 3.0));
+    l.push_back(fmt::format(R"({{"type":"sample","step":{},"text":"sample of step {}"}})", s, s));
+    l.push_back(fmt::format(R"({{"type":"checkpoint","step":{},"seconds":{},"dir":"c{}"}})", s,
+                            0.5 + s % 3, s));
+  }
+  write_lines(dir / "metrics.jsonl", l);
+  std::string html = report_html(dir.path());
+  EXPECT_NE(html.find("The newest 100 of 300 samples"), std::string::npos);
+  EXPECT_NE(html.find("The newest 100 of 300 checkpoints"), std::string::npos);
+  EXPECT_NE(html.find("<td>sample of step 300</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>sample of step 201</td>"), std::string::npos);
+  EXPECT_EQ(html.find("<td>sample of step 200</td>"), std::string::npos);
+  EXPECT_LT(html.find("<td>sample of step 300</td>"), html.find("<td>sample of step 299</td>"));
+  EXPECT_NE(html.find("<td>c201</td>"), std::string::npos);
+  EXPECT_EQ(html.find("<td>c200</td>"), std::string::npos);
+  EXPECT_EQ(series_paths(html)["write time"].counted, 300);  // the chart has every checkpoint
+  // A constant loss (its EMA differs from it only in rounding) still gets a labelled axis.
+  EXPECT_GE(tick_labels(figure(html, "loss"), true).size(), 3u);
 }
 
 TEST(ReportRead, AHugeRunIsDecimatedToAtMost2000PointsPerSeries) {
@@ -749,7 +775,7 @@ TEST_F(ReportBrowser, AFullRunsPageDrawsEveryPanel) {
   write_file_atomic(page, report_html(tmp_.path()));
   std::string dom = run_chromium(chromium_, tmp_, page, "--dump-dom");
   auto paths = series_paths(dom);
-  EXPECT_EQ(paths.size(), 17u);
+  EXPECT_EQ(paths.size(), 18u);
   EXPECT_EQ(paths["slowest rank"].counted, 400);
   EXPECT_NE(dom.find("Rank 3 was the slowest"), std::string::npos);
   run_chromium(chromium_, tmp_, page, "--screenshot=" + (tmp_ / "full.png"));
