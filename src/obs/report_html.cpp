@@ -539,7 +539,7 @@ std::string render_line_chart(const LineChart& c) {
   // Grid and ticks.
   auto yt = nice_ticks(y0, y1, 5), xt = nice_ticks(x0, x1, 6);
   double ys = yt.size() > 1 ? yt[1] - yt[0] : 1, xs = xt.size() > 1 ? xt[1] - xt[0] : 1;
-  if (xs < 1) {  // steps are whole numbers
+  if (xs < 1 && x1 - x0 < 20) {  // steps are whole numbers
     xt.clear();
     for (double x = std::ceil(x0); x <= x1; x++) xt.push_back(x);
     xs = 1;

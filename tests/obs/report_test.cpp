@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/file.h"
+#include "core/rng.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -242,6 +243,26 @@ TEST(ReportHtml, TicksAreRoundNumbersInsideTheRange) {
   EXPECT_TRUE(nice_ticks(3, 3, 5).empty());
   EXPECT_TRUE(nice_ticks(3, 3.0000000000000004, 5).empty());  // one ulp apart: no round values
   EXPECT_EQ(nice_ticks(0, 1e6, 5).size(), 6u);
+  // Any range, of any magnitude: a few ticks, ascending, inside it, on multiples of the spacing.
+  Rng rng(7);
+  for (int i = 0; i < 20000; i++) {
+    double scale = std::pow(10.0, rng.uniform() * 30 - 15);
+    double lo = (rng.uniform() * 2 - 1) * scale * std::pow(10.0, rng.uniform() * 12);
+    double hi = lo + scale * rng.uniform();
+    auto t = nice_ticks(lo, hi, 5);
+    ASSERT_LE(t.size(), 100u) << lo << " " << hi;
+    for (size_t k = 0; k < t.size(); k++) {
+      EXPECT_GE(t[k], lo - (hi - lo) * 1e-6) << lo << " " << hi;
+      EXPECT_LE(t[k], hi + (hi - lo) * 1e-6) << lo << " " << hi;
+      if (k > 0) {
+        EXPECT_GT(t[k], t[k - 1]) << lo << " " << hi;
+      }
+    }
+    if (hi - lo > 1e-9 * std::max(std::abs(lo), std::abs(hi))) {
+      EXPECT_GE(t.size(), 2u) << lo << " " << hi;
+      EXPECT_LE(t.size(), 11u) << lo << " " << hi;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
