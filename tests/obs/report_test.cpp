@@ -524,6 +524,67 @@ TEST(ReportRead, LongTablesKeepTheNewestRows) {
   EXPECT_GE(tick_labels(figure(html, "loss"), true).size(), 3u);
 }
 
+TEST(ReportRead, RandomRecordsEitherReportOrFailWithAKilnError) {
+  // Fields of every record type with values of random types: the page is written, or a
+  // kiln::Error names the line; nothing else escapes, nothing hangs.
+  const char* types[] = {"train",      "val",     "sample",  "run_start", "memory",
+                         "checkpoint", "restart", "stopped", "other"};
+  const char* keys[] = {
+      "step",     "loss",         "lr",      "grad_norm",    "tokens_per_sec",  "step_ms",
+      "mfu",      "forward_ms",   "skipped", "rank_step_ms", "rank_compute_ms", "val_loss",
+      "text",     "time",         "world",   "config",       "resumed_from",    "params",
+      "peak_rss", "seconds",      "dir",     "rank",         "after_step",      "how",
+      "signal",   "slurm_job_id", "restarts"};
+  Rng rng(11);
+  auto value = [&]() -> nlohmann::json {
+    if (rng.below(100) < 93) return static_cast<int64_t>(rng.below(50));  // mostly plausible
+    switch (rng.below(10)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return static_cast<int64_t>(rng.below(1000)) - 10;
+      case 2:
+        return (rng.uniform() - 0.5) * std::pow(10.0, rng.uniform() * 40 - 20);
+      case 3:
+        return "<s>" + std::to_string(rng.below(100));
+      case 4:
+        return rng.below(2) == 1;
+      case 5:
+        return nlohmann::json::array({1.5, nullptr, 2});
+      case 6:
+        return nlohmann::json{{"train", {{"steps", 5}}}, {"x", 1}};
+      case 7:
+        return 3.0;
+      default:
+        return static_cast<int64_t>(rng.below(50));
+    }
+  };
+  int errors = 0, pages = 0;
+  for (int file = 0; file < 150; file++) {
+    TempDir dir;
+    std::vector<std::string> lines;
+    for (int i = 0; i < 12; i++) {
+      nlohmann::json j = {{"type", types[rng.below(9)]}};
+      // Mostly well-formed: a step, and a few other fields.
+      if (rng.below(10) > 0) j["step"] = static_cast<int64_t>(rng.below(30));
+      for (int k = 0, n = static_cast<int>(rng.below(6)); k < n; k++)
+        j[keys[rng.below(27)]] = value();
+      lines.push_back(j.dump());
+    }
+    write_lines(dir / "metrics.jsonl", lines);
+    try {
+      std::string html = report_html(dir.path());
+      EXPECT_NE(html.find("</html>"), std::string::npos);
+      pages++;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("metrics.jsonl:"), std::string::npos) << e.what();
+      errors++;
+    }
+  }
+  EXPECT_GT(pages, 10);
+  EXPECT_GT(errors, 10);
+}
+
 TEST(ReportRead, AHugeRunIsDecimatedToAtMost2000PointsPerSeries) {
   TempDir dir;
   {
