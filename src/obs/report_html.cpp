@@ -494,7 +494,8 @@ struct LineChart {
   std::vector<VLine> vlines;    // resumes and restarts
   std::vector<double> skipped;  // steps marked on the x axis
   bool from_zero = false;
-  std::string note;  // under the chart
+  bool integer_x = true;  // x is a step: no ticks between whole numbers
+  std::string note;       // under the chart
 };
 
 constexpr int kW = 560, kH = 300, kL = 64, kR = 16, kT = 34, kB = 46;
@@ -514,13 +515,15 @@ std::string render_line_chart(const LineChart& c) {
     return out + "<p class=\"empty\">Not recorded in this run.</p></figure>\n";
   }
   for (double s : c.skipped) x0 = std::min(x0, s), x1 = std::max(x1, s);
+  for (auto& v : c.vlines) x0 = std::min(x0, v.x), x1 = std::max(x1, v.x);
   if (c.from_zero) y0 = std::min(y0, 0.0);
   if (x1 - x0 <= 1e-9 * std::max(std::abs(x0), std::abs(x1))) x0 -= 1, x1 += 1;
   // A flat series (or one that differs only in rounding, like the EMA of a constant) gets a
   // band around its value.
   if (y1 - y0 <= 1e-9 * std::max(std::abs(y0), std::abs(y1))) {
     double d = std::abs(y0) > 0 ? std::abs(y0) * 0.1 : 1;
-    y0 -= d, y1 += d;
+    if (!(c.from_zero && y0 >= 0 && y0 - d < 0)) y0 -= d;
+    y1 += d;
   } else {
     double pad = (y1 - y0) * 0.05;
     y1 += pad;
@@ -539,7 +542,7 @@ std::string render_line_chart(const LineChart& c) {
   // Grid and ticks.
   auto yt = nice_ticks(y0, y1, 5), xt = nice_ticks(x0, x1, 6);
   double ys = yt.size() > 1 ? yt[1] - yt[0] : 1, xs = xt.size() > 1 ? xt[1] - xt[0] : 1;
-  if (xs < 1 && x1 - x0 < 20) {  // steps are whole numbers
+  if (c.integer_x && xs < 1 && x1 - x0 < 20) {
     xt.clear();
     for (double x = std::ceil(x0); x <= x1; x++) xt.push_back(x);
     xs = 1;
@@ -1170,6 +1173,7 @@ std::string render_report(const RunData& run) {
       LineChart c;
       c.id = "progress";
       c.title = "Progress over wall time";
+      c.integer_x = false;
       c.x_label = fmt::format("{} since the first record", unit);
       c.y_label = "step";
       c.from_zero = true;
