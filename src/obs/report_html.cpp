@@ -500,6 +500,18 @@ struct LineChart {
 
 constexpr int kW = 560, kH = 300, kL = 64, kR = 16, kT = 34, kB = 46;
 
+// The tooltip of a line: its last, lowest and highest values (decimation keeps all three).
+std::string series_summary(const Series& s, const LineChart& c) {
+  auto at = [&](const Point& p) {
+    if (c.integer_x) return fmt::format("{:.5g} at step {}", p.y, p.x);
+    return fmt::format("{:.5g} at {:.4g} {}", p.y, p.x, c.x_label.substr(0, c.x_label.find(' ')));
+  };
+  auto [lo, hi] = std::minmax_element(s.pts.begin(), s.pts.end(),
+                                      [](const Point& a, const Point& b) { return a.y < b.y; });
+  return fmt::format("{}: last {}; lowest {}; highest {}", s.name, at(s.pts.back()), at(*lo),
+                     at(*hi));
+}
+
 std::string render_line_chart(const LineChart& c) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   size_t total = 0;
@@ -588,8 +600,9 @@ std::string render_line_chart(const LineChart& c) {
     out += fmt::format(
         "<path class=\"series\" data-series=\"{}\" data-points=\"{}\" d=\"{}\" fill=\"none\" "
         "stroke=\"{}\" stroke-width=\"{}\" stroke-opacity=\"{}\" stroke-dasharray=\"{}\" "
-        "stroke-linejoin=\"round\"/>\n",
-        html_escape(s.name), s.pts.size(), d, st.color, s.width, s.opacity, st.dash);
+        "stroke-linejoin=\"round\"><title>{}</title></path>\n",
+        html_escape(s.name), s.pts.size(), d, st.color, s.width, s.opacity, st.dash,
+        html_escape(series_summary(s, c)));
     if (s.dots || s.pts.size() == 1)
       for (auto& p : s.pts)
         out += fmt::format(

@@ -435,6 +435,9 @@ TEST(ReportRead, OnePointIsDrawnAsAMarker) {
   write_lines(dir / "metrics.jsonl", {train_line(1, 5.0)});
   std::string html = report_html(dir.path());
   EXPECT_EQ(series_paths(html)["train loss"].counted, 1);
+  EXPECT_NE(html.find("<title>train loss: last 5 at step 1; lowest 5 at step 1; highest 5 at "
+                      "step 1</title></path>"),
+            std::string::npos);
   EXPECT_NE(html.find("<title>train loss 5 at step 1</title></circle>"), std::string::npos);
 }
 
