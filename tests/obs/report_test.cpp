@@ -694,11 +694,12 @@ std::string run_chromium(const std::string& bin, const TempDir& tmp, const std::
   static int n = 0;
   std::string profile = tmp / fmt::format("profile-{}", n++);
   std::string out = tmp / "chromium.out";
-  // Without the background-networking flags Chromium keeps calling home on a closed network.
+  // Without the background-networking flags Chromium keeps calling home on a closed network;
+  // without --disable-dev-shm-usage its renderer dies in containers with a small /dev/shm.
   std::string cmd = fmt::format(
       "timeout 120 {} --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
       "--disable-background-networking --disable-component-update --disable-sync "
-      "--user-data-dir={} --window-size=1200,2000 {} file://{} > {} 2> {}",
+      "--disable-dev-shm-usage --user-data-dir={} --window-size=1200,2000 {} file://{} > {} 2> {}",
       bin, profile, args, fs::absolute(page).string(), out, tmp / "chromium.err");
   int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd << "\n" << read_file(tmp / "chromium.err", "chromium log");
