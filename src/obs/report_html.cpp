@@ -448,9 +448,9 @@ struct Style {
   const char* hatch;  // pattern id for bars
 };
 constexpr Style kStyles[] = {
-    {"#1f5fbf", "", "h0"},        {"#d9480f", "7 4", "h1"},  {"#2b8a3e", "2 3", "h2"},
-    {"#862e9c", "9 3 2 3", "h3"}, {"#e67700", "14 4", "h4"}, {"#495057", "1 2", "h5"},
-    {"#0b7285", "5 2 1 2", "h6"},
+    {"#1f5fbf", "", "h0"},        {"#d9480f", "7 4", "h1"},     {"#2b8a3e", "2 3", "h2"},
+    {"#862e9c", "9 3 2 3", "h3"}, {"#e67700", "14 4", "h4"},    {"#495057", "1 2", "h5"},
+    {"#0b7285", "5 2 1 2", "h6"}, {"#5c940d", "3 2 8 2", "h7"},
 };
 constexpr int kNumStyles = sizeof(kStyles) / sizeof(kStyles[0]);
 
@@ -466,6 +466,7 @@ std::string hatch_defs() {
       "<path d=\"M0 0 L8 8 M0 8 L8 0\" stroke=\"#fff\" stroke-width=\"1.5\"/>",  // cross
       "<path d=\"M4 0 V8\" stroke=\"#fff\" stroke-width=\"2\"/>",                // vertical
       "<path d=\"M0 0 L8 8\" stroke=\"#fff\" stroke-width=\"2\"/>",              // back diagonal
+      "<path d=\"M0 2 H8 M0 6 H8 M2 0 V8 M6 0 V8\" stroke=\"#fff\" stroke-width=\"1\"/>",  // grid
   };
   for (int i = 0; i < kNumStyles; i++)
     s += fmt::format(
@@ -1074,11 +1075,11 @@ std::string render_report(const RunData& run) {
         bars.push_back({kind, fmt_bytes(b), b, style++});
         sum += b;
       }
-      bars.push_back({"total", fmt_bytes(sum), sum, 5});
+      bars.push_back({"total", fmt_bytes(sum), sum, 6});
       // The resident size also counts code, libraries and allocator slack; beside a small
       // model it would flatten every other bar, so it is then only said in words.
       const bool rss_bar = std::isfinite(m.peak_rss) && m.peak_rss <= 4 * sum;
-      if (rss_bar) bars.push_back({"peak RSS", fmt_bytes(m.peak_rss), m.peak_rss, 6});
+      if (rss_bar) bars.push_back({"peak RSS", fmt_bytes(m.peak_rss), m.peak_rss, 7});
       note = fmt::format("Per rank, after step {}{}.", m.step,
                          run.memory.size() > 1 ? " of the latest run" : "");
       if (std::isfinite(m.peak_rss))

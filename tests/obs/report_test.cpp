@@ -489,6 +489,44 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
 }
 
+TEST(ReportRead, EveryLineInAChartDiffersInMoreThanColour) {
+  // Dash pattern, width or opacity tell the lines of one chart apart in grey; hatches the bars.
+  TempDir dir;
+  write_full_run(dir.path(), 300, 4);
+  std::string html = report_html(dir.path());
+  auto attr = [](const std::string& tag, const std::string& name) {
+    size_t p = tag.find(" " + name + "=\"");
+    return p == std::string::npos
+               ? ""
+               : tag.substr(p + name.size() + 3,
+                            tag.find('"', p + name.size() + 3) - p - name.size() - 3);
+  };
+  int charts = 0;
+  for (size_t f = html.find("<figure"); f != std::string::npos; f = html.find("<figure", f + 1)) {
+    std::string fig = html.substr(f, html.find("</figure>", f) - f);
+    std::set<std::string> looks, fills;
+    int lines = 0, bars = 0;
+    for (size_t p = fig.find("<path class=\"series\""); p != std::string::npos;
+         p = fig.find("<path class=\"series\"", p + 1)) {
+      std::string tag = fig.substr(p, fig.find('>', p) - p);
+      looks.insert(attr(tag, "stroke-dasharray") + "|" + attr(tag, "stroke-width") + "|" +
+                   attr(tag, "stroke-opacity"));
+      lines++;
+    }
+    for (size_t p = fig.find("<rect class=\"bar\""); p != std::string::npos;
+         p = fig.find("<rect class=\"bar\"", p + 1)) {
+      fills.insert(attr(fig.substr(p, fig.find('>', p) - p), "fill"));
+      bars++;
+    }
+    EXPECT_EQ(looks.size(), static_cast<size_t>(lines)) << fig.substr(0, 120);
+    if (fig.find("id=\"ranks\"") == std::string::npos) {  // ranks: one hatch marks the slowest
+      EXPECT_EQ(fills.size(), static_cast<size_t>(bars)) << fig.substr(0, 120);
+    }
+    charts += lines > 1 || bars > 1;
+  }
+  EXPECT_GE(charts, 5);
+}
+
 TEST(ReportRead, PerRankComputeTimesAreShownAsSuch) {
   TempDir dir;
   write_full_run(dir.path(), 50, 3, "rank_compute_ms");
