@@ -15,6 +15,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin  # MPI: processes and machines of one job
   bible-kjv               # King James Bible, a public-domain corpus for larger runs
   libgtest-dev libgmock-dev  # tests
+  chromium libpng-dev     # tests: kiln report's page rendered in headless Chromium, its screenshot read
   clang-format
   libcpp-httplib-dev      # HTTP server for the Prometheus /metrics endpoint
   prometheus              # promtool and a real server for the metrics tests

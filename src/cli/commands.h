@@ -12,5 +12,6 @@ void register_tokenize(CLI::App& app);
 void register_launch(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_submit(CLI::App& app);
+void register_report(CLI::App& app);
 
 }  // namespace kiln::cli

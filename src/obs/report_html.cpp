@@ -1,0 +1,1326 @@
+#include "obs/report_html.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "obs/metrics_log.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr size_t kMaxPointsPerSeries = 2000;
+
+// ---------------------------------------------------------------------------------------------
+// Reading metrics.jsonl
+
+struct LineReader {
+  const std::string& path;
+  int64_t line;
+  const nlohmann::json& j;
+
+  [[noreturn]] void bad(const std::string& key, const char* expected) const {
+    fail("{}:{}: \"{}\" should be {}, got {}", path, line, key, expected, j.at(key).dump());
+  }
+  // NaN when absent or null (nlohmann writes non-finite numbers as null).
+  double num(const std::string& key) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return kNaN;
+    if (!it->is_number()) bad(key, "a number");
+    return it->get<double>();
+  }
+  int64_t integer(const std::string& key, int64_t missing) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return missing;
+    if (!it->is_number_integer()) bad(key, "an integer");
+    return it->get<int64_t>();
+  }
+  int64_t step() const {
+    if (!j.contains("step"))
+      fail("{}:{}: a \"{}\" record needs \"step\"", path, line, j.value("type", ""));
+    return integer("step", 0);
+  }
+  std::string str(const std::string& key) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return "";
+    if (!it->is_string()) bad(key, "a string");
+    return it->get<std::string>();
+  }
+  bool boolean(const std::string& key) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    if (!it->is_boolean()) bad(key, "true or false");
+    return it->get<bool>();
+  }
+};
+
+// Sorts by step and keeps, for each step, the record that came last in the file.
+template <typename T>
+int64_t keep_last_per_step(std::vector<T>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const T& a, const T& b) { return a.step < b.step; });
+  std::vector<T> out;
+  out.reserve(v.size());
+  for (size_t i = 0; i < v.size(); i++)
+    if (i + 1 == v.size() || v[i + 1].step != v[i].step) out.push_back(std::move(v[i]));
+  int64_t dropped = static_cast<int64_t>(v.size() - out.size());
+  v = std::move(out);
+  return dropped;
+}
+
+void read_checkpoints_on_disk(RunData& run) {
+  fs::path root = fs::path(run.dir) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  std::vector<std::pair<int64_t, fs::path>> found;
+  for (auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || !fs::exists(e.path() / "trainer_state.json")) continue;
+    try {
+      found.emplace_back(std::stoll(name.substr(5)), e.path());
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(found.begin(), found.end());
+  // Records for checkpoints the trainer wrote; directories without one come from older runs.
+  // A record's dir may be relative to where training ran, or the run directory may have moved:
+  // a checkpoint of that step under RUN_DIR/checkpoints counts too.
+  for (auto& c : run.checkpoints)
+    c.on_disk =
+        std::any_of(found.begin(), found.end(), [&](auto& f) { return f.first == c.step; }) ||
+        (!c.dir.empty() && fs::exists(fs::path(c.dir) / "trainer_state.json", ec));
+  for (auto& [step, p] : found) {
+    bool recorded = std::any_of(run.checkpoints.begin(), run.checkpoints.end(),
+                                [&](const CheckpointRecord& c) { return c.step == step; });
+    if (!recorded) run.checkpoints.push_back({step, kNaN, kNaN, p.string(), true});
+  }
+  std::stable_sort(run.checkpoints.begin(), run.checkpoints.end(),
+                   [](const auto& a, const auto& b) { return a.step < b.step; });
+  if (run.config.is_null() && !found.empty()) {
+    fs::path state = found.back().second / "trainer_state.json";
+    auto j = nlohmann::json::parse(read_file(state.string(), "trainer state"), nullptr, false);
+    if (j.is_object() && j.contains("config") && j["config"].is_object()) {
+      run.config = j["config"];
+      run.config_source = state.string();
+    }
+  }
+}
+
+}  // namespace
+
+RunData read_run(const std::string& run_dir) {
+  RunData run;
+  run.dir = run_dir;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec))
+    fail("{} is not a directory: kiln report needs a run directory (train.out_dir)", run_dir);
+  const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
+  if (!fs::exists(path, ec))
+    fail("{} has no metrics.jsonl: is it a run directory (train.out_dir) of kiln train?", run_dir);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {}: {}", path, std::strerror(errno));
+
+  // Read line by line (a long run's file can be larger than memory should hold). A line that is
+  // not a JSON object is an error unless it turns out to be the last one: a crash mid-write.
+  std::map<std::string, int64_t> unknown_types;
+  std::string s;
+  int64_t line_no = 0, bad_line = 0;
+  std::string bad_why;
+  while (std::getline(in, s)) {
+    line_no++;
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (bad_line > 0)
+      fail("{}:{}: {}; every line of metrics.jsonl must be one JSON object", path, bad_line,
+           bad_why);
+    run.lines++;
+    nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded()) {
+      // A run that died mid-write and was resumed appends its next record to the torn one:
+      // "{"loss":2.3,"st{"comm_wait_ms":...}". The record that starts later on the line is read.
+      for (size_t p = s.find('{', 1); p != std::string::npos; p = s.find('{', p + 1)) {
+        auto rest = nlohmann::json::parse(std::string_view(s).substr(p), nullptr, false);
+        if (rest.is_object() && rest.contains("type")) {
+          run.notes.push_back(fmt::format(
+              "Line {} of metrics.jsonl starts with a record cut short (the run stopped while "
+              "writing it) followed by the next run's first record; the cut one was left out.",
+              line_no));
+          j = std::move(rest);
+          break;
+        }
+      }
+    }
+    if (j.is_discarded() || !j.is_object()) {
+      bad_line = line_no;
+      bad_why = "not a JSON object";
+      if (j.is_discarded()) {
+        try {
+          auto again = nlohmann::json::parse(s);
+          (void)again;
+        } catch (const nlohmann::json::exception& e) {
+          bad_why = fmt::format("not JSON ({})", e.what());
+        }
+      }
+      continue;
+    }
+    LineReader r{path, line_no, j};
+    if (!j.contains("type")) fail("{}:{}: the record has no \"type\"", path, line_no);
+    const std::string type = r.str("type");
+    if (type == "train") {
+      TrainRecord t;
+      t.step = r.step();
+      t.time = r.num("time");
+      t.loss = r.num("loss");
+      t.lr = r.num("lr");
+      t.grad_norm = r.num("grad_norm");
+      t.tokens = r.num("tokens");
+      t.tokens_per_sec = r.num("tokens_per_sec");
+      t.step_ms = r.num("step_ms");
+      t.mfu = r.num("mfu");
+      t.forward_ms = r.num("forward_ms");
+      t.backward_ms = r.num("backward_ms");
+      t.optimizer_ms = r.num("optimizer_ms");
+      t.comm_wait_ms = r.num("comm_wait_ms");
+      t.data_ms = r.num("data_ms");
+      t.skipped = r.boolean("skipped");
+      for (const char* key : {"rank_step_ms", "rank_compute_ms"}) {
+        auto it = j.find(key);
+        if (it == j.end() || it->is_null()) continue;
+        if (!it->is_array()) r.bad(key, "a list of numbers (ms per rank)");
+        for (auto& v : *it) {
+          if (!v.is_null() && !v.is_number()) r.bad(key, "a list of numbers (ms per rank)");
+          t.rank_ms.push_back(v.is_null() ? kNaN : v.get<double>());
+        }
+        run.rank_field = key;
+        break;
+      }
+      run.train.push_back(std::move(t));
+    } else if (type == "val") {
+      run.val.push_back({r.step(), r.num("val_loss")});
+    } else if (type == "sample") {
+      run.samples.push_back({r.step(), r.str("text")});
+    } else if (type == "run_start") {
+      RunStartRecord s;
+      s.time = r.num("time");
+      s.step = r.integer("step", 0);
+      s.world = r.integer("world", 1);
+      s.resumed_from = r.str("resumed_from");
+      s.host = r.str("host");
+      s.launcher = r.str("launcher");
+      s.restarts = r.integer("restarts", -1);
+      if (auto it = j.find("slurm_job_id"); it != j.end() && !it->is_null())
+        s.job_id = it->is_string() ? it->get<std::string>() : it->dump();
+      if (auto it = j.find("config"); it != j.end() && it->is_object()) {
+        run.config = *it;
+        run.config_source = fmt::format("the run_start record on line {}", line_no);
+      }
+      run.runs.push_back(std::move(s));
+    } else if (type == "memory") {
+      MemoryRecord m;
+      m.step = r.integer("step", 0);
+      for (const char* k :
+           {"params", "grads", "optimizer", "working", "activations", "comm_buffers"}) {
+        double b = r.num(k);
+        if (std::isfinite(b)) m.bytes.emplace_back(k, b);
+      }
+      m.peak_rss = r.num("peak_rss");
+      run.memory.push_back(std::move(m));
+    } else if (type == "checkpoint") {
+      run.checkpoints.push_back({r.step(), r.num("seconds"), r.num("time"), r.str("dir"), false});
+    } else if (type == "restart") {
+      RestartRecord x;
+      x.time = r.num("time");
+      x.attempt = r.integer("attempt", 0);
+      x.rank = r.integer("rank", -1);
+      x.after_step = r.integer("after_step", -1);
+      x.how = r.str("how");
+      x.message = r.str("message");
+      run.restarts.push_back(std::move(x));
+    } else if (type == "stopped") {
+      run.stops.push_back({r.step(), r.integer("signal", 0), r.num("time")});
+    } else {
+      unknown_types[type]++;  // a newer kiln's record: not an error
+    }
+  }
+  if (in.bad()) fail("error reading {}: {}", path, std::strerror(errno));
+  if (bad_line > 0) {
+    run.lines--;
+    run.notes.push_back(fmt::format(
+        "The last line of metrics.jsonl (line {}) is not a complete JSON object, probably "
+        "because the run stopped while writing it; it was left out.",
+        bad_line));
+  }
+  run.superseded = keep_last_per_step(run.train);
+  keep_last_per_step(run.val);
+  keep_last_per_step(run.samples);
+  keep_last_per_step(run.checkpoints);
+  read_checkpoints_on_disk(run);
+  for (auto& [type, n] : unknown_types)
+    run.notes.push_back(
+        fmt::format("{} record(s) of type \"{}\" are not shown (unknown to this kiln).", n, type));
+  if (run.superseded > 0)
+    run.notes.push_back(fmt::format(
+        "{} step(s) were trained again after a restart or resume; the plots show the later "
+        "values.",
+        run.superseded));
+  return run;
+}
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else if (c == '"') {
+      out += "&quot;";
+    } else if (c == '\'') {
+      out += "&#39;";
+    } else if ((u < 0x20 && c != '\n' && c != '\t' && c != '\r') || u == 0x7f) {
+      // Control characters (a byte-level model's samples have them; HTML does not allow them)
+      // are shown as their Unicode pictures: U+2400 + c, and U+2421 for DEL.
+      unsigned cp = u == 0x7f ? 0x2421 : 0x2400 + u;
+      out += static_cast<char>(0xe0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<Point> decimate_min_max(const std::vector<Point>& pts, size_t max_points) {
+  KILN_CHECK(max_points >= 4);
+  const size_t n = pts.size();
+  if (n <= max_points) return pts;
+  std::vector<Point> out;
+  out.reserve(max_points);
+  out.push_back(pts[0]);
+  // The interior points 1 .. n-2 split into equal runs; each gives its lowest and highest.
+  const size_t buckets = (max_points - 2) / 2, inner = n - 2;
+  for (size_t b = 0; b < buckets; b++) {
+    size_t lo = 1 + b * inner / buckets, hi = 1 + (b + 1) * inner / buckets;
+    if (lo >= hi) continue;
+    size_t imin = lo, imax = lo;
+    for (size_t i = lo; i < hi; i++) {
+      if (pts[i].y < pts[imin].y) imin = i;
+      if (pts[i].y > pts[imax].y) imax = i;
+    }
+    out.push_back(pts[std::min(imin, imax)]);
+    if (imin != imax) out.push_back(pts[std::max(imin, imax)]);
+  }
+  out.push_back(pts[n - 1]);
+  return out;
+}
+
+std::vector<Point> ema_smooth(const std::vector<Point>& pts, double window) {
+  // alpha = 2 / (window + 1), the usual span convention; dividing by the weight seen so far
+  // removes the start-up bias towards 0 (as TensorBoard's smoothing does).
+  const double alpha = 2 / (window + 1);
+  std::vector<Point> out;
+  out.reserve(pts.size());
+  double num = 0, den = 0;
+  for (auto& p : pts) {
+    num = (1 - alpha) * num + alpha * p.y;
+    den = (1 - alpha) * den + alpha;
+    out.push_back({p.x, num / den});
+  }
+  return out;
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  std::vector<double> ticks;
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
+  // A span below double precision at this magnitude has no distinct round values.
+  if (hi - lo <= 1e-12 * std::max(std::abs(lo), std::abs(hi))) return ticks;
+  double raw = (hi - lo) / std::max(1, target);
+  double p = std::pow(10.0, std::floor(std::log10(raw)));
+  // Round to the nearest of 1, 2, 5, 10 (geometrically), as d3's ticks do.
+  double e = raw / p;
+  double step = p * (e >= std::sqrt(50.0)   ? 10
+                     : e >= std::sqrt(10.0) ? 5
+                     : e >= std::sqrt(2.0)  ? 2
+                                            : 1);
+  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9 && ticks.size() < 100;
+       k++)
+    ticks.push_back(std::abs(k * step) < step * 1e-9 ? 0.0 : k * step);
+  return ticks;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Formatting
+
+std::string fmt_si(double v, int digits = 3) {
+  if (!std::isfinite(v)) return "–";
+  double a = std::abs(v);
+  const char* suffix = "";
+  double d = 1;
+  if (a >= 1e12)
+    suffix = "T", d = 1e12;
+  else if (a >= 1e9)
+    suffix = "G", d = 1e9;
+  else if (a >= 1e6)
+    suffix = "M", d = 1e6;
+  else if (a >= 1e4)
+    suffix = "k", d = 1e3;
+  return fmt::format("{:.{}g}{}", v / d, digits, suffix);
+}
+
+// A tick label: as many decimals as the tick spacing needs.
+std::string fmt_tick(double v, double spacing) {
+  if (std::abs(spacing) >= 1000 || std::abs(v) >= 1e5) return fmt_si(v, 4);
+  if (spacing >= 1) return fmt::format("{:.0f}", v);
+  if (spacing >= 1e-6) {
+    int dec = static_cast<int>(std::ceil(-std::log10(spacing) - 1e-9));
+    return fmt::format("{:.{}f}", v, dec);
+  }
+  return v == 0 ? "0" : fmt::format("{:.1e}", v);
+}
+
+std::string fmt_bytes(double b) {
+  if (!std::isfinite(b)) return "–";
+  if (b >= 1073741824.0) return fmt::format("{:.2f} GiB", b / 1073741824.0);
+  if (b >= 1048576.0) return fmt::format("{:.1f} MiB", b / 1048576.0);
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{:.0f} B", b);
+}
+
+// format_duration's clock, with days for long runs.
+std::string fmt_duration(double seconds) {
+  if (std::isfinite(seconds) && seconds >= 2 * 86400) {
+    auto h = static_cast<int64_t>(seconds / 3600 + 0.5);
+    return fmt::format("{}d{:02d}h", h / 24, h % 24);
+  }
+  return format_duration(seconds);
+}
+
+std::string fmt_time(double unix_seconds) {
+  if (!std::isfinite(unix_seconds)) return "–";
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return std::string(buf) + " UTC";
+}
+
+std::string fmt_num(double v, const char* f = "{:.4g}") {
+  if (!std::isfinite(v)) return "–";
+  return fmt::format(fmt::runtime(f), v);
+}
+
+double median(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+  if (v.empty()) return kNaN;
+  size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + m, v.end());
+  double hi = v[m];
+  if (v.size() % 2) return hi;
+  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + m));
+}
+
+// ---------------------------------------------------------------------------------------------
+// SVG charts. Every series has a colour, a dash pattern and (for bars) a hatch, so the page reads
+// in grey too.
+
+struct Style {
+  const char* color;
+  const char* dash;   // stroke-dasharray ("" = solid)
+  const char* hatch;  // pattern id for bars
+};
+constexpr Style kStyles[] = {
+    {"#1f5fbf", "", "h0"},        {"#d9480f", "7 4", "h1"},     {"#2b8a3e", "2 3", "h2"},
+    {"#862e9c", "9 3 2 3", "h3"}, {"#e67700", "14 4", "h4"},    {"#495057", "1 2", "h5"},
+    {"#0b7285", "5 2 1 2", "h6"}, {"#5c940d", "3 2 8 2", "h7"},
+};
+constexpr int kNumStyles = sizeof(kStyles) / sizeof(kStyles[0]);
+
+// Hatch patterns, defined once per page in a hidden SVG.
+std::string hatch_defs() {
+  std::string s =
+      "<svg width=\"0\" height=\"0\" style=\"position:absolute\" aria-hidden=\"true\"><defs>";
+  const char* marks[] = {
+      "",                                                                        // solid
+      "<path d=\"M0 8 L8 0\" stroke=\"#fff\" stroke-width=\"2\"/>",              // diagonal
+      "<circle cx=\"4\" cy=\"4\" r=\"1.6\" fill=\"#fff\"/>",                     // dots
+      "<path d=\"M0 4 H8\" stroke=\"#fff\" stroke-width=\"2\"/>",                // horizontal
+      "<path d=\"M0 0 L8 8 M0 8 L8 0\" stroke=\"#fff\" stroke-width=\"1.5\"/>",  // cross
+      "<path d=\"M4 0 V8\" stroke=\"#fff\" stroke-width=\"2\"/>",                // vertical
+      "<path d=\"M0 0 L8 8\" stroke=\"#fff\" stroke-width=\"2\"/>",              // back diagonal
+      "<path d=\"M0 2 H8 M0 6 H8 M2 0 V8 M6 0 V8\" stroke=\"#fff\" stroke-width=\"1\"/>",  // grid
+  };
+  for (int i = 0; i < kNumStyles; i++)
+    s += fmt::format(
+        "<pattern id=\"{}\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\"><rect "
+        "width=\"8\" height=\"8\" fill=\"{}\"/>{}</pattern>",
+        kStyles[i].hatch, kStyles[i].color, marks[i]);
+  return s + "</defs></svg>\n";
+}
+
+struct Series {
+  std::string name;
+  std::vector<Point> pts;  // finite, sorted by x
+  int style = 0;
+  bool dots = false;  // draw a marker at every point (few points, e.g. validation)
+  double width = 1.6, opacity = 1;
+};
+
+struct VLine {
+  double x;
+  std::string label;
+};
+
+struct LineChart {
+  std::string id, title, x_label = "step", y_label;
+  std::vector<Series> series;
+  std::vector<VLine> vlines;    // resumes and restarts
+  std::vector<double> skipped;  // steps marked on the x axis
+  bool from_zero = false;
+  bool integer_x = true;  // x is a step: no ticks between whole numbers
+  std::string note;       // under the chart
+};
+
+constexpr int kW = 560, kH = 300, kL = 64, kR = 16, kT = 34, kB = 46;
+
+// The tooltip of a line: its last, lowest and highest values (decimation keeps all three).
+std::string series_summary(const Series& s, const LineChart& c) {
+  auto at = [&](const Point& p) {
+    if (c.integer_x) return fmt::format("{:.5g} at step {}", p.y, p.x);
+    return fmt::format("{:.5g} at {:.4g} {}", p.y, p.x, c.x_label.substr(0, c.x_label.find(' ')));
+  };
+  auto [lo, hi] = std::minmax_element(s.pts.begin(), s.pts.end(),
+                                      [](const Point& a, const Point& b) { return a.y < b.y; });
+  return fmt::format("{}: last {}; lowest {}; highest {}", s.name, at(s.pts.back()), at(*lo),
+                     at(*hi));
+}
+
+std::string render_line_chart(const LineChart& c) {
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  size_t total = 0;
+  for (auto& s : c.series)
+    for (auto& p : s.pts) {
+      x0 = std::min(x0, p.x), x1 = std::max(x1, p.x);
+      y0 = std::min(y0, p.y), y1 = std::max(y1, p.y);
+      total++;
+    }
+  std::string out = fmt::format("<figure class=\"chart\" id=\"{}\"><figcaption>{}</figcaption>\n",
+                                c.id, html_escape(c.title));
+  if (total == 0) {
+    return out + "<p class=\"empty\">Not recorded in this run.</p></figure>\n";
+  }
+  for (double s : c.skipped) x0 = std::min(x0, s), x1 = std::max(x1, s);
+  for (auto& v : c.vlines) x0 = std::min(x0, v.x), x1 = std::max(x1, v.x);
+  if (c.from_zero) y0 = std::min(y0, 0.0);
+  if (x1 - x0 <= 1e-9 * std::max(std::abs(x0), std::abs(x1))) x0 -= 1, x1 += 1;
+  // A flat series (or one that differs only in rounding, like the EMA of a constant) gets a
+  // band around its value.
+  if (y1 - y0 <= 1e-9 * std::max(std::abs(y0), std::abs(y1))) {
+    double d = std::abs(y0) > 0 ? std::abs(y0) * 0.1 : 1;
+    if (!(c.from_zero && y0 >= 0 && y0 - d < 0)) y0 -= d;
+    y1 += d;
+  } else {
+    double pad = (y1 - y0) * 0.05;
+    y1 += pad;
+    if (!(c.from_zero && y0 == 0)) y0 -= pad;
+  }
+  const double pw = kW - kL - kR, ph = kH - kT - kB;
+  auto px = [&](double x) { return kL + (x - x0) / (x1 - x0) * pw; };
+  auto py = [&](double y) { return kT + (1 - (y - y0) / (y1 - y0)) * ph; };
+
+  out += fmt::format(
+      "<svg viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" role=\"img\" "
+      "aria-label=\"{2}\">\n<clipPath id=\"clip-{3}\"><rect x=\"{4}\" y=\"{5}\" width=\"{6}\" "
+      "height=\"{7}\"/></clipPath>\n<rect class=\"plot\" x=\"{4}\" y=\"{5}\" width=\"{6}\" "
+      "height=\"{7}\"/>\n",
+      kW, kH, html_escape(c.title), c.id, kL, kT, pw, ph);
+  // Grid and ticks.
+  auto yt = nice_ticks(y0, y1, 5), xt = nice_ticks(x0, x1, 6);
+  double ys = yt.size() > 1 ? yt[1] - yt[0] : 1, xs = xt.size() > 1 ? xt[1] - xt[0] : 1;
+  if (c.integer_x && xs < 1 && x1 - x0 < 20) {
+    xt.clear();
+    for (double x = std::ceil(x0); x <= x1; x++) xt.push_back(x);
+    xs = 1;
+  }
+  for (double y : yt)
+    out += fmt::format(
+        "<line class=\"grid\" x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\"/><text "
+        "class=\"tick\" x=\"{3}\" y=\"{2:.1f}\" text-anchor=\"end\" "
+        "dominant-baseline=\"middle\">{4}</text>\n",
+        kL, kL + pw, py(y), kL - 6, fmt_tick(y, ys));
+  for (double x : xt)
+    out += fmt::format(
+        "<line class=\"grid\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\"/><text "
+        "class=\"tick\" x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        px(x), kT, kT + ph, kT + ph + 16, fmt_tick(x, xs));
+  out += fmt::format(
+      "<line class=\"axis\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/><line class=\"axis\" "
+      "x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/>\n",
+      kL, kT, kT + ph, kL + pw);
+  out += fmt::format(
+      "<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n<text "
+      "class=\"label\" transform=\"translate(14 {}) rotate(-90)\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      kL + pw / 2, kH - 8, html_escape(c.x_label), kT + ph / 2, html_escape(c.y_label));
+  // Resumes and restarts.
+  for (size_t i = 0; i < c.vlines.size(); i++) {
+    const VLine& v = c.vlines[i];
+    double x = px(v.x);
+    out += fmt::format(
+        "<line class=\"event\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\"><title>{3} at "
+        "step {4}</title></line><text class=\"event-label\" x=\"{5:.1f}\" y=\"{6}\">{3}</text>\n",
+        x, kT, kT + ph, html_escape(v.label), v.x, x + 3, kT + 10 + 11 * (i % 3));
+  }
+  // The series.
+  out += fmt::format("<g clip-path=\"url(#clip-{})\">\n", c.id);
+  for (auto& s : c.series) {
+    if (s.pts.empty()) continue;
+    const Style& st = kStyles[s.style % kNumStyles];
+    std::string d;
+    d.reserve(s.pts.size() * 16);
+    for (size_t i = 0; i < s.pts.size(); i++)
+      d += fmt::format("{}{:.1f} {:.1f}", i == 0 ? "M" : " L", px(s.pts[i].x), py(s.pts[i].y));
+    out += fmt::format(
+        "<path class=\"series\" data-series=\"{}\" data-points=\"{}\" d=\"{}\" fill=\"none\" "
+        "stroke=\"{}\" stroke-width=\"{}\" stroke-opacity=\"{}\" stroke-dasharray=\"{}\" "
+        "stroke-linejoin=\"round\"><title>{}</title></path>\n",
+        html_escape(s.name), s.pts.size(), d, st.color, s.width, s.opacity, st.dash,
+        html_escape(series_summary(s, c)));
+    if (s.dots || s.pts.size() == 1)
+      for (auto& p : s.pts)
+        out += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#fff\" stroke=\"{}\" "
+            "stroke-width=\"1.6\"><title>{} {:.5g} at step {}</title></circle>\n",
+            px(p.x), py(p.y), st.color, html_escape(s.name), p.y, p.x);
+  }
+  out += "</g>\n";
+  // Skipped steps: a triangle under the x axis, merged when closer than 3 px.
+  double last_px = -10;
+  int marks = 0;
+  for (double s : c.skipped) {
+    double x = px(s);
+    if (x - last_px < 3) continue;
+    last_px = x;
+    marks++;
+    out += fmt::format(
+        "<path class=\"skipped\" d=\"M{0:.1f} {1} l-4 7 h8 z\"><title>step {2} skipped "
+        "(non-finite)</title></path>\n",
+        x, kT + ph - 7, s);
+  }
+  // Legend in the top margin: a sample of each line (its dash) and its name.
+  double lx = kL;
+  auto legend_item = [&](const std::string& sample, const std::string& name) {
+    out += fmt::format(
+        "<g class=\"legend\" transform=\"translate({:.0f} 12)\">{}<text x=\"26\" "
+        "y=\"4\">{}</text></g>\n",
+        lx, sample, html_escape(name));
+    lx += 34 + 6.5 * static_cast<double>(name.size());
+  };
+  for (auto& s : c.series) {
+    const Style& st = kStyles[s.style % kNumStyles];
+    std::string sample = fmt::format(
+        "<line x1=\"0\" x2=\"22\" y1=\"0\" y2=\"0\" stroke=\"{}\" stroke-width=\"{}\" "
+        "stroke-opacity=\"{}\" stroke-dasharray=\"{}\"/>",
+        st.color, s.width + 0.4, s.opacity, st.dash);
+    if (s.dots)
+      sample += fmt::format(
+          "<circle cx=\"11\" cy=\"0\" r=\"3\" fill=\"#fff\" stroke=\"{}\" stroke-width=\"1.6\"/>",
+          st.color);
+    legend_item(sample, s.name);
+  }
+  if (marks > 0) legend_item("<path class=\"skipped\" d=\"M11 -4 l-4 7 h8 z\"/>", "skipped step");
+  out += "</svg>\n";
+  if (!c.note.empty()) out += "<p class=\"note\">" + html_escape(c.note) + "</p>\n";
+  return out + "</figure>\n";
+}
+
+struct Bar {
+  std::string label, value_text;
+  double value;
+  int style = 0;
+};
+
+// Horizontal bars, one per row, labelled with their values.
+std::string render_bar_chart(const std::string& id, const std::string& title,
+                             const std::vector<Bar>& bars, const std::string& note) {
+  std::string out = fmt::format("<figure class=\"chart\" id=\"{}\"><figcaption>{}</figcaption>\n",
+                                id, html_escape(title));
+  double vmax = 0;
+  for (auto& b : bars)
+    if (std::isfinite(b.value)) vmax = std::max(vmax, b.value);
+  if (bars.empty() || vmax <= 0)
+    return out + "<p class=\"empty\">Not recorded in this run.</p></figure>\n";
+  const int row = 24, label_w = 110, value_w = 170;
+  const int h = static_cast<int>(bars.size()) * row + 12;
+  const double bw = kW - label_w - value_w - 8;
+  out += fmt::format(
+      "<svg viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" role=\"img\" "
+      "aria-label=\"{2}\">\n",
+      kW, h, html_escape(title));
+  for (size_t i = 0; i < bars.size(); i++) {
+    const Bar& b = bars[i];
+    double y = 6 + static_cast<double>(i) * row;
+    double w = std::isfinite(b.value) ? std::max(1.0, b.value / vmax * bw) : 0;
+    out += fmt::format(
+        "<text class=\"tick\" x=\"{0}\" y=\"{1:.1f}\" text-anchor=\"end\" "
+        "dominant-baseline=\"middle\">{2}</text><rect class=\"bar\" x=\"{3}\" y=\"{4:.1f}\" "
+        "width=\"{5:.1f}\" height=\"{6}\" fill=\"url(#{7})\" stroke=\"{8}\"><title>{2}: "
+        "{9}</title></rect><text class=\"tick\" x=\"{10:.1f}\" y=\"{1:.1f}\" "
+        "dominant-baseline=\"middle\">{9}</text>\n",
+        label_w - 6, y + row / 2.0 - 2, html_escape(b.label), label_w, y + 2, w, row - 8,
+        kStyles[b.style % kNumStyles].hatch, kStyles[b.style % kNumStyles].color,
+        html_escape(b.value_text), label_w + w + 6);
+  }
+  out += "</svg>\n";
+  if (!note.empty()) out += "<p class=\"note\">" + html_escape(note) + "</p>\n";
+  return out + "</figure>\n";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The page
+
+using Field = double TrainRecord::*;
+
+Series series_of(const RunData& run, Field f, const std::string& name, int style,
+                 double scale = 1) {
+  Series s{name, {}, style, false};
+  for (auto& t : run.train) {
+    double v = t.*f;
+    if (std::isfinite(v)) s.pts.push_back({static_cast<double>(t.step), v * scale});
+  }
+  s.pts = decimate_min_max(s.pts, kMaxPointsPerSeries);
+  return s;
+}
+
+std::vector<double> field_values(const RunData& run, Field f) {
+  std::vector<double> v;
+  v.reserve(run.train.size());
+  for (auto& t : run.train) v.push_back(t.*f);
+  return v;
+}
+
+bool has_field(const RunData& run, Field f) {
+  return std::any_of(run.train.begin(), run.train.end(),
+                     [&](const TrainRecord& t) { return std::isfinite(t.*f); });
+}
+
+std::vector<VLine> events(const RunData& run) {
+  std::vector<VLine> v;
+  for (auto& r : run.runs)
+    if (r.step > 0) v.push_back({static_cast<double>(r.step), "resume"});
+  for (auto& r : run.restarts)
+    if (r.after_step >= 0)
+      v.push_back({static_cast<double>(r.after_step),
+                   r.rank >= 0 ? fmt::format("restart (rank {})", r.rank) : "restart"});
+  for (auto& r : run.stops) v.push_back({static_cast<double>(r.step), "stopped"});
+  std::stable_sort(v.begin(), v.end(), [](const VLine& a, const VLine& b) { return a.x < b.x; });
+  return v;
+}
+
+std::string card(const std::string& label, const std::string& value, const std::string& sub = "") {
+  return fmt::format(
+      "<div class=\"card\"><div class=\"card-label\">{}</div><div "
+      "class=\"card-value\">{}</div><div class=\"card-sub\">{}</div></div>\n",
+      html_escape(label), html_escape(value), html_escape(sub));
+}
+
+std::string table(const std::vector<std::string>& head,
+                  const std::vector<std::vector<std::string>>& rows, const char* cls = "") {
+  std::string out = fmt::format("<table class=\"{}\"><thead><tr>", cls);
+  for (auto& h : head) out += "<th>" + html_escape(h) + "</th>";
+  out += "</tr></thead><tbody>\n";
+  for (auto& r : rows) {
+    out += "<tr>";
+    for (auto& c : r) out += "<td>" + html_escape(c) + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</tbody></table>\n";
+}
+
+std::string config_value(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// "GPT-2 12L 12H 768C · batch 8×1024, accumulation 4 · ZeRO 1 · 5000 steps", from what the
+// config has.
+std::string config_summary(const nlohmann::json& cfg) {
+  auto get = [&](const char* section, const char* key) -> std::string {
+    if (!cfg.is_object() || !cfg.contains(section) || !cfg[section].is_object() ||
+        !cfg[section].contains(key))
+      return "";
+    return config_value(cfg[section][key]);
+  };
+  std::vector<std::string> parts;
+  std::string l = get("model", "n_layer"), h = get("model", "n_head"), c = get("model", "n_embd");
+  if (!l.empty() && !h.empty() && !c.empty())
+    parts.push_back(fmt::format("GPT-2 {}L {}H {}C", l, h, c));
+  std::string b = get("train", "batch_size"), t = get("train", "seq_len"),
+              a = get("train", "grad_accum");
+  if (!b.empty() && !t.empty())
+    parts.push_back(
+        fmt::format("batch {}×{}{}", b, t, a.empty() || a == "1" ? "" : ", accumulation " + a));
+  if (std::string z = get("train", "zero"); !z.empty() && z != "0") parts.push_back("ZeRO " + z);
+  if (std::string n = get("train", "steps"); !n.empty()) parts.push_back(n + " steps");
+  if (std::string d = get("data", "train"); !d.empty()) parts.push_back("data " + d);
+  std::string out;
+  for (auto& p : parts) out += (out.empty() ? "" : " · ") + p;
+  return out;
+}
+
+constexpr const char* kCss = R"(
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+  margin: 0; background: #f6f7f9; color: #1d2126; font-size: 14px; }
+header { background: #1d2126; color: #fff; padding: 14px 24px; }
+header h1 { margin: 0; font-size: 20px; font-weight: 600; }
+header .sub { color: #c5cad1; font-size: 13px; margin-top: 4px; word-break: break-all; }
+main { padding: 16px 24px 40px; max-width: 1200px; }
+h2 { font-size: 16px; margin: 24px 0 8px; border-bottom: 1px solid #d6dae0; padding-bottom: 4px; }
+.notes { background: #fff4e5; border: 1px solid #f0b45c; border-radius: 6px; padding: 8px 14px; }
+.notes li { margin: 3px 0; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; }
+.card { background: #fff; border: 1px solid #d6dae0; border-radius: 6px; padding: 8px 12px;
+  min-width: 120px; }
+.card-label { font-size: 12px; color: #5c6570; }
+.card-value { font-size: 20px; font-weight: 600; margin-top: 2px; }
+.card-sub { font-size: 11px; color: #5c6570; min-height: 13px; }
+.grid2 { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
+.config-grid { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
+figure.chart { background: #fff; border: 1px solid #d6dae0; border-radius: 6px; margin: 0;
+  padding: 8px 6px 6px; flex: 0 1 calc(50% - 7px); min-width: 480px; box-sizing: border-box; }
+figure.chart svg { width: 100%; height: auto; display: block; }
+figcaption { font-weight: 600; margin: 0 0 2px 8px; }
+svg text { font-family: inherit; }
+.plot { fill: #fff; }
+.grid { stroke: #e6e8eb; stroke-width: 1; }
+.axis { stroke: #5c6570; stroke-width: 1; }
+.tick { font-size: 11px; fill: #3b424a; }
+.label { font-size: 12px; fill: #3b424a; }
+.legend text { font-size: 11px; fill: #1d2126; }
+.event { stroke: #5c6570; stroke-width: 1; stroke-dasharray: 3 3; }
+.event-label { font-size: 10px; fill: #3b424a; paint-order: stroke; stroke: #fff; stroke-width: 3px; }
+.skipped { fill: #c92a2a; stroke: #000; stroke-width: 0.6; }
+.note, .empty { color: #5c6570; font-size: 12px; margin: 4px 8px; }
+table { border-collapse: collapse; background: #fff; border: 1px solid #d6dae0; font-size: 13px; }
+th, td { text-align: left; padding: 4px 10px; border-bottom: 1px solid #e6e8eb; vertical-align: top; }
+th { background: #eef0f3; font-weight: 600; }
+td.num, table.numeric td { font-variant-numeric: tabular-nums; }
+.samples td:last-child { white-space: pre-wrap; font-family: "DejaVu Sans Mono", monospace;
+  font-size: 12px; max-width: 900px; word-break: break-word; }
+.config td:first-child { font-family: "DejaVu Sans Mono", monospace; }
+footer { color: #5c6570; font-size: 12px; margin-top: 30px; }
+)";
+
+}  // namespace
+
+std::string render_report(const RunData& run) {
+  std::string out;
+  out.reserve(256 * 1024);
+  std::string name = fs::path(run.dir).lexically_normal().filename().string();
+  if (name.empty() || name == ".") name = fs::path(run.dir).lexically_normal().string();
+  out += fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta "
+      "http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+      "'unsafe-inline'\">\n<meta name=\"viewport\" content=\"width=device-width, "
+      "initial-scale=1\">\n<title>kiln run: {}</title>\n<style>{}</style>\n</head>\n<body>\n",
+      html_escape(name), kCss);
+  out += hatch_defs();
+  out += fmt::format(
+      "<header><h1>kiln run: {}</h1><div class=\"sub\">{}</div><div class=\"sub\">{} · {} lines "
+      "of metrics.jsonl · report by kiln {}</div></header>\n<main>\n",
+      html_escape(name), html_escape(config_summary(run.config)),
+      html_escape(fs::absolute(run.dir).lexically_normal().string()), run.lines, KILN_VERSION);
+
+  // What the reader should know before trusting the plots.
+  std::vector<std::string> notes = run.notes;
+  std::vector<double> skipped;
+  for (auto& t : run.train)
+    if (t.skipped || !std::isfinite(t.loss)) skipped.push_back(static_cast<double>(t.step));
+  if (!skipped.empty())
+    notes.push_back(fmt::format(
+        "{} step(s) had a non-finite loss or gradient norm and made no update (marked ▲ on the "
+        "loss plot); the first was step {}.",
+        skipped.size(), skipped.front()));
+  if (run.train.empty()) notes.push_back("metrics.jsonl has no training steps yet.");
+  if (!notes.empty()) {
+    out += "<div class=\"notes\"><ul>\n";
+    for (auto& n : notes) out += "<li>" + html_escape(n) + "</li>\n";
+    out += "</ul></div>\n";
+  }
+
+  // Summary cards.
+  out += "<h2>Summary</h2>\n<div class=\"cards\">\n";
+  if (!run.train.empty()) {
+    const TrainRecord& last = run.train.back();
+    int64_t total_steps = run.config.is_object() && run.config.contains("train") &&
+                                  run.config["train"].contains("steps") &&
+                                  run.config["train"]["steps"].is_number_integer()
+                              ? run.config["train"]["steps"].get<int64_t>()
+                              : -1;
+    out += card("step", std::to_string(last.step),
+                total_steps > 0 ? fmt::format("of {}", total_steps) : "");
+    double last_loss = kNaN;
+    for (auto it = run.train.rbegin(); it != run.train.rend(); ++it)
+      if (std::isfinite(it->loss)) {
+        last_loss = it->loss;
+        break;
+      }
+    out += card("train loss", fmt_num(last_loss, "{:.4f}"), "last step");
+  }
+  if (!run.val.empty()) {
+    auto best = std::min_element(run.val.begin(), run.val.end(), [](auto& a, auto& b) {
+      return std::isfinite(a.val_loss) && (!std::isfinite(b.val_loss) || a.val_loss < b.val_loss);
+    });
+    out += card("val loss", fmt_num(run.val.back().val_loss, "{:.4f}"),
+                fmt::format("best {} at step {}", fmt_num(best->val_loss, "{:.4f}"), best->step));
+  }
+  if (!run.train.empty()) {
+    out += card("tokens", fmt_si(run.train.back().tokens), "trained");
+    out +=
+        card("tokens/s", fmt_si(median(field_values(run, &TrainRecord::tokens_per_sec))), "median");
+    out += card("MFU", fmt_num(median(field_values(run, &TrainRecord::mfu)) * 100, "{:.1f}%"),
+                "median");
+    out += card("step time", fmt_num(median(field_values(run, &TrainRecord::step_ms)), "{:.1f} ms"),
+                "median");
+  }
+  {
+    double t0 = kNaN, t1 = kNaN;
+    for (auto& r : run.runs)
+      if (std::isfinite(r.time)) t0 = std::isfinite(t0) ? std::min(t0, r.time) : r.time;
+    for (auto& t : run.train)
+      if (std::isfinite(t.time)) {
+        t0 = std::isfinite(t0) ? std::min(t0, t.time) : t.time;
+        t1 = std::isfinite(t1) ? std::max(t1, t.time) : t.time;
+      }
+    if (std::isfinite(t0) && std::isfinite(t1) && t1 >= t0)
+      out += card("wall time", fmt_duration(t1 - t0), "first to last record");
+  }
+  if (!run.runs.empty()) {
+    out += card("runs", std::to_string(run.runs.size()),
+                fmt::format("{} restart(s) by kiln launch", run.restarts.size()));
+    out += card("ranks", std::to_string(run.runs.back().world), run.runs.back().host);
+  } else if (!run.restarts.empty()) {
+    out += card("restarts", std::to_string(run.restarts.size()), "by kiln launch");
+  }
+  out += card("skipped steps", std::to_string(skipped.size()), "non-finite");
+  out += "</div>\n";
+
+  // Curves.
+  const auto ev = events(run);
+  out += "<h2>Training</h2>\n<div class=\"grid2\">\n";
+  {
+    LineChart c;
+    c.id = "loss";
+    c.title = "Loss";
+    c.y_label = "loss";
+    Series raw = series_of(run, &TrainRecord::loss, "train loss", 0);
+    // A noisy loss shows its trend through a smoothed line drawn over the faint raw one.
+    std::vector<Point> all;
+    for (auto& t : run.train)
+      if (std::isfinite(t.loss)) all.push_back({static_cast<double>(t.step), t.loss});
+    const double window = std::floor(static_cast<double>(all.size()) / 50);
+    if (window >= 2) {
+      raw.opacity = 0.35;
+      raw.width = 1;
+      c.series.push_back(std::move(raw));
+      Series sm{fmt::format("train loss, EMA {:.0f} steps", window),
+                decimate_min_max(ema_smooth(all, window), kMaxPointsPerSeries), 0, false};
+      sm.width = 2.2;
+      c.series.push_back(std::move(sm));
+    } else {
+      c.series.push_back(std::move(raw));
+    }
+    Series v{"val loss", {}, 1, true};
+    for (auto& r : run.val)
+      if (std::isfinite(r.val_loss)) v.pts.push_back({static_cast<double>(r.step), r.val_loss});
+    v.dots = v.pts.size() <= 200;
+    v.pts = decimate_min_max(v.pts, kMaxPointsPerSeries);
+    if (!v.pts.empty()) c.series.push_back(std::move(v));
+    c.vlines = ev;
+    c.skipped = skipped;
+    if (run.train.size() > kMaxPointsPerSeries)
+      c.note = fmt::format("{} steps drawn as the lowest and highest of each of {} runs of steps.",
+                           run.train.size(), (kMaxPointsPerSeries - 2) / 2);
+    out += render_line_chart(c);
+  }
+  {
+    LineChart c;
+    c.id = "lr";
+    c.title = "Learning rate";
+    c.y_label = "learning rate";
+    c.from_zero = true;
+    c.series.push_back(series_of(run, &TrainRecord::lr, "lr", 0));
+    c.vlines = ev;
+    out += render_line_chart(c);
+  }
+  {
+    LineChart c;
+    c.id = "grad-norm";
+    c.title = "Gradient norm (before clipping)";
+    c.y_label = "global L2 norm";
+    c.from_zero = true;
+    c.series.push_back(series_of(run, &TrainRecord::grad_norm, "grad norm", 0));
+    c.vlines = ev;
+    c.skipped = skipped;
+    out += render_line_chart(c);
+  }
+  out += "</div>\n<h2>Speed</h2>\n<div class=\"grid2\">\n";
+  {
+    LineChart c;
+    c.id = "throughput";
+    c.title = "Throughput";
+    c.y_label = "tokens/s";
+    c.from_zero = true;
+    c.series.push_back(series_of(run, &TrainRecord::tokens_per_sec, "tokens/s", 0));
+    c.vlines = ev;
+    out += render_line_chart(c);
+  }
+  {
+    LineChart c;
+    c.id = "mfu";
+    c.title = "Model FLOPs utilisation";
+    c.y_label = "MFU (%)";
+    c.from_zero = true;
+    c.series.push_back(series_of(run, &TrainRecord::mfu, "MFU", 0, 100.0));
+    c.vlines = ev;
+    out += render_line_chart(c);
+  }
+  // Step time and its parts.
+  struct Part {
+    const char* name;
+    Field f;
+  };
+  const Part parts[] = {{"forward", &TrainRecord::forward_ms},
+                        {"backward", &TrainRecord::backward_ms},
+                        {"optimizer", &TrainRecord::optimizer_ms},
+                        {"comm wait", &TrainRecord::comm_wait_ms},
+                        {"data", &TrainRecord::data_ms}};
+  {
+    LineChart c;
+    c.id = "step-time";
+    c.title = "Step time";
+    c.y_label = "ms";
+    c.from_zero = true;
+    c.series.push_back(series_of(run, &TrainRecord::step_ms, "whole step", 0));
+    int style = 1;
+    for (auto& p : parts)
+      if (has_field(run, p.f)) c.series.push_back(series_of(run, p.f, p.name, style++));
+    c.vlines = ev;
+    out += render_line_chart(c);
+  }
+  {
+    // Medians of each part; "other" is what the parts leave of each step.
+    // Older runs record only the communication wait: too little to break a step down.
+    std::vector<Bar> bars;
+    double total = median(field_values(run, &TrainRecord::step_ms));
+    const bool any_part = has_field(run, &TrainRecord::forward_ms) ||
+                          has_field(run, &TrainRecord::backward_ms) ||
+                          has_field(run, &TrainRecord::optimizer_ms);
+    std::vector<double> other;
+    for (auto& t : run.train) {
+      double sum = 0;
+      bool all = std::isfinite(t.step_ms);
+      for (auto& p : parts)
+        if (std::isfinite(t.*p.f)) sum += t.*p.f;
+      other.push_back(all ? t.step_ms - sum : kNaN);
+    }
+    int style = 1;
+    for (auto& p : parts) {
+      if (!any_part || !has_field(run, p.f)) continue;
+      double m = median(field_values(run, p.f));
+      bars.push_back({p.name, fmt::format("{:.2f} ms ({:.0f}%)", m, 100 * m / total), m, style++});
+    }
+    if (any_part) {
+      double m = median(other);
+      bars.push_back(
+          {"other", fmt::format("{:.2f} ms ({:.0f}%)", m, 100 * m / total), std::max(0.0, m), 6});
+      bars.push_back({"whole step", fmt::format("{:.2f} ms", total), total, 0});
+    }
+    out += render_bar_chart(
+        "breakdown", "Where a step's time goes (median per part)", bars,
+        any_part ? "Medians over all steps; \"other\" is the step time the parts do not cover "
+                   "(gradient norm, clipping, logging)."
+                 : "");
+  }
+  out += "</div>\n";
+
+  // Memory and ranks.
+  out += "<h2>Memory and ranks</h2>\n<div class=\"grid2\">\n";
+  {
+    std::vector<Bar> bars;
+    std::string note;
+    if (!run.memory.empty()) {
+      const MemoryRecord& m = run.memory.back();
+      int style = 0;
+      double sum = 0;
+      for (auto& [kind, b] : m.bytes) {
+        bars.push_back({kind, fmt_bytes(b), b, style++});
+        sum += b;
+      }
+      bars.push_back({"total", fmt_bytes(sum), sum, 6});
+      // The resident size also counts code, libraries and allocator slack; beside a small
+      // model it would flatten every other bar, so it is then only said in words.
+      const bool rss_bar = std::isfinite(m.peak_rss) && m.peak_rss <= 4 * sum;
+      if (rss_bar) bars.push_back({"peak RSS", fmt_bytes(m.peak_rss), m.peak_rss, 7});
+      note = fmt::format("Per rank, after step {}{}.", m.step,
+                         run.memory.size() > 1 ? " of the latest run" : "");
+      if (std::isfinite(m.peak_rss))
+        note += fmt::format(
+            " The process's peak resident size was {} (with code, libraries and "
+            "allocator slack).",
+            fmt_bytes(m.peak_rss));
+      if (run.memory.size() > 1) {
+        note += " Earlier runs:";
+        for (size_t i = 0; i + 1 < run.memory.size(); i++) {
+          double total = 0;
+          for (auto& kb : run.memory[i].bytes) total += kb.second;
+          note += fmt::format(" after step {}, {} in all{}", run.memory[i].step, fmt_bytes(total),
+                              i + 2 < run.memory.size() ? ";" : ".");
+        }
+      }
+    }
+    out += render_bar_chart("memory", "Memory per rank by kind", bars, note);
+  }
+  {
+    // Stragglers: the fastest, median and slowest rank of each step, and each rank's median.
+    size_t world = 0;
+    for (auto& t : run.train) world = std::max(world, t.rank_ms.size());
+    const bool compute = run.rank_field == "rank_compute_ms";
+    const std::string what = compute ? "compute time" : "step time";
+    if (world > 1) {
+      LineChart c;
+      c.id = "rank-step-time";
+      c.title = compute ? "Compute time across ranks (waits excluded)" : "Step time across ranks";
+      c.y_label = "ms";
+      c.from_zero = true;
+      Series lo{"fastest rank", {}, 2, false}, mid{"median rank", {}, 0, false},
+          hi{"slowest rank", {}, 1, false};
+      std::vector<std::vector<double>> per_rank(world);
+      std::vector<int64_t> slowest_count(world, 0);
+      for (auto& t : run.train) {
+        std::vector<double> v;
+        size_t arg = 0;
+        for (size_t r = 0; r < t.rank_ms.size(); r++) {
+          per_rank[r].push_back(t.rank_ms[r]);
+          if (std::isfinite(t.rank_ms[r])) {
+            v.push_back(t.rank_ms[r]);
+            if (!std::isfinite(t.rank_ms[arg]) || t.rank_ms[r] > t.rank_ms[arg]) arg = r;
+          }
+        }
+        if (v.empty()) continue;
+        slowest_count[arg]++;
+        double x = static_cast<double>(t.step);
+        lo.pts.push_back({x, *std::min_element(v.begin(), v.end())});
+        hi.pts.push_back({x, *std::max_element(v.begin(), v.end())});
+        mid.pts.push_back({x, median(v)});
+      }
+      for (Series* s : {&lo, &mid, &hi}) {
+        s->pts = decimate_min_max(s->pts, kMaxPointsPerSeries);
+        c.series.push_back(std::move(*s));
+      }
+      c.vlines = ev;
+      out += render_line_chart(c);
+      std::vector<Bar> bars;
+      size_t slowest = static_cast<size_t>(
+          std::max_element(slowest_count.begin(), slowest_count.end()) - slowest_count.begin());
+      for (size_t r = 0; r < world; r++) {
+        double m = median(per_rank[r]);
+        bars.push_back({fmt::format("rank {}", r),
+                        fmt::format("{:.1f} ms, slowest {}×", m, slowest_count[r]), m,
+                        r == slowest ? 1 : 0});
+      }
+      int64_t counted = 0;
+      for (auto n : slowest_count) counted += n;
+      out += render_bar_chart(
+          "ranks", "Median " + what + " per rank", bars,
+          fmt::format("Rank {} was the slowest in {} of {} steps (hatched bar).{}", slowest,
+                      slowest_count[slowest], counted,
+                      compute ? " Each rank's forward, backward and optimizer time, waits "
+                                "excluded: the slowest rank is the one the others wait for."
+                              : ""));
+    } else {
+      out +=
+          "<figure class=\"chart\" id=\"ranks\"><figcaption>Step time across "
+          "ranks</figcaption><p class=\"empty\">One rank (or per-rank times not recorded): no "
+          "stragglers to show.</p></figure>\n";
+    }
+  }
+  out += "</div>\n";
+
+  // Runs, restarts and checkpoints.
+  out += "<h2>Runs and restarts</h2>\n";
+  {
+    // Progress against wall time: a stall or a restart is a flat stretch.
+    double t0 = kNaN;
+    for (auto& r : run.runs)
+      if (std::isfinite(r.time)) t0 = std::isfinite(t0) ? std::min(t0, r.time) : r.time;
+    for (auto& t : run.train)
+      if (std::isfinite(t.time)) t0 = std::isfinite(t0) ? std::min(t0, t.time) : t.time;
+    std::vector<Point> pts;
+    for (auto& t : run.train)
+      if (std::isfinite(t.time)) pts.push_back({t.time - t0, static_cast<double>(t.step)});
+    std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+    if (pts.size() >= 2) {
+      const double span = pts.back().x;
+      const auto [unit, div] = span < 120    ? std::pair{"seconds", 1.0}
+                               : span < 7200 ? std::pair{"minutes", 60.0}
+                                             : std::pair{"hours", 3600.0};
+      for (auto& p : pts) p.x /= div;
+      LineChart c;
+      c.id = "progress";
+      c.title = "Progress over wall time";
+      c.integer_x = false;
+      c.x_label = fmt::format("{} since the first record", unit);
+      c.y_label = "step";
+      c.from_zero = true;
+      c.series.push_back({"step", decimate_min_max(pts, kMaxPointsPerSeries), 0, false});
+      for (auto& r : run.restarts)
+        if (std::isfinite(r.time))
+          c.vlines.push_back({(r.time - t0) / div, r.rank >= 0
+                                                       ? fmt::format("restart (rank {})", r.rank)
+                                                       : std::string("restart")});
+      out += "<div class=\"grid2\">\n" + render_line_chart(c) + "</div>\n";
+    }
+  }
+  if (run.runs.empty() && run.restarts.empty() && run.stops.empty()) {
+    out += "<p class=\"empty\">No run_start or restart records (a run from an older kiln).</p>\n";
+  } else {
+    struct Row {
+      double time;
+      int order;  // a restart comes before the start it causes
+      std::vector<std::string> cells;
+    };
+    std::vector<Row> rows;
+    for (auto& r : run.runs) {
+      std::string detail = r.resumed_from.empty() ? "" : "resumed from " + r.resumed_from;
+      auto add = [&](const std::string& what) { detail += (detail.empty() ? "" : "; ") + what; };
+      if (!r.launcher.empty() && r.launcher != "none") add("launched by " + r.launcher);
+      if (!r.job_id.empty()) add("Slurm job " + r.job_id);
+      if (r.restarts > 0) add(fmt::format("after {} restart(s)", r.restarts));
+      rows.push_back({r.time,
+                      1,
+                      {fmt_time(r.time), "start", std::to_string(r.step), std::to_string(r.world),
+                       r.host, detail}});
+    }
+    for (auto& r : run.stops)
+      rows.push_back({r.time,
+                      0,
+                      {fmt_time(r.time), "stopped", std::to_string(r.step), "",
+                       r.signal > 0 ? fmt::format("signal {} ({})", r.signal, strsignal(r.signal))
+                                    : "a signal to another rank",
+                       "checkpoint written; the job can resume from it"}});
+    for (auto& r : run.restarts)
+      rows.push_back(
+          {r.time,
+           0,
+           {fmt_time(r.time), fmt::format("restart {}", r.attempt),
+            r.after_step >= 0 ? std::to_string(r.after_step) : "–",
+            r.rank >= 0 ? "rank " + std::to_string(r.rank) + " failed" : "", r.how, r.message}});
+    for (auto& r : rows)
+      if (!std::isfinite(r.time)) r.time = std::numeric_limits<double>::infinity();  // last
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.time != b.time ? a.time < b.time : a.order < b.order;
+    });
+    std::vector<std::vector<std::string>> cells;
+    for (auto& r : rows) cells.push_back(std::move(r.cells));
+    out += table({"time", "event", "step", "ranks", "host / how", "detail"}, cells);
+  }
+  // Long runs have many checkpoints and samples: the tables keep the newest.
+  constexpr size_t kMaxRows = 100;
+  out += "<h2>Checkpoints</h2>\n";
+  if (run.checkpoints.empty()) {
+    out += "<p class=\"empty\">No checkpoints.</p>\n";
+  } else {
+    Series took{"write time", {}, 0, false};
+    for (auto& c : run.checkpoints)
+      if (std::isfinite(c.seconds)) took.pts.push_back({static_cast<double>(c.step), c.seconds});
+    if (took.pts.size() >= 2) {
+      LineChart c;
+      c.id = "checkpoint-time";
+      c.title = "Checkpoint write time";
+      c.y_label = "seconds";
+      c.from_zero = true;
+      took.dots = took.pts.size() <= 200;
+      took.pts = decimate_min_max(took.pts, kMaxPointsPerSeries);
+      c.series.push_back(std::move(took));
+      c.vlines = ev;
+      out += "<div class=\"grid2\">\n" + render_line_chart(c) + "</div>\n";
+    }
+    std::vector<std::vector<std::string>> rows;
+    const size_t n = run.checkpoints.size(), first = n > kMaxRows ? n - kMaxRows : 0;
+    for (size_t i = n; i-- > first;) {
+      const CheckpointRecord& c = run.checkpoints[i];
+      rows.push_back({std::to_string(c.step), fmt_num(c.seconds, "{:.2f} s"), fmt_time(c.time),
+                      c.on_disk ? "yes" : "no (pruned)", c.dir});
+    }
+    if (first > 0)
+      out += fmt::format("<p class=\"note\">The newest {} of {} checkpoints.</p>\n", kMaxRows, n);
+    out += table({"step", "took", "written", "on disk", "directory"}, rows, "numeric");
+  }
+
+  // Samples, newest first.
+  out += "<h2>Samples</h2>\n";
+  if (run.samples.empty()) {
+    out += "<p class=\"empty\">No samples (train.sample_tokens = 0, or no validation yet).</p>\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    const size_t n = run.samples.size(), first = n > kMaxRows ? n - kMaxRows : 0;
+    for (size_t i = n; i-- > first;)
+      rows.push_back({std::to_string(run.samples[i].step), run.samples[i].text});
+    if (first > 0)
+      out += fmt::format(
+          "<p class=\"note\">The newest {} of {} samples; metrics.jsonl has them all.</p>\n",
+          kMaxRows, n);
+    out += table({"step", "generated text"}, rows, "samples");
+  }
+
+  // Config.
+  out += "<h2>Config</h2>\n";
+  if (!run.config.is_object()) {
+    out += "<p class=\"empty\">No config found (no run_start record and no checkpoint).</p>\n";
+  } else {
+    // One table per section, side by side.
+    out += "<p class=\"note\">From " + html_escape(run.config_source) + ".</p>\n";
+    out += "<div class=\"config-grid\">\n";
+    std::vector<std::vector<std::string>> loose;
+    for (auto& [section, tbl] : run.config.items()) {
+      if (!tbl.is_object()) {
+        loose.push_back({section, config_value(tbl)});
+        continue;
+      }
+      std::vector<std::vector<std::string>> rows;
+      for (auto& [key, v] : tbl.items()) rows.push_back({section + "." + key, config_value(v)});
+      out += table({"[" + section + "]", ""}, rows, "config");
+    }
+    if (!loose.empty()) out += table({"other", ""}, loose, "config");
+    out += "</div>\n";
+  }
+  out += fmt::format(
+      "<footer>Written by <code>kiln report</code>. Plots are inline SVG; the page loads "
+      "nothing else.</footer>\n</main>\n</body>\n</html>\n");
+  return out;
+}
+
+std::string report_html(const std::string& run_dir) {
+  return render_report(read_run(run_dir));
+}
+
+}  // namespace kiln
