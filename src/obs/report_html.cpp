@@ -626,13 +626,16 @@ std::string render_line_chart(const LineChart& c) {
         x, kT + ph - 7, s);
   }
   // Legend in the top margin: a sample of each line (its dash) and its name.
-  double lx = kL;
+  // A second row when the first is full (the top margin holds two).
+  double lx = kL, ly = 10;
   auto legend_item = [&](const std::string& sample, const std::string& name) {
+    const double w = 34 + 6.5 * static_cast<double>(name.size());
+    if (lx + w > kW && lx > kL) lx = kL, ly += 13;
     out += fmt::format(
-        "<g class=\"legend\" transform=\"translate({:.0f} 12)\">{}<text x=\"26\" "
+        "<g class=\"legend\" transform=\"translate({:.0f} {})\">{}<text x=\"26\" "
         "y=\"4\">{}</text></g>\n",
-        lx, sample, html_escape(name));
-    lx += 34 + 6.5 * static_cast<double>(name.size());
+        lx, ly, sample, html_escape(name));
+    lx += w;
   };
   for (auto& s : c.series) {
     const Style& st = kStyles[s.style % kNumStyles];
@@ -1019,7 +1022,7 @@ std::string render_report(const RunData& run) {
     c.title = "Step time";
     c.y_label = "ms";
     c.from_zero = true;
-    c.series.push_back(series_of(run, &TrainRecord::step_ms, "whole step", 0));
+    c.series.push_back(series_of(run, &TrainRecord::step_ms, "step", 0));
     int style = 1;
     for (auto& p : parts)
       if (has_field(run, p.f)) c.series.push_back(series_of(run, p.f, p.name, style++));
@@ -1191,7 +1194,7 @@ std::string render_report(const RunData& run) {
       c.x_label = fmt::format("{} since the first record", unit);
       c.y_label = "step";
       c.from_zero = true;
-      c.series.push_back({"step", decimate_min_max(pts, kMaxPointsPerSeries), 0, false});
+      c.series.push_back({"step reached", decimate_min_max(pts, kMaxPointsPerSeries), 0, false});
       for (auto& r : run.restarts)
         if (std::isfinite(r.time))
           c.vlines.push_back({(r.time - t0) / div, r.rank >= 0

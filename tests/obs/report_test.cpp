@@ -479,7 +479,7 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   std::string progress = figure(html, "progress");
   EXPECT_NE(progress.find(">seconds since the first record</text>"), std::string::npos);
   EXPECT_NE(progress.find(">restart (rank 1)</text>"), std::string::npos);
-  EXPECT_EQ(paths["step"].counted, 200);
+  EXPECT_EQ(paths["step reached"].counted, 200);
   EXPECT_NE(figure(html, "loss").find(">restart (rank 1)</text>"), std::string::npos);
   EXPECT_NE(figure(html, "loss").find(">resume</text>"), std::string::npos);
   EXPECT_NE(html.find(">activations</text>"), std::string::npos);
