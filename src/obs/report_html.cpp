@@ -837,8 +837,11 @@ footer { color: #5c6570; font-size: 12px; margin-top: 30px; }
 std::string render_report(const RunData& run) {
   std::string out;
   out.reserve(256 * 1024);
-  std::string name = fs::path(run.dir).lexically_normal().filename().string();
-  if (name.empty() || name == ".") name = fs::path(run.dir).lexically_normal().string();
+  // The run's name is its directory's: "runs/tiny/", "." and "runs/tiny" all give "tiny".
+  const fs::path full = fs::absolute(run.dir).lexically_normal();
+  std::string name = full.filename().string();
+  if (name.empty()) name = full.parent_path().filename().string();
+  if (name.empty()) name = full.string();
   out += fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta "
       "http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
@@ -849,8 +852,8 @@ std::string render_report(const RunData& run) {
   out += fmt::format(
       "<header><h1>kiln run: {}</h1><div class=\"sub\">{}</div><div class=\"sub\">{} · {} lines "
       "of metrics.jsonl · report by kiln {}</div></header>\n<main>\n",
-      html_escape(name), html_escape(config_summary(run.config)),
-      html_escape(fs::absolute(run.dir).lexically_normal().string()), run.lines, KILN_VERSION);
+      html_escape(name), html_escape(config_summary(run.config)), html_escape(full.string()),
+      run.lines, KILN_VERSION);
 
   // What the reader should know before trusting the plots.
   std::vector<std::string> notes = run.notes;
