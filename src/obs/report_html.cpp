@@ -626,13 +626,16 @@ std::string render_line_chart(const LineChart& c) {
         x, kT + ph - 7, s);
   }
   // Legend in the top margin: a sample of each line (its dash) and its name.
-  double lx = kL;
+  // A second row when the first is full (the top margin holds two).
+  double lx = kL, ly = 10;
   auto legend_item = [&](const std::string& sample, const std::string& name) {
+    const double w = 34 + 6.5 * static_cast<double>(name.size());
+    if (lx + w > kW && lx > kL) lx = kL, ly += 13;
     out += fmt::format(
-        "<g class=\"legend\" transform=\"translate({:.0f} 12)\">{}<text x=\"26\" "
+        "<g class=\"legend\" transform=\"translate({:.0f} {})\">{}<text x=\"26\" "
         "y=\"4\">{}</text></g>\n",
-        lx, sample, html_escape(name));
-    lx += 34 + 6.5 * static_cast<double>(name.size());
+        lx, ly, sample, html_escape(name));
+    lx += w;
   };
   for (auto& s : c.series) {
     const Style& st = kStyles[s.style % kNumStyles];
@@ -834,8 +837,11 @@ footer { color: #5c6570; font-size: 12px; margin-top: 30px; }
 std::string render_report(const RunData& run) {
   std::string out;
   out.reserve(256 * 1024);
-  std::string name = fs::path(run.dir).lexically_normal().filename().string();
-  if (name.empty() || name == ".") name = fs::path(run.dir).lexically_normal().string();
+  // The run's name is its directory's: "runs/tiny/", "." and "runs/tiny" all give "tiny".
+  const fs::path full = fs::absolute(run.dir).lexically_normal();
+  std::string name = full.filename().string();
+  if (name.empty()) name = full.parent_path().filename().string();
+  if (name.empty()) name = full.string();
   out += fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta "
       "http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
@@ -846,8 +852,8 @@ std::string render_report(const RunData& run) {
   out += fmt::format(
       "<header><h1>kiln run: {}</h1><div class=\"sub\">{}</div><div class=\"sub\">{} · {} lines "
       "of metrics.jsonl · report by kiln {}</div></header>\n<main>\n",
-      html_escape(name), html_escape(config_summary(run.config)),
-      html_escape(fs::absolute(run.dir).lexically_normal().string()), run.lines, KILN_VERSION);
+      html_escape(name), html_escape(config_summary(run.config)), html_escape(full.string()),
+      run.lines, KILN_VERSION);
 
   // What the reader should know before trusting the plots.
   std::vector<std::string> notes = run.notes;
@@ -1019,7 +1025,7 @@ std::string render_report(const RunData& run) {
     c.title = "Step time";
     c.y_label = "ms";
     c.from_zero = true;
-    c.series.push_back(series_of(run, &TrainRecord::step_ms, "whole step", 0));
+    c.series.push_back(series_of(run, &TrainRecord::step_ms, "step", 0));
     int style = 1;
     for (auto& p : parts)
       if (has_field(run, p.f)) c.series.push_back(series_of(run, p.f, p.name, style++));
@@ -1191,7 +1197,7 @@ std::string render_report(const RunData& run) {
       c.x_label = fmt::format("{} since the first record", unit);
       c.y_label = "step";
       c.from_zero = true;
-      c.series.push_back({"step", decimate_min_max(pts, kMaxPointsPerSeries), 0, false});
+      c.series.push_back({"step reached", decimate_min_max(pts, kMaxPointsPerSeries), 0, false});
       for (auto& r : run.restarts)
         if (std::isfinite(r.time))
           c.vlines.push_back({(r.time - t0) / div, r.rank >= 0

@@ -428,6 +428,10 @@ TEST(ReportCli, WritesThePageAndFailsWithTheRunDirectoryNamed) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("wrote " + (dir / "report.html")), std::string::npos) << r.output;
   EXPECT_EQ(read_file(dir / "report.html", "report"), report_html(dir.path()));
+  // The page is named after the run directory however it was written.
+  const std::string name = fs::path(dir.path()).filename().string();
+  for (const std::string& d : {dir.path(), dir.path() + "/", dir.path() + "/."})
+    EXPECT_NE(report_html(d).find("<title>kiln run: " + name + "</title>"), std::string::npos) << d;
 }
 
 TEST(ReportRead, OnePointIsDrawnAsAMarker) {
@@ -479,7 +483,7 @@ TEST(ReportRead, EveryRecordTypeReachesThePage) {
   std::string progress = figure(html, "progress");
   EXPECT_NE(progress.find(">seconds since the first record</text>"), std::string::npos);
   EXPECT_NE(progress.find(">restart (rank 1)</text>"), std::string::npos);
-  EXPECT_EQ(paths["step"].counted, 200);
+  EXPECT_EQ(paths["step reached"].counted, 200);
   EXPECT_NE(figure(html, "loss").find(">restart (rank 1)</text>"), std::string::npos);
   EXPECT_NE(figure(html, "loss").find(">resume</text>"), std::string::npos);
   EXPECT_NE(html.find(">activations</text>"), std::string::npos);
