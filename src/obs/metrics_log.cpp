@@ -9,8 +9,19 @@
 namespace kiln {
 
 MetricsLog::MetricsLog(const std::string& path) {
+  // A process that died while writing leaves a line without its end: end it, so that the torn
+  // record stays alone on its line and the next one is whole.
+  bool torn = false;
+  if (std::FILE* r = std::fopen(path.c_str(), "rb")) {
+    if (std::fseek(r, -1, SEEK_END) == 0) torn = std::fgetc(r) != '\n';
+    std::fclose(r);
+  }
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) fail("cannot open metrics file {}: {}", path, std::strerror(errno));
+  if (torn) {
+    std::fputc('\n', f_);
+    std::fflush(f_);
+  }
 }
 
 MetricsLog::~MetricsLog() {

@@ -141,11 +141,22 @@ RunData read_run(const std::string& run_dir) {
   while (std::getline(in, s)) {
     line_no++;
     if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (bad_line > 0)
-      fail("{}:{}: {}; every line of metrics.jsonl must be one JSON object", path, bad_line,
-           bad_why);
     run.lines++;
     nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (bad_line > 0) {
+      // kiln ends a torn line before appending (MetricsLog), so a run that died mid-write and
+      // was resumed leaves the torn record alone on its line, followed by the new run's start.
+      if (j.is_object() && j.value("type", "") == "run_start") {
+        run.notes.push_back(fmt::format(
+            "Line {} of metrics.jsonl is a record cut short (the run stopped while writing it); "
+            "it was left out, and the run resumed after it.",
+            bad_line));
+        bad_line = 0;
+      } else {
+        fail("{}:{}: {}; every line of metrics.jsonl must be one JSON object", path, bad_line,
+             bad_why);
+      }
+    }
     if (j.is_discarded()) {
       // A run that died mid-write and was resumed appends its next record to the torn one:
       // "{"loss":2.3,"st{"comm_wait_ms":...}". The record that starts later on the line is read.

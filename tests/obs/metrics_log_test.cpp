@@ -25,6 +25,29 @@ TEST(MetricsLog, TextCutInsideAUtf8SequenceIsWrittenNotThrown) {
   EXPECT_EQ(nlohmann::json::parse(b)["step"], 2);
 }
 
+TEST(MetricsLog, ALineTornByACrashIsEndedBeforeTheNextRecord) {
+  kiln::testing::TempDir dir;
+  std::ofstream(dir / "m.jsonl") << "{\"step\": 1}\n{\"step\": 2, \"lo";  // died mid-write
+  {
+    MetricsLog log(dir / "m.jsonl");
+    log.write({{"step", 3}});
+  }
+  std::ifstream f(dir / "m.jsonl");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "{\"step\": 2, \"lo");
+  EXPECT_EQ(nlohmann::json::parse(lines[2])["step"], 3);
+  {
+    MetricsLog again(dir / "m.jsonl");  // a whole file gets no empty line
+    again.write({{"step", 4}});
+  }
+  std::ifstream g(dir / "m.jsonl");
+  int n = 0;
+  for (std::string l; std::getline(g, l);) n++;
+  EXPECT_EQ(n, 4);
+}
+
 TEST(MetricsLog, DurationsReadLikeAClock) {
   EXPECT_EQ(format_duration(12), "12s");
   EXPECT_EQ(format_duration(185), "3m05s");

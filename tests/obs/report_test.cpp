@@ -688,7 +688,7 @@ TEST(ReportCli, AResumedRealRunIsOneCurveWithBothCheckpoints) {
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(train_tiny(dir, 6));
   // As if the first run died while writing its last line (the step-6 checkpoint record, written
-  // after the sample): the resumed run appends its first record to the torn one.
+  // after the sample): the resumed run ends the torn line and starts its own.
   const std::string metrics = dir / "run/metrics.jsonl";
   fs::resize_file(metrics, fs::file_size(metrics) - 10);
   ASSERT_NO_FATAL_FAILURE(train_tiny(dir, 12, "--resume"));
@@ -709,7 +709,7 @@ TEST(ReportCli, AResumedRealRunIsOneCurveWithBothCheckpoints) {
   EXPECT_EQ(run.samples[0].step, 6);
   EXPECT_EQ(run.samples[1].step, 12);
   ASSERT_EQ(run.notes.size(), 1u);
-  EXPECT_NE(run.notes[0].find("starts with a record cut short"), std::string::npos) << run.notes[0];
+  EXPECT_NE(run.notes[0].find("is a record cut short"), std::string::npos) << run.notes[0];
   EXPECT_EQ(run.config["train"]["steps"], 12);  // the resumed run's config
   std::string html = read_file(dir / "run/report.html", "report");
   EXPECT_EQ(series_paths(html)["train loss"].counted, 12);
