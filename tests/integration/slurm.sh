@@ -147,7 +147,20 @@ grep -q '"world":2' "$OUT1/metrics.jsonl" || die "the run was not 2 ranks"
 grep -q "\"slurm_job_id\":\"$J1\"" "$OUT1/metrics.jsonl" || die "the run did not record job $J1"
 echo "PASS: job $J1 trained 20 steps on 2 tasks"
 
-# --- 2. the warning signal: checkpoint, requeue, resume --------------------------------------
+# --- 2. kiln launch inside an allocation (mpirun started by a batch script) -------------------
+OUT3=$S/run3
+J3=$(sbatch --parsable -n 2 -o "$S/launch-%j.out" --wrap "$KILN launch -n 2 $SRC/configs/tiny.toml \
+  --set train.steps=10 --set train.out_dir=$OUT3 --set train.val_every=0 --set train.sample_tokens=0 \
+  --set data.train='$SRC/data/licenses/train_*.bin' --set data.val='$SRC/data/licenses/val_*.bin'")
+wait_for 180 ended "$J3" && state_is "$J3" COMPLETED || {
+  cat "$S"/launch-*.out
+  die "kiln launch in job $J3 did not complete (state $(job_state "$J3"))"
+}
+[ "$(last_step "$OUT3")" = 10 ] || die "kiln launch in job $J3 ended at step $(last_step "$OUT3")"
+grep -q '"world":2' "$OUT3/metrics.jsonl" || die "kiln launch in job $J3 did not run 2 ranks"
+echo "PASS: job $J3 ran kiln launch -n 2 inside its allocation"
+
+# --- 3. the warning signal: checkpoint, requeue, resume --------------------------------------
 OUT2=$S/run2
 STEPS=1500
 J2=$(submit "$OUT2" $STEPS)
