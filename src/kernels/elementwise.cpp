@@ -21,6 +21,11 @@ void scale_inplace(float* y, float s, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] *= s;
 }
 
+void to_bf16(bf16* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = float_to_bf16(x[i]);
+}
+
 double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
   int64_t nchunks = (n + kChunk - 1) / kChunk;

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.h"
+
 namespace kiln {
 
 // ---- embedding ------------------------------------------------------------------------------
@@ -63,6 +65,7 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
 void add_inplace(float* y, const float* x, int64_t n);  // y += x
 void copy(float* y, const float* x, int64_t n);         // y = x
 void scale_inplace(float* y, float s, int64_t n);       // y *= s
+void to_bf16(bf16* y, const float* x, int64_t n);       // y = bf16(x), rounded to nearest even
 
 // Sum of squares in double, in fixed-size chunks summed in order: the same bits for any thread
 // count.
