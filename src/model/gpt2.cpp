@@ -143,12 +143,18 @@ const char* recompute_name(Recompute r) {
   return "?";
 }
 
+int64_t gpt2_head_chunk_rows(int64_t rows) {
+  return std::min<int64_t>(rows, 256);
+}
+
 ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelOptions& opts,
                                  Activations* A) {
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
                 Vp = c.padded_vocab_size;
   const bool bf = opts.bf16, full = opts.recompute == Recompute::full;
-  const bool att_shared = opts.recompute != Recompute::none;
+  const bool flash = opts.flash_attention;
+  // With flash attention a block keeps the row log-sum-exps (B,NH,T), too small to recompute.
+  const bool att_shared = full || (opts.recompute == Recompute::attention && !flash);
   Activations dummy;
   const bool fill = A != nullptr;
   if (!fill) A = &dummy;
@@ -199,8 +205,8 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
     b.ln1_mean = field(full, 1, &Blk::ln1_mean, BT);
     b.ln1_rstd = field(full, 2, &Blk::ln1_rstd, BT);
     b.qkv = field(full, 3, &Blk::qkv, BT * 3 * C);
-    b.atty = field(full || bf, 4, &Blk::atty, BT * C);
-    b.att = field(att_shared, 5, &Blk::att, NH * BT * T);
+    b.atty = field(full || (bf && !flash), 4, &Blk::atty, BT * C);  // flash backward reads it
+    b.att = field(att_shared, 5, &Blk::att, flash ? NH * BT : NH * BT * T);
     b.residual2 = field(full, 6, &Blk::residual2, BT * C);
     b.ln2 = field(full || bf, 7, &Blk::ln2, BT * C);
     b.ln2_mean = field(full, 8, &Blk::ln2_mean, BT);
@@ -221,14 +227,16 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
   A->lnf_mean = take(BT);
   A->lnf_rstd = take(BT);
   A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
-  A->logits = take(BT * Vp);
+  // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
+  A->logits = take((bf ? gpt2_head_chunk_rows(BT) : BT) * Vp);
+  A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
   A->losses = take(BT);
   if (fill) {
     KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
     KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
   }
-  bytes.scratch = (BT * C * 3 + BT * 3 * C + NH * BT * T + BT * 4 * C * 2) * 4;
-  if (bf) bytes.scratch += (BT * 4 * C + BT * Vp) * 2;
+  bytes.scratch = (BT * C * 3 + BT * 3 * C + (flash ? 0 : NH * BT * T) + BT * 4 * C * 2) * 4;
+  if (bf) bytes.scratch += BT * 4 * C * 2;
   bytes.fp32_floats = nf;
   bytes.bf16_values = nb;
   return bytes;
@@ -239,8 +247,7 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   c.validate();
   if (T > c.block_size) fail("sequence length {} exceeds model.block_size {}", T, c.block_size);
   layout_ = gpt2_param_layout(c);
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
-                Vp = c.padded_vocab_size;
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
   const bool bf = opts.bf16;
   ActivationBytes plan = plan_activations(c, B, T, opts, nullptr);
   acts_.mem.resize(plan.fp32_floats);
@@ -249,7 +256,8 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   acts_.B = B;
   acts_.T = T;
 
-  scratch_.mem.resize(BT * C * 3 + BT * 3 * C + NH * BT * T + BT * 4 * C * 2);
+  const int64_t datt = opts.flash_attention ? 0 : NH * BT * T;
+  scratch_.mem.resize(BT * C * 3 + BT * 3 * C + datt + BT * 4 * C * 2);
   float* p = scratch_.mem.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -260,15 +268,14 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   scratch_.dln = take(BT * C);
   scratch_.datty = take(BT * C);
   scratch_.dqkv = take(BT * 3 * C);
-  scratch_.datt = take(NH * BT * T);
+  scratch_.datt = take(datt);
   scratch_.dfch = take(BT * 4 * C);
   scratch_.dfch_gelu = take(BT * 4 * C);
   KILN_CHECK(p == scratch_.mem.data() + scratch_.mem.size());
-  scratch_.dout_bf = scratch_.dlogits_bf = nullptr;
+  scratch_.dout_bf = nullptr;
   if (bf) {
-    scratch_.mem_bf16.resize(BT * 4 * C + BT * Vp);
+    scratch_.mem_bf16.resize(BT * 4 * C);
     scratch_.dout_bf = scratch_.mem_bf16.data();
-    scratch_.dlogits_bf = scratch_.dout_bf + BT * 4 * C;
     weights_bf16_.resize(layout_.total);
   }
   KILN_CHECK(act_bytes_.scratch ==
@@ -349,7 +356,10 @@ void Gpt2::block_forward(int l, const float* residual) {
   linear(a.qkv, a.ln1, a.ln1_bf, W.qkv_w, W.qkv_b, C, 3 * C, false);
   {
     Timed t(profile_, &Profile::attention);
-    attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    if (opts_.flash_attention)
+      attention_forward_flash(a.atty, a.att, a.qkv, B, T, C, NH);
+    else
+      attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
     if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
   }
   {
@@ -403,18 +413,43 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
     layernorm_forward(A.lnf, A.lnf_mean, A.lnf_rstd, residual, P_.lnf_w, P_.lnf_b, BT, C);
     if (opts_.bf16) to_bf16(A.lnf_bf, A.lnf, BT * C);
   }
+  const int Vp = c.padded_vocab_size;
+  if (opts_.bf16 && targets) {
+    // Chunks of rows: logits(R,Vp) = lnf(R,C) @ wte^T, then softmax, loss and the bf16 dlogits
+    // of those rows; the full (BT,Vp) logits are never held in fp32.
+    const int64_t R = gpt2_head_chunk_rows(BT);
+    double sum = 0;
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      {
+        Timed t(profile_, &Profile::lm_head);
+        matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, A.lnf_bf + r0 * C,
+                    wbf(P_.wte), A.logits);
+      }
+      Timed t(profile_, &Profile::loss);
+      softmax_cross_entropy(A.logits, A.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
+                            dloss != 0.0f ? A.dlogits_bf + r0 * Vp : nullptr);
+    }
+    for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
+    return sum;
+  }
+  float* logits = A.logits;
+  if (opts_.bf16) {  // all logits for the caller (inference): a buffer of their own, made once
+    if (full_logits_.size() == 0) full_logits_.resize(BT * Vp);
+    logits = full_logits_.data();
+  }
   {
     Timed t(profile_, &Profile::lm_head);
     // logits(BT,Vp) = lnf(BT,C) @ wte^T
-    MatmulShape s{BT, c.padded_vocab_size, C, false, true, false, false};
+    MatmulShape s{BT, Vp, C, false, true, false, false};
     if (opts_.bf16)
-      matmul_bf16(s, A.lnf_bf, wbf(P_.wte), A.logits);
+      matmul_bf16(s, A.lnf_bf, wbf(P_.wte), logits);
     else
-      matmul(s, A.lnf, P_.wte, A.logits);
+      matmul(s, A.lnf, P_.wte, logits);
   }
   if (!targets) return 0.0;
   Timed t(profile_, &Profile::loss);
-  softmax_cross_entropy(A.logits, A.losses, targets, BT, c.vocab_size, c.padded_vocab_size, dloss);
+  softmax_cross_entropy(logits, A.losses, targets, BT, c.vocab_size, Vp, dloss);
   double sum = 0;
   for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
   return sum;
@@ -446,9 +481,8 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     MatmulShape dw{c.padded_vocab_size, C, BT, true, false, true, false};
     MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
     if (bf) {
-      to_bf16(S.dlogits_bf, A.logits, BT * c.padded_vocab_size);
-      matmul_bf16(dw, S.dlogits_bf, A.lnf_bf, G.wte);
-      matmul_bf16(dx, S.dlogits_bf, wbf(P.wte), S.dln);
+      matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G.wte);  // written by the forward's loss
+      matmul_bf16(dx, A.dlogits_bf, wbf(P.wte), S.dln);
     } else {
       matmul(dw, A.logits, A.lnf, G.wte);
       matmul(dx, A.logits, P.wte, S.dln);
@@ -501,9 +535,13 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
       Timed t(profile_, &Profile::attention);
       // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
       // the values it already holds.
-      if (opts_.recompute == Recompute::attention)
-        attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-      attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
+      if (opts_.flash_attention) {
+        attention_backward_flash(S.dqkv, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
+      } else {
+        if (opts_.recompute == Recompute::attention)
+          attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+        attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
+      }
     }
     linear_back(S.dln, D.qkv_w, D.qkv_b, S.dqkv, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
     {

@@ -85,6 +85,9 @@ struct ModelOptions {
   // weights from a bf16 copy made by set_weights()), accumulation and everything else in fp32.
   bool bf16 = false;
   Recompute recompute = Recompute::none;
+  // Flash-style attention kernels: no (B,NH,T,T) probabilities kept or scratch (other bits than
+  // the default kernels, same function).
+  bool flash_attention = false;
 };
 
 // Activations kept for backward, for a micro-batch of B x T. Tensors that a mode does not keep
@@ -98,7 +101,7 @@ struct Activations {
     float *ln1, *ln1_mean, *ln1_rstd;  // (B,T,C), (B,T), (B,T)
     float* qkv;                        // (B,T,3C)
     float* atty;                       // (B,T,C)
-    float* att;                        // (B,NH,T,T)
+    float* att;                        // (B,NH,T,T); with flash attention the lse, (B,NH,T)
     float* residual2;                  // (B,T,C)
     float *ln2, *ln2_mean, *ln2_rstd;  // (B,T,C), (B,T), (B,T)
     float* fch;                        // (B,T,4C)
@@ -110,15 +113,18 @@ struct Activations {
   std::vector<Block> h;
   float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)
   bf16* lnf_bf;                      // (B,T,C), bf16 mode
-  float* logits;                     // (B,T,Vp); holds dlogits after a training forward
-  float* losses;                     // (B,T)
+  // fp32: (B,T,Vp), holding dlogits after a training forward. bf16: the logits of one chunk of
+  // gpt2_head_chunk_rows rows, and dlogits_bf (B,T,Vp) the gradient of all rows.
+  float* logits;
+  bf16* dlogits_bf;
+  float* losses;  // (B,T)
 };
 
 // Bytes of one micro-batch's activations, by kind.
 struct ActivationBytes {
   int64_t kept = 0;     // kept per block for backward (each block's input included)
   int64_t shared = 0;   // one set shared by all blocks: recomputed tensors, fp32 forms of bf16 ones
-  int64_t head = 0;     // final LayerNorm, logits, losses
+  int64_t head = 0;     // final LayerNorm, logits (and their bf16 gradient), losses
   int64_t scratch = 0;  // backward's scratch, reused by every block
   int64_t fp32_floats = 0, bf16_values = 0;  // the sizes of Activations::mem and mem_bf16
   int64_t total() const { return kept + shared + head + scratch; }
@@ -132,11 +138,10 @@ struct GradScratch {
   float* dln;             // (B,T,C)
   float* datty;           // (B,T,C)
   float* dqkv;            // (B,T,3C)
-  float* datt;            // (B,NH,T,T)
+  float* datt;            // (B,NH,T,T); none with flash attention
   float* dfch;            // (B,T,4C)
   float* dfch_gelu;       // (B,T,4C)
   bf16* dout_bf;          // (B,T,4C): a linear layer's output gradient in bf16
-  bf16* dlogits_bf;       // (B,T,Vp)
 };
 
 // Times spent per kind of work, in seconds, when profiling is on.
@@ -146,6 +151,9 @@ struct Profile {
          residual = 0;
   void reset() { *this = Profile{enabled}; }
 };
+
+// Rows of the LM head's logits computed at a time in bf16 mode.
+int64_t gpt2_head_chunk_rows(int64_t rows);
 
 // The activation plan of a mode, without allocating it; with A, also allocates nothing but hands
 // out the pointers of A's buffers (already sized from a first call).
@@ -184,7 +192,7 @@ class Gpt2 {
                 const GradsReady& ready = {}, const BlockHooks& hooks = {});
 
   // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
-  const float* logits() const { return acts_.logits; }
+  const float* logits() const { return opts_.bf16 ? full_logits_.data() : acts_.logits; }
   const float* losses() const { return acts_.losses; }
   // Activations kept for backward plus backward's scratch, fp32 and bf16.
   int64_t activation_bytes() const { return act_bytes_.total(); }
@@ -207,6 +215,7 @@ class Gpt2 {
   const float* weights_source_ = nullptr;
   Activations acts_;
   ActivationBytes act_bytes_;
+  Buffer<float> full_logits_;  // bf16 mode: made by the first forward without targets
   GradScratch scratch_;
   Profile profile_;
 };

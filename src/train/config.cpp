@@ -47,6 +47,9 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.recompute", &c.recompute,
        "activation recompute in backward: \"none\", \"attention\" (softmax probabilities) or "
        "\"full\" (blocks keep only their input)"},
+      {"train.attention", &c.attention,
+       "attention kernels: \"standard\" (keeps the T x T probabilities) or \"flash\" (online "
+       "softmax, no T x T memory)"},
       {"train.threads", &c.threads,
        "threads per process (0: the cores shared out among this machine's ranks)"},
       {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0, 1, 2 or 3"},
@@ -243,6 +246,8 @@ void TrainConfig::validate() const {
     fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
   if (zero < 0 || zero > 3)
     fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
+  if (attention != "standard" && attention != "flash")
+    fail("{}: train.attention must be \"standard\" or \"flash\", got '{}'", source, attention);
   if (dtype == "bf16" && zero == 3)
     fail(
         "{}: train.dtype = \"bf16\" with train.zero = 3 is not supported: the bf16 weight copy is "

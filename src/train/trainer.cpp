@@ -48,6 +48,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   ModelOptions mo;
   mo.bf16 = cfg_.dtype == "bf16";
   mo.recompute = parse_recompute(cfg_.recompute);
+  mo.flash_attention = cfg_.attention == "flash";
   model_ = std::make_unique<Gpt2>(cfg_.model, B, T, mo);
   const int64_t n = model_->layout().total;
   std::vector<int64_t> offsets;

@@ -447,6 +447,76 @@ TEST(KernelAttention, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
   EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
 }
 
+// Flash-style attention: the same function, so the same float64 reference and finite
+// differences; its lse against the reference's log-sum-exp of the scaled causal scores.
+void CheckFlashAttention(int B, int T, int C, int NH) {
+  SCOPED_TRACE("flash B=" + std::to_string(B) + " T=" + std::to_string(T) +
+               " C=" + std::to_string(C) + " NH=" + std::to_string(NH));
+  std::mt19937 rng(43);
+  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  const Vec r = RandomVec(rng, B * T * C, -1, 1);
+  const Vec64 qkv64 = Widen(qkv);
+  const int hs = C / NH;
+
+  Vec out(B * T * C, kGarbage), lse(B * NH * T, kGarbage);
+  attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  EXPECT_TRUE(Near(out, RefAttention(qkv64, B, T, C, NH).out, kFwdTol)) << "out";
+  Vec64 lse_ref(lse.size());
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double s = 0;
+          for (int i = 0; i < hs; i++)
+            s += qkv64[(b * T + t) * 3 * C + h * hs + i] *
+                 qkv64[(b * T + t2) * 3 * C + C + h * hs + i];
+          sum += std::exp(s / std::sqrt(static_cast<double>(hs)));
+        }
+        lse_ref[(b * NH + h) * T + t] = std::log(sum);
+      }
+  EXPECT_TRUE(Near(lse, lse_ref, kFwdTol)) << "lse";
+
+  Vec dqkv(qkv.size(), kGarbage);  // written
+  attention_backward_flash(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  const Vec64 g =
+      FiniteDiff([&](const Vec64& v) { return Dot(RefAttention(v, B, T, C, NH).out, r); }, qkv64);
+  EXPECT_TRUE(Near(dqkv, g, kGradTol)) << "dqkv";
+
+  // and against the kernels that keep the probabilities
+  Vec out2(out.size()), att(B * NH * T * T), dqkv2(qkv.size()), datt(att.size());
+  attention_forward(out2.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv2.data(), datt.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_TRUE(Near(out, Widen(out2), kFwdTol)) << "out vs attention_forward";
+  EXPECT_TRUE(Near(dqkv, Widen(dqkv2), kFwdTol * 10)) << "dqkv vs attention_backward";
+}
+
+TEST(KernelAttentionFlash, ForwardAndBackwardMatchFloat64ReferenceAndFiniteDifferences) {
+  CheckFlashAttention(2, 5, 8, 2);
+  CheckFlashAttention(1, 7, 12, 3);
+  CheckFlashAttention(1, 40, 32, 2);  // long rows: the running maximum moves many times
+}
+
+TEST(KernelAttentionFlash, SameBitsAcrossRunsAndThreadCounts) {
+  std::mt19937 rng(44);
+  const int B = 2, T = 16, C = 32, NH = 4;
+  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  const Vec dout = RandomVec(rng, B * T * C, -1, 1);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec out(B * T * C), lse(B * NH * T), dqkv(qkv.size(), kGarbage);
+    attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward_flash(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
+                             NH);
+    out.insert(out.end(), lse.begin(), lse.end());
+    out.insert(out.end(), dqkv.begin(), dqkv.end());
+    return out;
+  };
+  const Vec a = run(2), b = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+}
+
 // ---- softmax cross-entropy --------------------------------------------------------------------
 
 struct CrossEntropyCase {

@@ -204,11 +204,25 @@ TEST_F(Gpt2VsTorch, Bf16LossAndGradientsAreWithinBf16ToleranceOfPyTorch) {
   EXPECT_NE(got.loss, fp32.loss);
 }
 
+TEST_F(Gpt2VsTorch, FlashAttentionLossAndGradientsMatchPyTorch) {
+  ModelOptions o;
+  o.flash_attention = true;
+  StepOutput got = RunMode(cfg_, B_, T_, o, params_.data(), inputs_, targets_);
+  const double ref_loss = ref_->read_f64("ref.loss")[0];
+  EXPECT_NEAR(got.loss / (B_ * T_), ref_loss, kRelTol * ref_loss);
+  for (const auto& t : layout_.tensors) {
+    auto ref = ref_->read_f64("ref.grad." + t.name);
+    EXPECT_LT(rel_err(got.grads.data() + t.offset, ref), kRelTol) << t.name;
+  }
+}
+
 TEST_F(Gpt2VsTorch, RecomputeGivesTheSameBitsAsKeepingEverything) {
-  for (bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+  for (int mode = 0; mode < 4; mode++) {
+    const bool bf16 = mode & 1, flash = mode & 2;
+    SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (flash ? ", flash attention" : ""));
     ModelOptions o;
     o.bf16 = bf16;
+    o.flash_attention = flash;
     const StepOutput base = RunMode(cfg_, B_, T_, o, params_.data(), inputs_, targets_);
     for (Recompute r : {Recompute::attention, Recompute::full}) {
       o.recompute = r;
@@ -249,6 +263,65 @@ TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
     // What full recompute keeps: each block's input plus the embedding output, in fp32.
     EXPECT_EQ(full.kept, (c.n_layer + 1) * 8 * 1024 * c.n_embd * 4);
     EXPECT_EQ(full.head, none.head);
+    // Flash attention keeps no T x T probabilities and needs no T x T scratch.
+    o.recompute = Recompute::none;
+    o.flash_attention = true;
+    const ActivationBytes flash = plan_activations(c, 8, 1024, o, nullptr);
+    const int64_t tt = int64_t{8} * c.n_head * 1024 * 1024 * 4;
+    // per block: the probabilities go, the row log-sum-exps come; in bf16 the fp32 attention
+    // output is kept per block (flash backward reads it) instead of shared
+    const int64_t lse = int64_t{8} * c.n_head * 1024 * 4, atty = int64_t{8} * 1024 * c.n_embd * 4;
+    EXPECT_EQ(flash.kept + flash.shared, none.kept + none.shared + c.n_layer * (lse - tt) +
+                                             (bf16 ? (c.n_layer - 1) * atty : 0));
+    EXPECT_EQ(flash.scratch + tt, none.scratch);
+  }
+}
+
+// bf16 computes the LM head in chunks of rows (softmax, loss and bf16 dlogits per chunk); 600
+// rows make two full chunks and a partial one. The loss equals the one recomputed in float64
+// from the logits of a forward without targets, and the gradients stay near the fp32 path's.
+TEST(Gpt2Bf16, ChunkedHeadGivesTheLossOfTheFullLogits) {
+  Gpt2Config c{1, 2, 32, 300, 300, pad_vocab(300, 128)};
+  const int B = 2, T = 300;
+  ASSERT_GT(B * T, 2 * gpt2_head_chunk_rows(B * T));
+  const ParamLayout layout = gpt2_param_layout(c);
+  Buffer<float> params(layout.total);
+  gpt2_init(layout, c, params.data(), 7);
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; i++) {
+    in[i] = (i * 37) % 300;
+    tg[i] = i % 11 == 0 ? -1 : (i * 53 + 1) % 300;  // some ignored targets
+  }
+  ModelOptions bf;
+  bf.bf16 = true;
+  Gpt2 model(c, B, T, bf);
+  model.set_weights(params.data());
+  const double loss = model.forward(params.data(), in.data(), tg.data(), 0.0f);
+  model.forward(params.data(), in.data(), nullptr, 0.0f);
+  double want = 0;
+  for (int m = 0; m < B * T; m++) {
+    if (tg[m] < 0) continue;
+    const float* x = model.logits() + static_cast<int64_t>(m) * c.padded_vocab_size;
+    double mx = -1e300, sum = 0;
+    for (int v = 0; v < c.vocab_size; v++) mx = std::max(mx, static_cast<double>(x[v]));
+    for (int v = 0; v < c.vocab_size; v++) sum += std::exp(x[v] - mx);
+    want += std::log(sum) + mx - x[tg[m]];
+  }
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+
+  const StepOutput b16 = RunMode(c, B, T, bf, params.data(), in, tg);
+  const StepOutput f32 = RunMode(c, B, T, {}, params.data(), in, tg);
+  EXPECT_NEAR(b16.loss, f32.loss, 1e-3 * f32.loss);
+  for (const auto& t : layout.tensors) {
+    std::vector<double> ref(f32.grads.begin() + t.offset, f32.grads.begin() + t.offset + t.numel);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < t.numel; i++) {
+      num = std::max(num, std::abs(b16.grads[t.offset + i] - ref[i]));
+      den = std::max(den, std::abs(ref[i]));
+    }
+    if (den > 0) {
+      EXPECT_LT(num / den, 4e-2) << t.name;
+    }
   }
 }
 

@@ -369,6 +369,10 @@ TEST(TrainConfigTest, DtypeAndRecomputeValuesAreChecked) {
   });
   EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
   e = error_of([&] {
+    parse_train_config(base, "c.toml", {"train.seq_len=8", "train.attention=fast"});
+  });
+  EXPECT_NE(e.find("train.attention"), std::string::npos) << e;
+  e = error_of([&] {
     parse_train_config(base, "c.toml", {"train.seq_len=8", "train.dtype=bf16", "train.zero=3"});
   });
   EXPECT_NE(e.find("train.zero = 3"), std::string::npos) << e;
