@@ -89,6 +89,9 @@ struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   int64_t t;
 };
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a);
+// With p_bf16, the updated p is also written there rounded to bf16 (the matmuls' weight copy,
+// made in the same pass instead of a second one over the parameters).
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a,
+                  bf16* p_bf16 = nullptr);
 
 }  // namespace kiln

@@ -282,6 +282,12 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
              static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
 }
 
+bf16* Gpt2::weight_copy_for_update(const float* params) {
+  if (!opts_.bf16) return nullptr;
+  weights_source_ = params;
+  return weights_bf16_.data();
+}
+
 void Gpt2::set_weights(const float* params) {
   if (!opts_.bf16) return;
   to_bf16(weights_bf16_.data(), params, layout_.total);

@@ -181,6 +181,11 @@ class Gpt2 {
   // bf16 mode: set_weights(params) must have been called since params last changed; forward and
   // backward then read the matrices from the bf16 copy (and everything else from params).
   void set_weights(const float* params);
+  // The same copy written by the caller (AdamW writes it as it updates): returns the bf16 buffer
+  // (parameter layout) and records it as the copy of params; the caller must write the bf16 of
+  // every parameter before the next forward. nullptr in fp32 mode.
+  bf16* weight_copy_for_update(const float* params);
+  const bf16* weight_copy() const { return weights_bf16_.data(); }
   double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss,
                  const BlockHooks& hooks = {});
   // Called during backward each time a range [begin, end) of the flat gradient buffer is final

@@ -265,6 +265,8 @@ StepResult Trainer::step() {
       double coef = cfg_.grad_clip / (r.grad_norm + 1e-6);
       if (coef < 1.0) scale = static_cast<float>(coef);
     }
+    // bf16 with the whole parameters updated here (zero 0): AdamW writes the weight copy too.
+    bf16* copy = dp_->zero() == 0 ? model_->weight_copy_for_update(params_.data()) : nullptr;
     for (const auto& t : model_->layout().tensors) {
       const int64_t lo = std::max(t.offset, sb), hi = std::min(t.offset + t.numel, se);
       if (lo >= hi) continue;  // not in this rank's shard
@@ -276,10 +278,11 @@ StepResult Trainer::step() {
                     scale,
                     step_ + 1 - skipped_steps_};
       float* p = zero3() ? master_.data() + (lo - sb) : params_.data() + lo;
-      adamw_update(p, gshard + (lo - sb), m_.data() + (lo - sb), v_.data() + (lo - sb), hi - lo, a);
+      adamw_update(p, gshard + (lo - sb), m_.data() + (lo - sb), v_.data() + (lo - sb), hi - lo, a,
+                   copy ? copy + lo : nullptr);
     }
     dp_->gather(params_.data());
-    if (!zero3()) model_->set_weights(params_.data());  // bf16: once per step, after the update
+    if (!zero3() && !copy) model_->set_weights(params_.data());  // bf16: once per step
   }
   step_++;
   r.seconds = now_seconds() - t0;

@@ -818,7 +818,13 @@ TEST(KernelAdamW, UpdateMatchesFloat64PyTorchFormulas) {
     const AdamWParams a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t};
     const AdamWState want = RefAdamW({Widen(p), Widen(m), Widen(v)}, g, a);
     const Vec p_before = p;
+    // The same update with the bf16 copy written in the same pass: same p, m, v bits.
+    Vec p2 = p, m2 = m, v2 = v;
+    std::vector<bf16> pb(n);
+    adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, a, pb.data());
     adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+    EXPECT_TRUE(SameBits(p, p2) && SameBits(m, m2) && SameBits(v, v2));
+    for (int i = 0; i < n; i++) ASSERT_EQ(pb[i], float_to_bf16(p[i])) << i;
     // Compare the step taken rather than the parameters, so errors in it are not hidden by |p|.
     Vec64 want_step(n);
     for (int i = 0; i < n; i++) want_step[i] = want.p[i] - p_before[i];

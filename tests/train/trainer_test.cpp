@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/shards.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -320,6 +321,10 @@ TEST_F(TrainerTest, Bf16GivesTheSameBitsAcrossRunsAndThreadCounts) {
   auto a = run("a", "2"), b = run("b", "2"), c = run("c", "1");
   EXPECT_TRUE(same_bits(*a, *b)) << "two runs with 2 threads differ";
   EXPECT_TRUE(same_bits(*a, *c)) << "1 thread and 2 threads differ";
+  // The weight copy AdamW wrote as it updated is the bf16 of the updated parameters.
+  std::vector<bf16> want(a->num_params());
+  to_bf16(want.data(), a->params(), a->num_params());
+  EXPECT_EQ(std::memcmp(want.data(), a->model().weight_copy(), want.size() * sizeof(bf16)), 0);
 }
 
 TEST_F(TrainerTest, RecomputeTrainsToTheSameBits) {
