@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Peer benchmark: one GPT-2 124M training step in PyTorch (CPU, float32).
+"""Peer benchmark: one GPT-2 training step in PyTorch (CPU, float32 or bf16 autocast).
 
 Times forward + backward + AdamW step on random tokens and prints one JSON line:
   {"peer": "pytorch", "torch": ..., "step_ms": ..., "tokens_per_sec": ..., "threads": ..., "blas": ...}
@@ -19,12 +19,20 @@ vocab 50257), pre-LayerNorm, tied head, explicit causal attention (torch 1.13
 has no F.scaled_dot_product_attention), GELU tanh approximation; same layout
 as tests/fixtures/make_gpt2_reference.py. AdamW lr 6e-4, betas (0.9, 0.95),
 weight decay 0.1 on 2-D tensors and 0 on biases / LayerNorm params.
+--n-layer/--n-head/--n-embd/--block-size give other sizes (kiln's configs/small.toml
+is --n-layer 4 --n-head 4 --n-embd 256).
+
+--dtype bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+(backward follows the autocast casts), with fp32 master weights and an fp32 AdamW,
+the same scheme as kiln's train.dtype = "bf16". Autocast bf16 matmuls go through
+oneDNN (mkldnn) inside torch, not the system BLAS.
 """
 
 import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -113,6 +121,12 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast(\"cpu\", dtype=torch.bfloat16) over forward and loss")
+    ap.add_argument("--n-layer", type=int, default=12)
+    ap.add_argument("--n-head", type=int, default=12)
+    ap.add_argument("--n-embd", type=int, default=768)
+    ap.add_argument("--block-size", type=int, default=1024)
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be >= 2 (the first step is not counted)")
@@ -127,7 +141,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = GPT2()
+    model = GPT2(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                 block_size=args.block_size)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -143,7 +158,8 @@ def main():
     for s in range(args.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+            loss = model(x, y)
         loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -157,13 +173,15 @@ def main():
         print(f"step {s + 1}/{args.steps}: {dt * 1e3:.1f} ms loss {loss.item():.4f}", file=sys.stderr)
 
     step_s = statistics.median(times[1:])
-    print(f"GPT-2 {n_params / 1e6:.1f}M params, B={B} T={T}, threads={args.threads}, "
+    print(f"GPT-2 {n_params / 1e6:.1f}M params, {args.dtype}, B={B} T={T}, threads={args.threads}, "
           f"blas={blas}: median {step_s * 1e3:.1f} ms/step over steps 2..{args.steps}, "
           f"{B * T / step_s:.1f} tokens/s", file=sys.stderr)
     print(json.dumps({"peer": "pytorch", "torch": torch.__version__,
                       "step_ms": round(step_s * 1e3, 3),
                       "tokens_per_sec": round(B * T / step_s, 3),
-                      "threads": args.threads, "blas": blas}))
+                      "threads": args.threads, "blas": blas, "dtype": args.dtype,
+                      "batch": B, "seq": T, "n_layer": args.n_layer, "n_embd": args.n_embd,
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +25,13 @@
 
 namespace kiln::cli {
 namespace {
+
+// The process's peak resident set so far, in bytes.
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -100,6 +108,8 @@ void bench_train(const BenchTrainOpts& o) {
   const double peak = trainer.peak_gflops() * world;
   const double mfu = peak > 0 ? gflops / peak : 0.0;
   MemoryReport mem = trainer.memory();
+  const ActivationBytes act = trainer.model().activation_breakdown();
+  const int64_t rss = peak_rss_bytes();
   const double n = static_cast<double>(times.size());
   struct Part {
     const char* name;
@@ -126,6 +136,14 @@ void bench_train(const BenchTrainOpts& o) {
                         {"zero", cfg.zero},
                         {"comm_wait_ms", wait_s * 1e3},
                         {"steps_timed", times.size()},
+                        {"dtype", cfg.dtype},
+                        {"recompute", cfg.recompute},
+                        {"peak_rss_bytes", rss},
+                        {"activation_bytes",
+                         {{"kept", act.kept},
+                          {"shared", act.shared},
+                          {"head", act.head},
+                          {"scratch", act.scratch}}},
                         {"memory_bytes",
                          {{"comm_buffers", mem.comm_buffers},
                           {"working", mem.working},
@@ -144,24 +162,30 @@ void bench_train(const BenchTrainOpts& o) {
   }
   fmt::print(
       "kiln bench train: {} | GPT-2 {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
-      "threads\n",
+      "threads | {} | recompute {}\n",
       o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd,
-      gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads());
+      gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(),
+      cfg.dtype, cfg.recompute);
   fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);
   fmt::print("{:<28} {:>12.1f}\n", "comm wait ms/step", wait_s * 1e3);
   fmt::print("{:<28} {:>12.0f}\n", "tokens/s", tps);
   fmt::print("{:<28} {:>12.1f}\n", "model GFLOP/s", gflops);
-  fmt::print("{:<28} {:>12.1f}\n", "peak GFLOP/s", peak);
+  fmt::print("{:<28} {:>12.1f}\n", "peak GFLOP/s (" + cfg.dtype + ")", peak);
   fmt::print("{:<28} {:>11.1f}%\n", "MFU", mfu * 100);
   fmt::print("{:<28} {:>12.1f}\n", "memory: model state MiB", mem.model_state() / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: params MiB", mem.params / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: grads MiB", mem.grads / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: optimizer MiB", mem.optimizer / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: activations MiB", mem.activations / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "  kept for backward MiB", act.kept / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "  shared by blocks MiB", act.shared / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "  head (logits) MiB", act.head / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "  backward scratch MiB", act.scratch / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: working buffers MiB", mem.working / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: comm buffers MiB", mem.comm_buffers / 1048576.0);
+  fmt::print("{:<28} {:>12.1f}\n", "peak RSS MiB", rss / 1048576.0);
   fmt::print("\n{:<28} {:>10} {:>7}\n", "where a step goes (mean)", "ms", "share");
   for (auto& p : parts)
     fmt::print("{:<28} {:>10.1f} {:>6.1f}%\n", p.name, p.seconds * 1e3, 100 * p.seconds / step_s);
@@ -238,7 +262,7 @@ void register_bench(CLI::App& app) {
   tokb->callback([to]() { bench_tokenizer(to->input, to->tokenizer, to->repeats, to->json); });
 
   auto* peak = bench->add_subcommand(
-      "peak", "Measure the best fp32 matmul rate (the peak MFU is measured against)");
+      "peak", "Measure the best fp32 and bf16 matmul rates (the peaks MFU is measured against)");
   auto seconds = std::make_shared<double>(1.0);
   auto threads = std::make_shared<int>(0);
   peak->add_option("--seconds", *seconds, "seconds per shape")->capture_default_str();
@@ -247,7 +271,12 @@ void register_bench(CLI::App& app) {
     set_num_threads(*threads);
     double g = measure_peak_gflops(*seconds);
     fmt::print("peak fp32 matmul: {:.1f} GFLOP/s on {} threads\n", g, num_threads());
-    fmt::print("use it with: --set hardware.peak_gflops={:.0f}\n", g);
+    double gb = measure_peak_gflops(*seconds, true);
+    fmt::print("peak bf16 matmul (fp32 accumulation): {:.1f} GFLOP/s on {} threads\n", gb,
+               num_threads());
+    fmt::print(
+        "use them with: --set hardware.peak_gflops={:.0f} (fp32), {:.0f} (train.dtype=bf16)\n", g,
+        gb);
   });
 }
 

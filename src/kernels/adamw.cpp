@@ -4,7 +4,8 @@
 
 namespace kiln {
 
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a) {
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a,
+                  bf16* p_bf16) {
   const float bc1 = 1.0f - std::pow(a.beta1, static_cast<float>(a.t));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(a.beta2, static_cast<float>(a.t)));
   const float step = a.lr / bc1;
@@ -18,6 +19,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
     v[i] = vi;
     float pi = p[i] * decay;
     p[i] = pi - step * mi / (std::sqrt(vi) / bc2_sqrt + a.eps);
+    if (p_bf16) p_bf16[i] = float_to_bf16(p[i]);
   }
 }
 

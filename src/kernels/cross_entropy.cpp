@@ -6,7 +6,7 @@
 namespace kiln {
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
-                           int Vp, float dlogits_scale) {
+                           int Vp, float dlogits_scale, bf16* dlogits_bf16) {
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     float* x = logits + m * Vp;
@@ -24,6 +24,10 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
       for (int i = 0; i < V; i++) x[i] *= s;
       if (y >= 0) x[y] -= dlogits_scale;
       for (int i = V; i < Vp; i++) x[i] = 0;
+      if (dlogits_bf16) {  // the same values, rounded, in their own buffer
+        bf16* d = dlogits_bf16 + m * Vp;
+        for (int i = 0; i < Vp; i++) d[i] = float_to_bf16(x[i]);
+      }
     }
   }
 }

@@ -21,16 +21,23 @@ void scale_inplace(float* y, float s, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] *= s;
 }
 
+void to_bf16(bf16* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = float_to_bf16(x[i]);
+}
+
 double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
   int64_t nchunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(nchunks);
+  static thread_local std::vector<double> partial;  // grows once; no allocation per step
+  partial.assign(nchunks, 0.0);
+  double* part = partial.data();  // this thread's buffer, shared with the team below
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < nchunks; c++) {
     int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
     double s = 0;
     for (int64_t i = i0; i < i1; i++) s += static_cast<double>(x[i]) * x[i];
-    partial[c] = s;
+    part[c] = s;
   }
   double total = 0;
   for (double p : partial) total += p;

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.h"
+
 namespace kiln {
 
 // ---- embedding ------------------------------------------------------------------------------
@@ -41,6 +43,14 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
 
+// The same attention without the T x T probabilities (flash-attention style): forward makes one
+// pass over the keys with an online softmax and keeps lse (B,NH,T), each row's log-sum-exp of
+// the scaled scores; backward recomputes each probability as exp(score - lse) and needs the
+// forward's output `out` (B,T,C). dqkv is written. Memory O(B*T*C), no T x T buffer.
+void attention_forward_flash(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void attention_backward_flash(float* dqkv, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int B, int T, int C, int NH);
+
 // One query position against a KV cache, for incremental decoding: q (C) attends to the first
 // n rows of k_cache and v_cache (each (n,C), heads side by side); out (C); scores (n) is scratch.
 void attention_decode(float* out, float* scores, const float* q, const float* k_cache,
@@ -55,14 +65,16 @@ void bias_backward(float* db, const float* dout, int64_t M, int N);
 // The logits are consumed: one exponential per element is computed in place. If
 // dlogits_scale != 0 they end as dloss/dlogits with dloss = dlogits_scale per row:
 // (softmax - onehot) * scale, and 0 in the padded columns; otherwise their content is
-// unspecified. Targets < 0 are ignored (loss 0, gradient 0).
+// unspecified. Targets < 0 are ignored (loss 0, gradient 0). With dlogits_bf16 (M,Vp) the
+// gradient is also written there rounded to bf16, row by row while it is in cache.
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
-                           int Vp, float dlogits_scale);
+                           int Vp, float dlogits_scale, bf16* dlogits_bf16 = nullptr);
 
 // ---- elementwise ----------------------------------------------------------------------------
 void add_inplace(float* y, const float* x, int64_t n);  // y += x
 void copy(float* y, const float* x, int64_t n);         // y = x
 void scale_inplace(float* y, float s, int64_t n);       // y *= s
+void to_bf16(bf16* y, const float* x, int64_t n);       // y = bf16(x), rounded to nearest even
 
 // Sum of squares in double, in fixed-size chunks summed in order: the same bits for any thread
 // count.
@@ -77,6 +89,9 @@ struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   int64_t t;
 };
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a);
+// With p_bf16, the updated p is also written there rounded to bf16 (the matmuls' weight copy,
+// made in the same pass instead of a second one over the parameters).
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& a,
+                  bf16* p_bf16 = nullptr);
 
 }  // namespace kiln

@@ -13,15 +13,20 @@
 #include "core/buffer.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 namespace kiln {
 namespace {
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, bool>;
 
+// A primitive with its memory objects and argument map, built once per shape: a call only swaps
+// the data pointers in.
 struct Primitive {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
+  dnnl::memory a, b, c, bias;
+  std::unordered_map<int, dnnl::memory> args;
 };
 
 struct Engine {
@@ -36,11 +41,12 @@ Engine& engine() {
   return e;
 }
 
-Primitive make_primitive(Engine& e, const MatmulShape& s) {
+Primitive make_primitive(Engine& e, const MatmulShape& s, bool bf16_operands) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  dnnl::memory::desc a_md(dims{s.M, s.K}, dt::f32, s.trans_a ? dims{1, s.M} : dims{s.K, 1});
-  dnnl::memory::desc b_md(dims{s.K, s.N}, dt::f32, s.trans_b ? dims{1, s.K} : dims{s.N, 1});
+  const dt in = bf16_operands ? dt::bf16 : dt::f32;
+  dnnl::memory::desc a_md(dims{s.M, s.K}, in, s.trans_a ? dims{1, s.M} : dims{s.K, 1});
+  dnnl::memory::desc b_md(dims{s.K, s.N}, in, s.trans_b ? dims{1, s.K} : dims{s.N, 1});
   dnnl::memory::desc c_md(dims{s.M, s.N}, dt::f32, dims{s.N, 1});
   dnnl::primitive_attr attr;
   if (s.accumulate) {
@@ -48,40 +54,52 @@ Primitive make_primitive(Engine& e, const MatmulShape& s) {
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
+  Primitive p;
   if (s.bias) {
     dnnl::memory::desc bias_md(dims{1, s.N}, dt::f32, dims{s.N, 1});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, e.engine);
-    return {pd, dnnl::matmul(pd)};
+    p.pd =
+        dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, e.engine);
+  } else {
+    p.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, e.engine);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, e.engine);
-  return {pd, dnnl::matmul(pd)};
+  p.prim = dnnl::matmul(p.pd);
+  p.a = dnnl::memory(p.pd.src_desc(), e.engine, DNNL_MEMORY_NONE);
+  p.b = dnnl::memory(p.pd.weights_desc(), e.engine, DNNL_MEMORY_NONE);
+  p.c = dnnl::memory(p.pd.dst_desc(), e.engine, DNNL_MEMORY_NONE);
+  p.args = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
+  if (s.bias) {
+    p.bias = dnnl::memory(p.pd.bias_desc(), e.engine, DNNL_MEMORY_NONE);
+    p.args.emplace(DNNL_ARG_BIAS, p.bias);
+  }
+  return p;
+}
+
+void run(const MatmulShape& s, bool bf16_operands, const void* a, const void* b, float* c,
+         const float* bias) {
+  KILN_CHECK(s.bias == (bias != nullptr));
+  Engine& e = engine();
+  Key key{s.M, s.N, s.K, s.trans_a, s.trans_b, s.accumulate, s.bias, bf16_operands};
+  // The lock covers the call: the cached memory objects are shared state.
+  std::lock_guard<std::mutex> lock(e.mu);
+  auto it = e.cache.find(key);
+  if (it == e.cache.end()) it = e.cache.emplace(key, make_primitive(e, s, bf16_operands)).first;
+  Primitive& p = it->second;
+  p.a.set_data_handle(const_cast<void*>(a));
+  p.b.set_data_handle(const_cast<void*>(b));
+  p.c.set_data_handle(c);
+  if (bias) p.bias.set_data_handle(const_cast<float*>(bias));
+  p.prim.execute(e.stream, p.args);
+  e.stream.wait();
 }
 
 }  // namespace
 
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const float* bias) {
-  KILN_CHECK(s.bias == (bias != nullptr));
-  Engine& e = engine();
-  Key key{s.M, s.N, s.K, s.trans_a, s.trans_b, s.accumulate, s.bias};
-  Primitive* p;
-  {
-    std::lock_guard<std::mutex> lock(e.mu);
-    auto it = e.cache.find(key);
-    if (it == e.cache.end()) it = e.cache.emplace(key, make_primitive(e, s)).first;
-    p = &it->second;
-  }
-  const auto& pd = p->pd;
-  dnnl::memory am(pd.src_desc(), e.engine, const_cast<float*>(a));
-  dnnl::memory bm(pd.weights_desc(), e.engine, const_cast<float*>(b));
-  dnnl::memory cm(pd.dst_desc(), e.engine, c);
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) {
-    dnnl::memory biasm(pd.bias_desc(), e.engine, const_cast<float*>(bias));
-    args.emplace(DNNL_ARG_BIAS, biasm);
-  }
-  p->prim.execute(e.stream, args);
-  e.stream.wait();
+  run(s, false, a, b, c, bias);
+}
+
+void matmul_bf16(const MatmulShape& s, const bf16* a, const bf16* b, float* c, const float* bias) {
+  run(s, true, a, b, c, bias);
 }
 
 void set_num_threads(int n) {
@@ -92,7 +110,7 @@ int num_threads() {
   return omp_get_max_threads();
 }
 
-double measure_peak_gflops(double seconds) {
+double measure_peak_gflops(double seconds, bool bf16_operands) {
   double best = 0;
   const int64_t shapes[][3] = {{1024, 1024, 1024}, {512, 3072, 768}, {2048, 768, 3072}};
   for (auto& sh : shapes) {
@@ -100,13 +118,22 @@ double measure_peak_gflops(double seconds) {
     Buffer<float> a(s.M * s.K), b(s.K * s.N), c(s.M * s.N);
     for (size_t i = 0; i < a.size(); i++) a[i] = static_cast<float>(i % 7) * 0.01f;
     for (size_t i = 0; i < b.size(); i++) b[i] = static_cast<float>(i % 5) * 0.01f;
-    matmul(s, a.data(), b.data(), c.data());  // warm-up, primitive creation
+    Buffer<bf16> ab(a.size()), bb(b.size());
+    to_bf16(ab.data(), a.data(), static_cast<int64_t>(a.size()));
+    to_bf16(bb.data(), b.data(), static_cast<int64_t>(b.size()));
+    auto once = [&]() {
+      if (bf16_operands)
+        matmul_bf16(s, ab.data(), bb.data(), c.data());
+      else
+        matmul(s, a.data(), b.data(), c.data());
+    };
+    once();  // warm-up, primitive creation
     double flops = 2.0 * s.M * s.N * s.K;
     double t0 = now_seconds();
     std::vector<double> rates;
     while (now_seconds() - t0 < seconds || rates.size() < 3) {
       double t = now_seconds();
-      matmul(s, a.data(), b.data(), c.data());
+      once();
       rates.push_back(flops / (now_seconds() - t) * 1e-9);
     }
     best = std::max(best, *std::max_element(rates.begin(), rates.end()));

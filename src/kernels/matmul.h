@@ -1,11 +1,15 @@
-// Matrix products through oneDNN (fp32 on AVX-512). Row-major throughout.
+// Matrix products through oneDNN (fp32 on AVX-512, bf16 where the CPU has avx512_bf16 or AMX).
+// Row-major throughout.
 //
 //   C(M,N) = op(A)(M,K) @ op(B)(K,N) [+ bias(N)] [+ C if accumulate]
 //
 // op(A) = A when A is stored (M,K); with trans_a, A is stored (K,M). Likewise B is stored (K,N),
-// or (N,K) with trans_b. Primitives are created once per shape and reused.
+// or (N,K) with trans_b. Primitives are created once per shape and reused, with their memory
+// objects: a call allocates nothing once its shape has been seen.
 #pragma once
 #include <cstdint>
+
+#include "kernels/bf16.h"
 
 namespace kiln {
 
@@ -20,12 +24,17 @@ struct MatmulShape {
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c,
             const float* bias = nullptr);
 
+// The same product with bf16 operands, accumulated and written in fp32 (bias in fp32).
+void matmul_bf16(const MatmulShape& s, const bf16* a, const bf16* b, float* c,
+                 const float* bias = nullptr);
+
 // Sets the thread count used by every kernel (OpenMP and oneDNN share the pool).
 void set_num_threads(int n);
 int num_threads();
 
-// Best fp32 GEMM rate this machine reaches, in GFLOP/s, over a few large shapes, each run for
-// about `seconds` (the ceiling MFU is measured against when the config states none).
-double measure_peak_gflops(double seconds);
+// Best GEMM rate this machine reaches, in GFLOP/s, over a few large shapes, each run for about
+// `seconds` (the ceiling MFU is measured against when the config states none). With bf16, the
+// operands are bf16 and the accumulation fp32, as in training with train.dtype = "bf16".
+double measure_peak_gflops(double seconds, bool bf16 = false);
 
 }  // namespace kiln

@@ -124,66 +124,174 @@ void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, ui
   }
 }
 
-int64_t gpt2_activation_floats(const Gpt2Config& c, int B, int T) {
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
-  int64_t per_block = BT * C * 5 + BT * 4 + BT * 3 * C + NH * BT * T + BT * 4 * C * 2;
-  return BT * C + c.n_layer * per_block + BT * C + BT * 2 + BT * c.padded_vocab_size + BT;
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "attention") return Recompute::attention;
+  if (s == "full") return Recompute::full;
+  fail("recompute mode '{}' is not one of none, attention, full", s);
 }
 
-int64_t gpt2_scratch_floats(const Gpt2Config& c, int B, int T) {
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
-  return BT * C * 3 + BT * 3 * C + NH * BT * T + BT * 4 * C * 2;
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return "none";
+    case Recompute::attention:
+      return "attention";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
 }
 
-Gpt2::Gpt2(const Gpt2Config& c, int B, int T) : cfg_(c), B_(B), T_(T) {
+int64_t gpt2_head_chunk_rows(int64_t rows) {
+  return std::min<int64_t>(rows, 256);
+}
+
+ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelOptions& opts,
+                                 Activations* A) {
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
+                Vp = c.padded_vocab_size;
+  const bool bf = opts.bf16, full = opts.recompute == Recompute::full;
+  const bool flash = opts.flash_attention;
+  // With flash attention a block keeps the row log-sum-exps (B,NH,T), too small to recompute.
+  const bool att_shared = full || (opts.recompute == Recompute::attention && !flash);
+  Activations dummy;
+  const bool fill = A != nullptr;
+  if (!fill) A = &dummy;
+  // Counted in floats and bf16 values, per kind; with `fill`, pointers are handed out in order.
+  int64_t nf = 0, nb = 0;
+  ActivationBytes bytes;
+  int64_t* kind = &bytes.kept;
+  auto take = [&](int64_t n) {
+    float* r = fill ? A->mem.data() + nf : nullptr;
+    nf += n;
+    *kind += n * 4;
+    return r;
+  };
+  auto take_bf = [&](int64_t n) {
+    bf16* r = fill ? A->mem_bf16.data() + nb : nullptr;
+    nb += n;
+    *kind += n * 2;
+    return r;
+  };
+  // A tensor is kept per block, or shared by all blocks (recomputed, or dead after its bf16 copy).
+  using Blk = Activations::Block;
+  Blk shared{};
+  bool made[16] = {};
+  auto field = [&](bool is_shared, int id, float* Blk::*f, int64_t n) {
+    if (!is_shared) return take(n);
+    if (!made[id]) {
+      kind = &bytes.shared;
+      shared.*f = take(n);
+      kind = &bytes.kept;
+      made[id] = true;
+    }
+    return shared.*f;
+  };
+  auto field_bf = [&](bool is_shared, int id, bf16* Blk::*f, int64_t n) {
+    if (!is_shared) return take_bf(n);
+    if (!made[id]) {
+      kind = &bytes.shared;
+      shared.*f = take_bf(n);
+      kind = &bytes.kept;
+      made[id] = true;
+    }
+    return shared.*f;
+  };
+  A->encoded = take(BT * C);
+  A->h.resize(c.n_layer);
+  for (auto& b : A->h) {
+    b.ln1 = field(full || bf, 0, &Blk::ln1, BT * C);
+    b.ln1_mean = field(full, 1, &Blk::ln1_mean, BT);
+    b.ln1_rstd = field(full, 2, &Blk::ln1_rstd, BT);
+    b.qkv = field(full, 3, &Blk::qkv, BT * 3 * C);
+    b.atty = field(full || (bf && !flash), 4, &Blk::atty, BT * C);  // flash backward reads it
+    b.att = field(att_shared, 5, &Blk::att, flash ? NH * BT : NH * BT * T);
+    b.residual2 = field(full, 6, &Blk::residual2, BT * C);
+    b.ln2 = field(full || bf, 7, &Blk::ln2, BT * C);
+    b.ln2_mean = field(full, 8, &Blk::ln2_mean, BT);
+    b.ln2_rstd = field(full, 9, &Blk::ln2_rstd, BT);
+    b.fch = field(full, 10, &Blk::fch, BT * 4 * C);
+    b.fch_gelu = field(full || bf, 11, &Blk::fch_gelu, BT * 4 * C);
+    b.residual3 = take(BT * C);  // the next block's input: always kept
+    b.ln1_bf = b.atty_bf = b.ln2_bf = b.fch_gelu_bf = nullptr;
+    if (bf) {
+      b.ln1_bf = field_bf(full, 12, &Blk::ln1_bf, BT * C);
+      b.atty_bf = field_bf(full, 13, &Blk::atty_bf, BT * C);
+      b.ln2_bf = field_bf(full, 14, &Blk::ln2_bf, BT * C);
+      b.fch_gelu_bf = field_bf(full, 15, &Blk::fch_gelu_bf, BT * 4 * C);
+    }
+  }
+  kind = &bytes.head;
+  A->lnf = take(BT * C);
+  A->lnf_mean = take(BT);
+  A->lnf_rstd = take(BT);
+  A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
+  // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
+  A->logits = take((bf ? gpt2_head_chunk_rows(BT) : BT) * Vp);
+  A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
+  A->losses = take(BT);
+  if (fill) {
+    KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
+    KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
+  }
+  bytes.scratch = (BT * C * 3 + BT * 3 * C + (flash ? 0 : NH * BT * T) + BT * 4 * C * 2) * 4;
+  if (bf) bytes.scratch += BT * 4 * C * 2;
+  bytes.fp32_floats = nf;
+  bytes.bf16_values = nb;
+  return bytes;
+}
+
+Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
+    : cfg_(c), B_(B), T_(T), opts_(opts) {
   c.validate();
   if (T > c.block_size) fail("sequence length {} exceeds model.block_size {}", T, c.block_size);
   layout_ = gpt2_param_layout(c);
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
-
+  const bool bf = opts.bf16;
+  ActivationBytes plan = plan_activations(c, B, T, opts, nullptr);
+  acts_.mem.resize(plan.fp32_floats);
+  acts_.mem_bf16.resize(plan.bf16_values);
+  act_bytes_ = plan_activations(c, B, T, opts, &acts_);
   acts_.B = B;
   acts_.T = T;
-  acts_.mem.resize(gpt2_activation_floats(c, B, T));
-  float* p = acts_.mem.data();
+
+  const int64_t datt = opts.flash_attention ? 0 : NH * BT * T;
+  scratch_.mem.resize(BT * C * 3 + BT * 3 * C + datt + BT * 4 * C * 2);
+  float* p = scratch_.mem.data();
   auto take = [&](int64_t n) {
     float* r = p;
     p += n;
     return r;
   };
-  acts_.encoded = take(BT * C);
-  acts_.h.resize(c.n_layer);
-  for (auto& b : acts_.h) {
-    b.ln1 = take(BT * C);
-    b.ln1_mean = take(BT);
-    b.ln1_rstd = take(BT);
-    b.qkv = take(BT * 3 * C);
-    b.atty = take(BT * C);
-    b.att = take(NH * BT * T);
-    b.residual2 = take(BT * C);
-    b.ln2 = take(BT * C);
-    b.ln2_mean = take(BT);
-    b.ln2_rstd = take(BT);
-    b.fch = take(BT * 4 * C);
-    b.fch_gelu = take(BT * 4 * C);
-    b.residual3 = take(BT * C);
-  }
-  acts_.lnf = take(BT * C);
-  acts_.lnf_mean = take(BT);
-  acts_.lnf_rstd = take(BT);
-  acts_.logits = take(BT * c.padded_vocab_size);
-  acts_.losses = take(BT);
-  KILN_CHECK(p == acts_.mem.data() + acts_.mem.size());
-
-  scratch_.mem.resize(gpt2_scratch_floats(c, B, T));
-  p = scratch_.mem.data();
   scratch_.dresidual = take(BT * C);
   scratch_.dln = take(BT * C);
   scratch_.datty = take(BT * C);
   scratch_.dqkv = take(BT * 3 * C);
-  scratch_.datt = take(NH * BT * T);
+  scratch_.datt = take(datt);
   scratch_.dfch = take(BT * 4 * C);
   scratch_.dfch_gelu = take(BT * 4 * C);
   KILN_CHECK(p == scratch_.mem.data() + scratch_.mem.size());
+  scratch_.dout_bf = nullptr;
+  if (bf) {
+    scratch_.mem_bf16.resize(BT * 4 * C);
+    scratch_.dout_bf = scratch_.mem_bf16.data();
+    weights_bf16_.resize(layout_.total);
+  }
+  KILN_CHECK(act_bytes_.scratch ==
+             static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
+}
+
+bf16* Gpt2::weight_copy_for_update(const float* params) {
+  if (!opts_.bf16) return nullptr;
+  weights_source_ = params;
+  return weights_bf16_.data();
+}
+
+void Gpt2::set_weights(const float* params) {
+  if (!opts_.bf16) return;
+  to_bf16(weights_bf16_.data(), params, layout_.total);
+  weights_source_ = params;
 }
 
 namespace {
@@ -217,81 +325,137 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
   matmul(MatmulShape{M, K, N, false, true, false, false}, dy, w, dx);
 }
 
+// The same with bf16 operands: dy is rounded to bf16 once (into dy_bf) for both products; the
+// bias gradient is summed from the fp32 dy.
+void linear_backward_bf16(float* dx, float* dw, float* db, const float* dy, bf16* dy_bf,
+                          const bf16* x, const bf16* w, int64_t M, int64_t K, int64_t N) {
+  to_bf16(dy_bf, dy, M * N);
+  matmul_bf16(MatmulShape{K, N, M, true, false, true, false}, x, dy_bf, dw);
+  bias_backward(db, dy, M, static_cast<int>(N));
+  matmul_bf16(MatmulShape{M, K, N, false, true, false, false}, dy_bf, w, dx);
+}
+
 }  // namespace
+
+// One block's forward from its input `residual` into acts_.h[l] (P_ and params_ are set).
+void Gpt2::block_forward(int l, const float* residual) {
+  const Gpt2Config& c = cfg_;
+  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  const bool bf = opts_.bf16;
+  const BlockParams& W = P_.h[l];
+  Activations::Block& a = acts_.h[l];
+  // y (+)= x @ w + b, from the fp32 x or its bf16 copy.
+  auto linear = [&](float* y, const float* x, const bf16* x_bf, const float* w, const float* b,
+                    int64_t K, int64_t N, bool accumulate) {
+    Timed t(profile_, &Profile::matmul);
+    if (bf)
+      matmul_bf16(MatmulShape{BT, N, K, false, false, accumulate, true}, x_bf, wbf(w), y, b);
+    else
+      linear_forward(y, x, w, b, BT, K, N, accumulate);
+  };
+  {
+    Timed t(profile_, &Profile::layernorm);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, W.ln1_w, W.ln1_b, BT, C);
+    if (bf) to_bf16(a.ln1_bf, a.ln1, BT * C);
+  }
+  linear(a.qkv, a.ln1, a.ln1_bf, W.qkv_w, W.qkv_b, C, 3 * C, false);
+  {
+    Timed t(profile_, &Profile::attention);
+    if (opts_.flash_attention)
+      attention_forward_flash(a.atty, a.att, a.qkv, B, T, C, NH);
+    else
+      attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
+  }
+  {
+    Timed t(profile_, &Profile::residual);
+    copy(a.residual2, residual, BT * C);
+  }
+  linear(a.residual2, a.atty, a.atty_bf, W.attproj_w, W.attproj_b, C, C, true);
+  {
+    Timed t(profile_, &Profile::layernorm);
+    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W.ln2_w, W.ln2_b, BT, C);
+    if (bf) to_bf16(a.ln2_bf, a.ln2, BT * C);
+  }
+  linear(a.fch, a.ln2, a.ln2_bf, W.fc_w, W.fc_b, C, 4 * C, false);
+  {
+    Timed t(profile_, &Profile::gelu);
+    gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
+    if (bf) to_bf16(a.fch_gelu_bf, a.fch_gelu, BT * 4 * C);
+  }
+  {
+    Timed t(profile_, &Profile::residual);
+    copy(a.residual3, a.residual2, BT * C);
+  }
+  linear(a.residual3, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, W.fcproj_b, 4 * C, C, true);
+}
 
 double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* targets,
                      float dloss, const BlockHooks& hooks) {
   const Gpt2Config& c = cfg_;
-  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
+  const int B = B_, T = T_, C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B) * T;
-  ModelParams P = view_params(layout_, c, const_cast<float*>(params));
+  if (opts_.bf16) KILN_CHECK(weights_source_ == params);  // set_weights(params) after each update
+  if (params != params_) {
+    P_ = view_params(layout_, c, const_cast<float*>(params));
+    params_ = params;
+  }
   Activations& A = acts_;
 
   {
     Timed t(profile_, &Profile::embedding);
-    encoder_forward(A.encoded, inputs, P.wte, P.wpe, B, T, C);
+    encoder_forward(A.encoded, inputs, P_.wte, P_.wpe, B, T, C);
   }
   const float* residual = A.encoded;
   for (int l = 0; l < c.n_layer; l++) {
     if (hooks.before) hooks.before(l);
-    const BlockParams& W = P.h[l];
-    Activations::Block& a = A.h[l];
-    {
-      Timed t(profile_, &Profile::layernorm);
-      layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, W.ln1_w, W.ln1_b, BT, C);
-    }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_forward(a.qkv, a.ln1, W.qkv_w, W.qkv_b, BT, C, 3 * C);
-    }
-    {
-      Timed t(profile_, &Profile::attention);
-      attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    }
-    {
-      Timed t(profile_, &Profile::residual);
-      copy(a.residual2, residual, BT * C);
-    }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_forward(a.residual2, a.atty, W.attproj_w, W.attproj_b, BT, C, C, true);
-    }
-    {
-      Timed t(profile_, &Profile::layernorm);
-      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W.ln2_w, W.ln2_b, BT, C);
-    }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_forward(a.fch, a.ln2, W.fc_w, W.fc_b, BT, C, 4 * C);
-    }
-    {
-      Timed t(profile_, &Profile::gelu);
-      gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
-    }
-    {
-      Timed t(profile_, &Profile::residual);
-      copy(a.residual3, a.residual2, BT * C);
-    }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_forward(a.residual3, a.fch_gelu, W.fcproj_w, W.fcproj_b, BT, 4 * C, C, true);
-    }
-    residual = a.residual3;
+    block_forward(l, residual);
+    residual = A.h[l].residual3;
     if (hooks.after) hooks.after(l);
   }
   {
     Timed t(profile_, &Profile::layernorm);
-    layernorm_forward(A.lnf, A.lnf_mean, A.lnf_rstd, residual, P.lnf_w, P.lnf_b, BT, C);
+    layernorm_forward(A.lnf, A.lnf_mean, A.lnf_rstd, residual, P_.lnf_w, P_.lnf_b, BT, C);
+    if (opts_.bf16) to_bf16(A.lnf_bf, A.lnf, BT * C);
+  }
+  const int Vp = c.padded_vocab_size;
+  if (opts_.bf16 && targets) {
+    // Chunks of rows: logits(R,Vp) = lnf(R,C) @ wte^T, then softmax, loss and the bf16 dlogits
+    // of those rows; the full (BT,Vp) logits are never held in fp32.
+    const int64_t R = gpt2_head_chunk_rows(BT);
+    double sum = 0;
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      {
+        Timed t(profile_, &Profile::lm_head);
+        matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, A.lnf_bf + r0 * C,
+                    wbf(P_.wte), A.logits);
+      }
+      Timed t(profile_, &Profile::loss);
+      softmax_cross_entropy(A.logits, A.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
+                            dloss != 0.0f ? A.dlogits_bf + r0 * Vp : nullptr);
+    }
+    for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
+    return sum;
+  }
+  float* logits = A.logits;
+  if (opts_.bf16) {  // all logits for the caller (inference): a buffer of their own, made once
+    if (full_logits_.size() == 0) full_logits_.resize(BT * Vp);
+    logits = full_logits_.data();
   }
   {
     Timed t(profile_, &Profile::lm_head);
     // logits(BT,Vp) = lnf(BT,C) @ wte^T
-    matmul(MatmulShape{BT, c.padded_vocab_size, C, false, true, false, false}, A.lnf, P.wte,
-           A.logits);
+    MatmulShape s{BT, Vp, C, false, true, false, false};
+    if (opts_.bf16)
+      matmul_bf16(s, A.lnf_bf, wbf(P_.wte), logits);
+    else
+      matmul(s, A.lnf, P_.wte, logits);
   }
   if (!targets) return 0.0;
   Timed t(profile_, &Profile::loss);
-  softmax_cross_entropy(A.logits, A.losses, targets, BT, c.vocab_size, c.padded_vocab_size, dloss);
+  softmax_cross_entropy(logits, A.losses, targets, BT, c.vocab_size, Vp, dloss);
   double sum = 0;
   for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
   return sum;
@@ -302,18 +466,33 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
   const Gpt2Config& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
-  ModelParams P = view_params(layout_, c, const_cast<float*>(params));
-  ModelParams G = view_params(layout_, c, grads);
+  const bool bf = opts_.bf16;
+  if (bf) KILN_CHECK(weights_source_ == params);
+  if (params != params_) {
+    P_ = view_params(layout_, c, const_cast<float*>(params));
+    params_ = params;
+  }
+  if (grads != grads_) {
+    G_ = view_params(layout_, c, grads);
+    grads_ = grads;
+  }
+  const ModelParams& P = P_;
+  ModelParams& G = G_;
   Activations& A = acts_;
   GradScratch& S = scratch_;
 
   {
     Timed t(profile_, &Profile::lm_head);
     // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
-    matmul(MatmulShape{c.padded_vocab_size, C, BT, true, false, true, false}, A.logits, A.lnf,
-           G.wte);
-    matmul(MatmulShape{BT, C, c.padded_vocab_size, false, false, false, false}, A.logits, P.wte,
-           S.dln);
+    MatmulShape dw{c.padded_vocab_size, C, BT, true, false, true, false};
+    MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
+    if (bf) {
+      matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G.wte);  // written by the forward's loss
+      matmul_bf16(dx, A.dlogits_bf, wbf(P.wte), S.dln);
+    } else {
+      matmul(dw, A.logits, A.lnf, G.wte);
+      matmul(dx, A.logits, P.wte, S.dln);
+    }
   }
   {
     Timed t(profile_, &Profile::layernorm);
@@ -334,37 +513,43 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     BlockParams& D = G.h[l];
     Activations::Block& a = A.h[l];
     const float* residual = l == 0 ? A.encoded : A.h[l - 1].residual3;
-    {
+    if (opts_.recompute == Recompute::full) block_forward(l, residual);
+    // dx = dy @ W^T, dW += x^T @ dy, db += colsum(dy), in the model's precision.
+    auto linear_back = [&](float* dx, float* dw, float* db, const float* dy, const float* x,
+                           const bf16* x_bf, const float* w, int64_t K, int64_t N) {
       Timed t(profile_, &Profile::matmul);
-      linear_backward(S.dfch_gelu, D.fcproj_w, D.fcproj_b, S.dresidual, a.fch_gelu, W.fcproj_w, BT,
-                      4 * C, C);
-    }
+      if (bf)
+        linear_backward_bf16(dx, dw, db, dy, S.dout_bf, x_bf, wbf(w), BT, K, N);
+      else
+        linear_backward(dx, dw, db, dy, x, w, BT, K, N);
+    };
+    linear_back(S.dfch_gelu, D.fcproj_w, D.fcproj_b, S.dresidual, a.fch_gelu, a.fch_gelu_bf,
+                W.fcproj_w, 4 * C, C);
     {
       Timed t(profile_, &Profile::gelu);
       gelu_backward(S.dfch, a.fch, S.dfch_gelu, BT * 4 * C);
     }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_backward(S.dln, D.fc_w, D.fc_b, S.dfch, a.ln2, W.fc_w, BT, C, 4 * C);
-    }
+    linear_back(S.dln, D.fc_w, D.fc_b, S.dfch, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
                          a.ln2_rstd, BT, C);
     }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_backward(S.datty, D.attproj_w, D.attproj_b, S.dresidual, a.atty, W.attproj_w, BT, C,
-                      C);
-    }
+    linear_back(S.datty, D.attproj_w, D.attproj_b, S.dresidual, a.atty, a.atty_bf, W.attproj_w, C,
+                C);
     {
       Timed t(profile_, &Profile::attention);
-      attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
+      // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
+      // the values it already holds.
+      if (opts_.flash_attention) {
+        attention_backward_flash(S.dqkv, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
+      } else {
+        if (opts_.recompute == Recompute::attention)
+          attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+        attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
+      }
     }
-    {
-      Timed t(profile_, &Profile::matmul);
-      linear_backward(S.dln, D.qkv_w, D.qkv_b, S.dqkv, a.ln1, W.qkv_w, BT, C, 3 * C);
-    }
+    linear_back(S.dln, D.qkv_w, D.qkv_b, S.dqkv, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "kernels/bf16.h"
 
 namespace kiln {
 
@@ -69,43 +70,79 @@ ModelParams view_params(const ParamLayout& layout, const Gpt2Config& c, float* b
 // rows are zero. Each tensor draws from its own stream seeded by (seed, tensor index).
 void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, uint64_t seed);
 
-// Activations kept for backward, for a micro-batch of B x T.
+// What backward recomputes instead of keeping from forward (train.recompute).
+//   none:      every activation is kept.
+//   attention: the softmax probabilities (B,NH,T,T per block) are recomputed from q and k.
+//   full:      each block keeps only its input; its forward is run again before its backward.
+// Results are bit-identical in all three: the recomputation runs the same kernels on the same
+// inputs.
+enum class Recompute { none, attention, full };
+Recompute parse_recompute(const std::string& s);  // "none" | "attention" | "full"
+const char* recompute_name(Recompute r);
+
+struct ModelOptions {
+  // Mixed precision: matmul operands in bf16 (activations converted as they are produced, the
+  // weights from a bf16 copy made by set_weights()), accumulation and everything else in fp32.
+  bool bf16 = false;
+  Recompute recompute = Recompute::none;
+  // Flash-style attention kernels: no (B,NH,T,T) probabilities kept or scratch (other bits than
+  // the default kernels, same function).
+  bool flash_attention = false;
+};
+
+// Activations kept for backward, for a micro-batch of B x T. Tensors that a mode does not keep
+// (recomputed, or dead once converted to bf16) point into one buffer shared by all blocks.
 struct Activations {
   int B = 0, T = 0;
   Buffer<float> mem;
-  float* encoded;  // (B,T,C)
+  Buffer<bf16> mem_bf16;  // bf16 mode only
+  float* encoded;         // (B,T,C)
   struct Block {
     float *ln1, *ln1_mean, *ln1_rstd;  // (B,T,C), (B,T), (B,T)
     float* qkv;                        // (B,T,3C)
     float* atty;                       // (B,T,C)
-    float* att;                        // (B,NH,T,T)
+    float* att;                        // (B,NH,T,T); with flash attention the lse, (B,NH,T)
     float* residual2;                  // (B,T,C)
     float *ln2, *ln2_mean, *ln2_rstd;  // (B,T,C), (B,T), (B,T)
     float* fch;                        // (B,T,4C)
     float* fch_gelu;                   // (B,T,4C)
     float* residual3;                  // (B,T,C)
+    // bf16 mode: the matmul inputs in bf16 (the fp32 forms above are then shared scratch).
+    bf16 *ln1_bf, *atty_bf, *ln2_bf, *fch_gelu_bf;
   };
   std::vector<Block> h;
   float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)
-  float* logits;                     // (B,T,Vp); holds dlogits after a training forward
-  float* losses;                     // (B,T)
+  bf16* lnf_bf;                      // (B,T,C), bf16 mode
+  // fp32: (B,T,Vp), holding dlogits after a training forward. bf16: the logits of one chunk of
+  // gpt2_head_chunk_rows rows, and dlogits_bf (B,T,Vp) the gradient of all rows.
+  float* logits;
+  bf16* dlogits_bf;
+  float* losses;  // (B,T)
+};
+
+// Bytes of one micro-batch's activations, by kind.
+struct ActivationBytes {
+  int64_t kept = 0;     // kept per block for backward (each block's input included)
+  int64_t shared = 0;   // one set shared by all blocks: recomputed tensors, fp32 forms of bf16 ones
+  int64_t head = 0;     // final LayerNorm, logits (and their bf16 gradient), losses
+  int64_t scratch = 0;  // backward's scratch, reused by every block
+  int64_t fp32_floats = 0, bf16_values = 0;  // the sizes of Activations::mem and mem_bf16
+  int64_t total() const { return kept + shared + head + scratch; }
 };
 
 // Scratch for backward, reused by every layer.
 struct GradScratch {
   Buffer<float> mem;
-  float* dresidual;  // (B,T,C)
-  float* dln;        // (B,T,C)
-  float* datty;      // (B,T,C)
-  float* dqkv;       // (B,T,3C)
-  float* datt;       // (B,NH,T,T)
-  float* dfch;       // (B,T,4C)
-  float* dfch_gelu;  // (B,T,4C)
+  Buffer<bf16> mem_bf16;  // bf16 mode only
+  float* dresidual;       // (B,T,C)
+  float* dln;             // (B,T,C)
+  float* datty;           // (B,T,C)
+  float* dqkv;            // (B,T,3C)
+  float* datt;            // (B,NH,T,T); none with flash attention
+  float* dfch;            // (B,T,4C)
+  float* dfch_gelu;       // (B,T,4C)
+  bf16* dout_bf;          // (B,T,4C): a linear layer's output gradient in bf16
 };
-
-// Bytes the activations and scratch of one micro-batch take.
-int64_t gpt2_activation_floats(const Gpt2Config& c, int B, int T);
-int64_t gpt2_scratch_floats(const Gpt2Config& c, int B, int T);
 
 // Times spent per kind of work, in seconds, when profiling is on.
 struct Profile {
@@ -115,9 +152,18 @@ struct Profile {
   void reset() { *this = Profile{enabled}; }
 };
 
+// Rows of the LM head's logits computed at a time in bf16 mode.
+int64_t gpt2_head_chunk_rows(int64_t rows);
+
+// The activation plan of a mode, without allocating it; with A, also allocates nothing but hands
+// out the pointers of A's buffers (already sized from a first call).
+ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelOptions& opts,
+                                 Activations* A);
+
 class Gpt2 {
  public:
-  Gpt2(const Gpt2Config& c, int B, int T);
+  Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts = {});
+  const ModelOptions& options() const { return opts_; }
   const Gpt2Config& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   int B() const { return B_; }
@@ -131,6 +177,15 @@ class Gpt2 {
   struct BlockHooks {
     std::function<void(int block)> before, after;
   };
+  //
+  // bf16 mode: set_weights(params) must have been called since params last changed; forward and
+  // backward then read the matrices from the bf16 copy (and everything else from params).
+  void set_weights(const float* params);
+  // The same copy written by the caller (AdamW writes it as it updates): returns the bf16 buffer
+  // (parameter layout) and records it as the copy of params; the caller must write the bf16 of
+  // every parameter before the next forward. nullptr in fp32 mode.
+  bf16* weight_copy_for_update(const float* params);
+  const bf16* weight_copy() const { return weights_bf16_.data(); }
   double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss,
                  const BlockHooks& hooks = {});
   // Called during backward each time a range [begin, end) of the flat gradient buffer is final
@@ -142,16 +197,30 @@ class Gpt2 {
                 const GradsReady& ready = {}, const BlockHooks& hooks = {});
 
   // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
-  const float* logits() const { return acts_.logits; }
+  const float* logits() const { return opts_.bf16 ? full_logits_.data() : acts_.logits; }
   const float* losses() const { return acts_.losses; }
-  int64_t activation_bytes() const { return acts_.mem.bytes() + scratch_.mem.bytes(); }
+  // Activations kept for backward plus backward's scratch, fp32 and bf16.
+  int64_t activation_bytes() const { return act_bytes_.total(); }
+  const ActivationBytes& activation_breakdown() const { return act_bytes_; }
+  int64_t weight_copy_bytes() const { return static_cast<int64_t>(weights_bf16_.bytes()); }
   Profile& profile() { return profile_; }
 
  private:
+  void block_forward(int l, const float* residual);
+  const bf16* wbf(const float* p) const { return weights_bf16_.data() + (p - params_); }
+
   Gpt2Config cfg_;
   int B_, T_;
+  ModelOptions opts_;
   ParamLayout layout_;
+  ModelParams P_, G_;  // views of the buffers of the current forward/backward
+  const float* params_ = nullptr;
+  float* grads_ = nullptr;
+  Buffer<bf16> weights_bf16_;  // bf16 mode: the parameters in bf16, same layout
+  const float* weights_source_ = nullptr;
   Activations acts_;
+  ActivationBytes act_bytes_;
+  Buffer<float> full_logits_;  // bf16 mode: made by the first forward without targets
   GradScratch scratch_;
   Profile profile_;
 };

@@ -42,7 +42,14 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.eps", &c.eps, "AdamW epsilon"},
       {"train.grad_clip", &c.grad_clip, "clip the global gradient norm to this (0: off)"},
       {"train.seed", &c.seed, "seed of initialisation and data order"},
-      {"train.dtype", &c.dtype, "compute precision: fp32"},
+      {"train.dtype", &c.dtype,
+       "\"fp32\", or \"bf16\": matmuls in bf16 with fp32 accumulation and fp32 master weights"},
+      {"train.recompute", &c.recompute,
+       "activation recompute in backward: \"none\", \"attention\" (softmax probabilities) or "
+       "\"full\" (blocks keep only their input)"},
+      {"train.attention", &c.attention,
+       "attention kernels: \"standard\" (keeps the T x T probabilities) or \"flash\" (online "
+       "softmax, no T x T memory)"},
       {"train.threads", &c.threads,
        "threads per process (0: the cores shared out among this machine's ranks)"},
       {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0, 1, 2 or 3"},
@@ -228,8 +235,11 @@ void TrainConfig::validate() const {
   positive(log_every, "train.log_every");
   if (seq_len > model.block_size)
     fail("{}: train.seq_len ({}) exceeds model.block_size ({})", source, seq_len, model.block_size);
-  if (dtype != "fp32")
-    fail("{}: train.dtype = '{}' is not supported yet; use \"fp32\"", source, dtype);
+  if (dtype != "fp32" && dtype != "bf16")
+    fail("{}: train.dtype must be \"fp32\" or \"bf16\", got '{}'", source, dtype);
+  if (recompute != "none" && recompute != "attention" && recompute != "full")
+    fail("{}: train.recompute must be \"none\", \"attention\" or \"full\", got '{}'", source,
+         recompute);
   if (resume != "none" && resume != "auto" && resume != "must")
     fail("{}: train.resume must be \"none\", \"auto\" or \"must\", got '{}'", source, resume);
   if (lr < 0 || min_lr < 0) fail("{}: train.lr and train.min_lr must not be negative", source);
@@ -239,6 +249,14 @@ void TrainConfig::validate() const {
     fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
   if (zero < 0 || zero > 3)
     fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
+  if (attention != "standard" && attention != "flash")
+    fail("{}: train.attention must be \"standard\" or \"flash\", got '{}'", source, attention);
+  if (dtype == "bf16" && zero == 3)
+    fail(
+        "{}: train.dtype = \"bf16\" with train.zero = 3 is not supported: the bf16 weight copy is "
+        "made once per step from the whole parameters, which ZeRO-3 does not keep; use "
+        "train.zero = 2 or train.dtype = \"fp32\"",
+        source);
   if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (watchdog_seconds < 0) fail("{}: train.watchdog_seconds must not be negative", source);

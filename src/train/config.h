@@ -30,9 +30,11 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
   int64_t seed = 1337;
-  std::string dtype = "fp32";
-  int threads = 0;  // 0: all cores
-  int zero = 0;     // ZeRO stage: 0 replicated, 1 optimizer state, 2 + gradients, 3 + parameters
+  std::string dtype = "fp32";          // "fp32" | "bf16" (mixed precision)
+  std::string recompute = "none";      // "none" | "attention" | "full"
+  std::string attention = "standard";  // "standard" | "flash"
+  int threads = 0;                     // 0: all cores
+  int zero = 0;  // ZeRO stage: 0 replicated, 1 optimizer state, 2 + gradients, 3 + parameters
   double bucket_mb = 25;        // gradient bucket size for the data-parallel reduction
   std::string resume = "none";  // "none" | "auto"
   std::string init_from;        // a safetensors file with GPT-2 weights

@@ -53,7 +53,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   set_num_threads(threads);
   if (comm_->rank() != 0) opts_.quiet = true;  // rank 0 speaks for the job
   const int B = cfg_.batch_size, T = cfg_.seq_len;
-  model_ = std::make_unique<Gpt2>(cfg_.model, B, T);
+  ModelOptions mo;
+  mo.bf16 = cfg_.dtype == "bf16";
+  mo.recompute = parse_recompute(cfg_.recompute);
+  mo.flash_attention = cfg_.attention == "flash";
+  model_ = std::make_unique<Gpt2>(cfg_.model, B, T, mo);
   const int64_t n = model_->layout().total;
   std::vector<int64_t> offsets;
   for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
@@ -105,8 +109,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
               master_.data());
     params_.release(0, params_.size());
   }
+  if (!zero3()) model_->set_weights(params_.data());  // bf16: the first weight copy
+  // MFU is measured against the peak of the dtype the matmuls run in.
   peak_gflops_ = cfg_.peak_gflops;
-  if (peak_gflops_ <= 0 && opts_.measure_peak) peak_gflops_ = measure_peak_gflops(0.1);
+  if (peak_gflops_ <= 0 && opts_.measure_peak)
+    peak_gflops_ = measure_peak_gflops(0.1, cfg_.dtype == "bf16");
   fs::create_directories(cfg_.out_dir);
   if (!opts_.batches && comm_->rank() == 0)
     metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
@@ -254,6 +261,7 @@ MemoryReport Trainer::memory() const {
   MemoryReport r;
   const int zero = dp_->zero();
   r.params = zero == 3 ? master_.bytes() : params_.bytes();
+  r.params += model_->weight_copy_bytes();  // bf16: the matmuls' copy of the weights
   r.grads = zero >= 2 ? dp_->shard_grad_bytes() : grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
   if (zero >= 2) r.working = dp_->peak_resident_grad_bytes();
@@ -374,6 +382,8 @@ StepResult Trainer::step() {
       double coef = cfg_.grad_clip / (r.grad_norm + 1e-6);
       if (coef < 1.0) scale = static_cast<float>(coef);
     }
+    // bf16 with the whole parameters updated here (zero 0): AdamW writes the weight copy too.
+    bf16* copy = dp_->zero() == 0 ? model_->weight_copy_for_update(params_.data()) : nullptr;
     for (const auto& t : model_->layout().tensors) {
       const int64_t lo = std::max(t.offset, sb), hi = std::min(t.offset + t.numel, se);
       if (lo >= hi) continue;  // not in this rank's shard
@@ -385,9 +395,11 @@ StepResult Trainer::step() {
                     scale,
                     step_ + 1 - skipped_steps_};
       float* p = zero3() ? master_.data() + (lo - sb) : params_.data() + lo;
-      adamw_update(p, gshard + (lo - sb), m_.data() + (lo - sb), v_.data() + (lo - sb), hi - lo, a);
+      adamw_update(p, gshard + (lo - sb), m_.data() + (lo - sb), v_.data() + (lo - sb), hi - lo, a,
+                   copy ? copy + lo : nullptr);
     }
     dp_->gather(params_.data());
+    if (!zero3() && !copy) model_->set_weights(params_.data());  // bf16: once per step
   }
   opt_span.end();
   step_++;

@@ -447,6 +447,76 @@ TEST(KernelAttention, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
   EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
 }
 
+// Flash-style attention: the same function, so the same float64 reference and finite
+// differences; its lse against the reference's log-sum-exp of the scaled causal scores.
+void CheckFlashAttention(int B, int T, int C, int NH) {
+  SCOPED_TRACE("flash B=" + std::to_string(B) + " T=" + std::to_string(T) +
+               " C=" + std::to_string(C) + " NH=" + std::to_string(NH));
+  std::mt19937 rng(43);
+  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  const Vec r = RandomVec(rng, B * T * C, -1, 1);
+  const Vec64 qkv64 = Widen(qkv);
+  const int hs = C / NH;
+
+  Vec out(B * T * C, kGarbage), lse(B * NH * T, kGarbage);
+  attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  EXPECT_TRUE(Near(out, RefAttention(qkv64, B, T, C, NH).out, kFwdTol)) << "out";
+  Vec64 lse_ref(lse.size());
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double s = 0;
+          for (int i = 0; i < hs; i++)
+            s += qkv64[(b * T + t) * 3 * C + h * hs + i] *
+                 qkv64[(b * T + t2) * 3 * C + C + h * hs + i];
+          sum += std::exp(s / std::sqrt(static_cast<double>(hs)));
+        }
+        lse_ref[(b * NH + h) * T + t] = std::log(sum);
+      }
+  EXPECT_TRUE(Near(lse, lse_ref, kFwdTol)) << "lse";
+
+  Vec dqkv(qkv.size(), kGarbage);  // written
+  attention_backward_flash(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  const Vec64 g =
+      FiniteDiff([&](const Vec64& v) { return Dot(RefAttention(v, B, T, C, NH).out, r); }, qkv64);
+  EXPECT_TRUE(Near(dqkv, g, kGradTol)) << "dqkv";
+
+  // and against the kernels that keep the probabilities
+  Vec out2(out.size()), att(B * NH * T * T), dqkv2(qkv.size()), datt(att.size());
+  attention_forward(out2.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv2.data(), datt.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_TRUE(Near(out, Widen(out2), kFwdTol)) << "out vs attention_forward";
+  EXPECT_TRUE(Near(dqkv, Widen(dqkv2), kFwdTol * 10)) << "dqkv vs attention_backward";
+}
+
+TEST(KernelAttentionFlash, ForwardAndBackwardMatchFloat64ReferenceAndFiniteDifferences) {
+  CheckFlashAttention(2, 5, 8, 2);
+  CheckFlashAttention(1, 7, 12, 3);
+  CheckFlashAttention(1, 40, 32, 2);  // long rows: the running maximum moves many times
+}
+
+TEST(KernelAttentionFlash, SameBitsAcrossRunsAndThreadCounts) {
+  std::mt19937 rng(44);
+  const int B = 2, T = 16, C = 32, NH = 4;
+  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  const Vec dout = RandomVec(rng, B * T * C, -1, 1);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec out(B * T * C), lse(B * NH * T), dqkv(qkv.size(), kGarbage);
+    attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward_flash(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
+                             NH);
+    out.insert(out.end(), lse.begin(), lse.end());
+    out.insert(out.end(), dqkv.begin(), dqkv.end());
+    return out;
+  };
+  const Vec a = run(2), b = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+}
+
 // ---- softmax cross-entropy --------------------------------------------------------------------
 
 struct CrossEntropyCase {
@@ -567,6 +637,102 @@ TEST(KernelMatmul, AllTransposeAccumulateAndBiasCombinationsMatchFloat64Referenc
   }
 }
 
+// ---- bf16 -------------------------------------------------------------------------------------
+
+TEST(KernelBf16, RoundsToNearestTiesToEvenAndKeepsSpecials) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3f80);             // halfway, to the even 1.0
+  EXPECT_EQ(float_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);         // halfway, to the even 1+2^-6
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // above halfway: up
+  EXPECT_EQ(float_to_bf16(INFINITY), 0x7f80);
+  EXPECT_EQ(float_to_bf16(-INFINITY), 0xff80);
+  EXPECT_EQ(float_to_bf16(3.4028235e38f), 0x7f80);  // FLT_MAX rounds to infinity
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(-NAN))));
+  EXPECT_EQ(bf16_to_float(0x3f81), 1.0f + 0x1p-7f);
+}
+
+TEST(KernelBf16, ConversionIsTheNearestBf16AndTheKernelAgreesWithTheScalar) {
+  std::mt19937 rng(81);
+  Vec x = RandomVec(rng, 10000, -1000, 1000);
+  x.push_back(1e-30f);  // subnormal in neither format, but tiny
+  x.push_back(0.0f);
+  std::vector<bf16> y(x.size());
+  to_bf16(y.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); i++) {
+    ASSERT_EQ(y[i], float_to_bf16(x[i])) << i;
+    // The neighbours of y[i] in bf16 are no closer to x[i].
+    const double got = bf16_to_float(y[i]);
+    if (x[i] == 0.0f) {
+      ASSERT_EQ(got, 0.0);
+      continue;
+    }
+    for (int d : {-1, 1}) {  // the next smaller and larger magnitudes
+      const double other = bf16_to_float(static_cast<bf16>(y[i] + d));
+      ASSERT_LE(std::fabs(got - x[i]), std::fabs(other - x[i])) << "x=" << x[i];
+    }
+  }
+}
+
+// bf16 operands, fp32 accumulation: every product of two bf16 values is exact in fp32, so the
+// result is the float64 product of the rounded operands up to fp32 summation error.
+TEST(KernelMatmulBf16, AllCombinationsMatchFloat64ProductOfTheRoundedOperands) {
+  std::mt19937 rng(73);
+  const int64_t sizes[][3] = {{7, 5, 6}, {33, 70, 65}, {64, 96, 200}};
+  for (const auto& sz : sizes) {
+    for (int combo = 0; combo < 16; combo++) {
+      MatmulShape s{sz[0], sz[1], sz[2]};
+      s.trans_a = combo & 1;
+      s.trans_b = combo & 2;
+      s.accumulate = combo & 4;
+      s.bias = combo & 8;
+      SCOPED_TRACE(::testing::Message() << "M=" << s.M << " N=" << s.N << " K=" << s.K
+                                        << " trans_a=" << s.trans_a << " trans_b=" << s.trans_b
+                                        << " accumulate=" << s.accumulate << " bias=" << s.bias);
+      const Vec a = RandomVec(rng, s.M * s.K, -1, 1), b = RandomVec(rng, s.K * s.N, -1, 1);
+      const Vec bias = RandomVec(rng, s.N, -1, 1), c0 = RandomVec(rng, s.M * s.N, -1, 1);
+      std::vector<bf16> ab(a.size()), bb(b.size());
+      to_bf16(ab.data(), a.data(), static_cast<int64_t>(a.size()));
+      to_bf16(bb.data(), b.data(), static_cast<int64_t>(b.size()));
+      Vec64 a64(a.size()), b64(b.size());
+      for (size_t i = 0; i < a.size(); i++) a64[i] = bf16_to_float(ab[i]);
+      for (size_t i = 0; i < b.size(); i++) b64[i] = bf16_to_float(bb[i]);
+      Vec c = s.accumulate ? c0 : Vec(s.M * s.N, kGarbage);
+      matmul_bf16(s, ab.data(), bb.data(), c.data(), s.bias ? bias.data() : nullptr);
+      const Vec64 bias64 = Widen(bias), c064 = Widen(c0);
+      const Vec64 want =
+          RefMatmul(s, a64, b64, s.bias ? &bias64 : nullptr, s.accumulate ? &c064 : nullptr);
+      EXPECT_TRUE(Near(c, want, kFwdTol));
+    }
+  }
+}
+
+TEST(KernelMatmulBf16, SameBitsAcrossRunsAndThreadCounts) {
+  std::mt19937 rng(74);
+  // The shapes of a linear layer's three products at M = 256 rows.
+  const int64_t M = 256, K = 192, N = 576;
+  const Vec x = RandomVec(rng, M * K, -1, 1), w = RandomVec(rng, K * N, -1, 1);
+  const Vec dy = RandomVec(rng, M * N, -1, 1);
+  std::vector<bf16> xb(x.size()), wb(w.size()), dyb(dy.size());
+  to_bf16(xb.data(), x.data(), M * K);
+  to_bf16(wb.data(), w.data(), K * N);
+  to_bf16(dyb.data(), dy.data(), M * N);
+  auto run = [&](int threads) {
+    ThreadCount tc(threads);
+    Vec y(M * N), dx(M * K), dw(K * N, 0.5f);
+    matmul_bf16(MatmulShape{M, N, K}, xb.data(), wb.data(), y.data());
+    matmul_bf16(MatmulShape{K, N, M, true, false, true, false}, xb.data(), dyb.data(), dw.data());
+    matmul_bf16(MatmulShape{M, K, N, false, true, false, false}, dyb.data(), wb.data(), dx.data());
+    y.insert(y.end(), dx.begin(), dx.end());
+    y.insert(y.end(), dw.begin(), dw.end());
+    return y;
+  };
+  const Vec a = run(2), b = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+}
+
 // The two layouts the model uses, each forward with its backward built from transposed
 // products: a linear layer with W stored (K,N), and the tied lm_head with W stored (N,K).
 void CheckLinearGradients(bool w_stored_nk) {
@@ -652,7 +818,13 @@ TEST(KernelAdamW, UpdateMatchesFloat64PyTorchFormulas) {
     const AdamWParams a{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, t};
     const AdamWState want = RefAdamW({Widen(p), Widen(m), Widen(v)}, g, a);
     const Vec p_before = p;
+    // The same update with the bf16 copy written in the same pass: same p, m, v bits.
+    Vec p2 = p, m2 = m, v2 = v;
+    std::vector<bf16> pb(n);
+    adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, a, pb.data());
     adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+    EXPECT_TRUE(SameBits(p, p2) && SameBits(m, m2) && SameBits(v, v2));
+    for (int i = 0; i < n; i++) ASSERT_EQ(pb[i], float_to_bf16(p[i])) << i;
     // Compare the step taken rather than the parameters, so errors in it are not hidden by |p|.
     Vec64 want_step(n);
     for (int i = 0; i < n; i++) want_step[i] = want.p[i] - p_before[i];

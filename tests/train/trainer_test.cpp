@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/shards.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -285,6 +287,105 @@ TEST_F(TrainerTest, ZeroThreeHoldsParametersOnlyWhileTheyAreUsed) {
   EXPECT_GT(z3.memory().working, 0);
   EXPECT_LT(z3.memory().working, full)
       << "ZeRO-3 held working buffers of " << z3.memory().working << " against " << full;
+}
+
+// ---- bf16 and recompute --------------------------------------------------------------------
+
+// Mean loss of the last five of `steps` steps.
+double final_loss(Trainer& t, int steps) {
+  double last = 0;
+  for (int i = 0; i < steps; i++) {
+    double l = t.step().loss;
+    if (i >= steps - 5) last += l / 5;
+  }
+  return last;
+}
+
+TEST_F(TrainerTest, Bf16TrainingEndsWithinTwoPercentOfFp32) {
+  Trainer fp32(config(dir_ / "fp32", {"train.steps=40"}), quiet());
+  Trainer bf16(config(dir_ / "bf16", {"train.steps=40", "train.dtype=bf16"}), quiet());
+  const double first = 4.605;  // ln(100): the loss before any learning
+  const double a = final_loss(fp32, 40), b = final_loss(bf16, 40);
+  EXPECT_LT(a, first - 1.0);
+  EXPECT_LT(std::fabs(b - a), 0.02 * a) << "fp32 " << a << ", bf16 " << b;
+  EXPECT_FALSE(same_bits(fp32, bf16)) << "the bf16 run took the fp32 path";
+}
+
+TEST_F(TrainerTest, Bf16GivesTheSameBitsAcrossRunsAndThreadCounts) {
+  auto run = [&](const std::string& name, const std::string& threads) {
+    auto t = std::make_unique<Trainer>(
+        config(dir_ / name, {"train.dtype=bf16", "train.threads=" + threads}), quiet());
+    for (int i = 0; i < 4; i++) t->step();
+    return t;
+  };
+  auto a = run("a", "2"), b = run("b", "2"), c = run("c", "1");
+  EXPECT_TRUE(same_bits(*a, *b)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(same_bits(*a, *c)) << "1 thread and 2 threads differ";
+  // The weight copy AdamW wrote as it updated is the bf16 of the updated parameters.
+  std::vector<bf16> want(a->num_params());
+  to_bf16(want.data(), a->params(), a->num_params());
+  EXPECT_EQ(std::memcmp(want.data(), a->model().weight_copy(), want.size() * sizeof(bf16)), 0);
+}
+
+TEST_F(TrainerTest, RecomputeTrainsToTheSameBits) {
+  for (std::string dtype : {"fp32", "bf16"}) {
+    auto run = [&](const std::string& recompute) {
+      auto t = std::make_unique<Trainer>(
+          config(dir_ / (dtype + recompute),
+                 {"train.dtype=" + dtype, "train.recompute=" + recompute, "train.grad_accum=2"}),
+          quiet());
+      for (int i = 0; i < 3; i++) t->step();
+      return t;
+    };
+    auto none = run("none"), att = run("attention"), full = run("full");
+    EXPECT_TRUE(same_bits(*none, *att)) << dtype;
+    EXPECT_TRUE(same_bits(*none, *full)) << dtype;
+    EXPECT_LT(full->model().activation_breakdown().kept, none->model().activation_breakdown().kept);
+  }
+}
+
+// A learning rate of 1e30 makes the weights huge after one step; the next forward overflows. That
+// step and the ones after are skipped and counted, and leave the weights as they were.
+TEST_F(TrainerTest, NonFiniteLossSkipsTheStep) {
+  for (std::string dtype : {"fp32", "bf16"}) {
+    Trainer t(config(dir_ / dtype, {"train.dtype=" + dtype, "train.lr=1e30", "train.min_lr=1e30",
+                                    "train.warmup_steps=0", "train.grad_clip=0"}),
+              quiet());
+    StepResult first = t.step();
+    ASSERT_FALSE(first.skipped) << dtype;
+    std::vector<float> before(t.params(), t.params() + t.num_params());
+    StepResult second = t.step();
+    EXPECT_TRUE(second.skipped) << dtype << ": loss " << second.loss;
+    EXPECT_FALSE(std::isfinite(second.loss) && std::isfinite(second.grad_norm));
+    EXPECT_EQ(std::memcmp(before.data(), t.params(), before.size() * sizeof(float)), 0) << dtype;
+    EXPECT_EQ(t.steps_done(), 2);
+  }
+}
+
+TEST(TrainConfigTest, DtypeAndRecomputeValuesAreChecked) {
+  std::string base = "[model]\nn_layer=1\nn_head=1\nn_embd=8\nblock_size=8\nvocab_size=10\n";
+  std::string e = error_of([&] {
+    parse_train_config(base, "c.toml", {"train.seq_len=8", "train.dtype=fp16"});
+  });
+  EXPECT_NE(e.find("train.dtype"), std::string::npos) << e;
+  EXPECT_NE(e.find("bf16"), std::string::npos) << e;
+  e = error_of([&] {
+    parse_train_config(base, "c.toml", {"train.seq_len=8", "train.recompute=some"});
+  });
+  EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
+  e = error_of([&] {
+    parse_train_config(base, "c.toml", {"train.seq_len=8", "train.attention=fast"});
+  });
+  EXPECT_NE(e.find("train.attention"), std::string::npos) << e;
+  e = error_of([&] {
+    parse_train_config(base, "c.toml", {"train.seq_len=8", "train.dtype=bf16", "train.zero=3"});
+  });
+  EXPECT_NE(e.find("train.zero = 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("c.toml"), std::string::npos) << e;
+  TrainConfig c = parse_train_config(
+      base, "c.toml", {"train.seq_len=8", "train.dtype=bf16", "train.recompute=full"});
+  EXPECT_EQ(c.dtype, "bf16");
+  EXPECT_EQ(c.recompute, "full");
 }
 
 TEST(TrainConfigTest, UnknownKeyNamesTheKeyAndTheFileAndSuggests) {
