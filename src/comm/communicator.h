@@ -30,6 +30,14 @@ class Work {
 
 struct CommOptions {
   double timeout_seconds = 600;
+  // "mpi": MPI for everything. "shm": the shared-memory engine (all ranks on one node; see
+  // docs/collectives.md). "auto": shm when every rank shares one node, MPI otherwise.
+  std::string backend = "mpi";
+  // Shared-memory engine tuning (docs/collectives.md): bytes a rank stages per pipeline step,
+  // steps in flight, and the all-reduce size up to which every rank sums the whole buffer.
+  int64_t shm_chunk_bytes = 256 << 10;
+  int shm_slots = 4;
+  int64_t shm_one_shot_bytes = 32 << 10;
 };
 
 class Communicator {
