@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <tuple>
+#include <utility>
 
 #include "comm/mpi_internal.h"
 #include "core/clock.h"
@@ -46,22 +48,29 @@ struct Elems {
   }
 };
 
-// Times `op` (run on every rank): the median over repetitions of the slowest rank's mean time.
-double time_op(const CommBenchOptions& o, const std::function<void()>& op) {
-  op();  // warm-up: first touch of the pages, connection set-up
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = now_seconds();
-  op();
-  const double once = max_over_ranks(now_seconds() - t0);
-  const int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(o.rep_seconds / once), 1, 20000);
-  std::vector<double> reps;
-  for (int r = 0; r < o.reps; r++) {
+// Times the two implementations of one operation (each run on every rank), alternating them in
+// every repetition so that both see the same load: the median over repetitions of the slowest
+// rank's mean time per operation.
+std::pair<double, double> time_ops(const CommBenchOptions& o, const std::function<void()> op[2]) {
+  int64_t iters[2];
+  for (int k = 0; k < 2; k++) {
+    op[k]();  // warm-up: first touch of the pages, connection set-up
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = now_seconds();
-    for (int64_t k = 0; k < iters; k++) op();
-    reps.push_back(max_over_ranks((now_seconds() - t0) / iters));
+    const double t0 = now_seconds();
+    op[k]();
+    const double once = max_over_ranks(now_seconds() - t0);
+    iters[k] = std::clamp<int64_t>(static_cast<int64_t>(o.rep_seconds / once), 1, 20000);
   }
-  return median(reps);
+  std::vector<double> reps[2];
+  for (int r = 0; r < o.reps; r++) {
+    for (int k = 0; k < 2; k++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now_seconds();
+      for (int64_t i = 0; i < iters[k]; i++) op[k]();
+      reps[k].push_back(max_over_ranks((now_seconds() - t0) / iters[k]));
+    }
+  }
+  return {median(reps[0]), median(reps[1])};
 }
 
 }  // namespace
@@ -121,10 +130,10 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
     CommBenchRow row;
     row.bytes = count * es;
     row.count = count;
+    std::memset(a.data(), 0, a.size() * 8);
+    std::tie(row.engine.seconds, row.mpi.seconds) = time_ops(o, ops);
     for (int impl = 0; impl < 2; impl++) {
       CommBenchTiming& tm = impl == 0 ? row.engine : row.mpi;
-      std::memset(a.data(), 0, a.size() * 8);
-      tm.seconds = time_op(o, ops[impl]);
       // One checked run on known values.
       for (int64_t i = 0; i < count; i++) {
         const bool mine = sliced ? i / slice == me : true;

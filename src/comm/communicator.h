@@ -64,14 +64,16 @@ class Communicator {
   virtual std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) = 0;
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
-  void all_reduce(void* buf, int64_t n, DType t) { all_reduce_async(buf, n, t)->wait(); }
-  void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
+  // The synchronous forms (a backend may run them on the calling thread when nothing is queued).
+  virtual void all_reduce(void* buf, int64_t n, DType t) { all_reduce_async(buf, n, t)->wait(); }
+  virtual void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                              DType t) {
     reduce_scatter_async(in, out, counts, t)->wait();
   }
-  void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+  virtual void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
     all_gather_async(buf, counts, t)->wait();
   }
-  void broadcast(void* buf, int64_t n, DType t, int root) {
+  virtual void broadcast(void* buf, int64_t n, DType t, int root) {
     broadcast_async(buf, n, t, root)->wait();
   }
   void send(const void* buf, int64_t n, DType t, int peer, int tag) {
@@ -80,7 +82,7 @@ class Communicator {
   void recv(void* buf, int64_t n, DType t, int peer, int tag) {
     recv_async(buf, n, t, peer, tag)->wait();
   }
-  void barrier() { barrier_async()->wait(); }
+  virtual void barrier() { barrier_async()->wait(); }
   double all_reduce_scalar(double v) {
     all_reduce(&v, 1, DType::F64);
     return v;

@@ -139,11 +139,23 @@ inline char* at(void* p, int64_t elems, int64_t es) {
   return static_cast<char*>(p) + elems * es;
 }
 
+// What an operation is, for error messages (formatted only when one is needed).
+struct OpDesc {
+  const char* op;
+  int64_t n;
+  int root = -1;
+  std::string str() const {
+    return root >= 0 ? fmt::format("{} of {} elements from rank {}", op, n, root)
+           : n >= 0  ? fmt::format("{} of {} elements", op, n)
+                     : std::string(op);
+  }
+};
+
 class ShmCommunicator;
 
 struct ShmWork : public Work {
   ShmCommunicator* owner = nullptr;
-  std::string name;
+  OpDesc desc;
   std::function<void()> body;
   enum { kQueued, kRunning, kFinished } state = kQueued;
   std::string error;
@@ -225,31 +237,44 @@ class ShmCommunicator : public Communicator {
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);
-    return issue(fmt::format("all_reduce of {} elements", n), [=, this] {
-      if (n * static_cast<int64_t>(dtype_bytes(t)) <= std::min(opts_.shm_one_shot_bytes, chunk_))
-        one_shot_all_reduce(buf, n, t);
-      else
-        reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
-    });
+    return issue({"all_reduce", n}, [=, this] { do_all_reduce(buf, n, t); });
   }
   std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
                                              const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    return issue(fmt::format("reduce_scatter of {} elements", counts[rank_]),
+    return issue({"reduce_scatter", counts[rank_]},
                  [=, this] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
   }
   std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
                                          DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    int64_t total = 0;
-    for (auto c : counts) total += c;
-    return issue(fmt::format("all_gather of {} elements", total),
-                 [=, this] { all_gather_chunks(buf, counts, t); });
+    return issue({"all_gather", total(counts)}, [=, this] { all_gather_chunks(buf, counts, t); });
   }
   std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    return issue(fmt::format("broadcast of {} elements from rank {}", n, root),
-                 [=, this] { broadcast_chunks(buf, n, t, root); });
+    return issue({"broadcast", n, root}, [=, this] { broadcast_chunks(buf, n, t, root); });
+  }
+  // The synchronous forms run on the calling thread when nothing is queued before them.
+  void all_reduce(void* buf, int64_t n, DType t) override {
+    KILN_CHECK(n >= 0);
+    run_now({"all_reduce", n}, [&] { do_all_reduce(buf, n, t); });
+  }
+  void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                      DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    run_now({"reduce_scatter", counts[rank_]},
+            [&] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+  }
+  void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    run_now({"all_gather", total(counts)}, [&] { all_gather_chunks(buf, counts, t); });
+  }
+  void broadcast(void* buf, int64_t n, DType t, int root) override {
+    KILN_CHECK(root >= 0 && root < size_ && n >= 0);
+    run_now({"broadcast", n, root}, [&] { broadcast_chunks(buf, n, t, root); });
+  }
+  void barrier() override {
+    run_now({"barrier", -1}, [&] { do_barrier(); });
   }
   // Point-to-point messages go through MPI (on its own thread, so they never wait behind a
   // collective of this engine).
@@ -261,12 +286,7 @@ class ShmCommunicator : public Communicator {
     return mpi_->recv_async(buf, n, t, peer, tag);
   }
   std::shared_ptr<Work> barrier_async() override {
-    return issue("barrier", [this] {
-      const uint64_t g = ++step_;
-      set(kPosted, g);
-      wait_all(kPosted, g);
-      set(kDone, g);
-    });
+    return issue({"barrier", -1}, [this] { do_barrier(); });
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<ShmCommunicator>(mpi_->split(color, key), opts_);
@@ -291,10 +311,16 @@ class ShmCommunicator : public Communicator {
   }
 
  private:
-  std::shared_ptr<Work> issue(std::string name, std::function<void()> body) {
+  static int64_t total(const std::vector<int64_t>& counts) {
+    int64_t t = 0;
+    for (auto c : counts) t += c;
+    return t;
+  }
+
+  std::shared_ptr<Work> issue(OpDesc desc, std::function<void()> body) {
     auto w = std::make_shared<ShmWork>();
     w->owner = this;
-    w->name = std::move(name);
+    w->desc = desc;
     w->body = std::move(body);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -312,6 +338,10 @@ class ShmCommunicator : public Communicator {
         if (stop_) return;
         continue;
       }
+      // Leave a synchronous caller, about to wait, the time to run the operation itself.
+      cv_.wait_for(lock, std::chrono::microseconds(50),
+                   [&] { return stop_ || queue_.empty() || running_; });
+      if (queue_.empty() || running_) continue;
       auto w = queue_.front();
       queue_.pop_front();
       run_locked(w.get(), lock);
@@ -323,27 +353,51 @@ class ShmCommunicator : public Communicator {
     running_ = true;
     w->state = ShmWork::kRunning;
     lock.unlock();
-    std::string err;
-    if (broken_) {
-      err = fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_, w->name,
-                        broken_reason_);
-    } else {
-      current_ = w;
-      try {
-        w->body();
-      } catch (const Error& e) {
-        broken_ = true;
-        broken_reason_ = e.what();
-        err = e.what();
-      }
-      current_ = nullptr;
-    }
+    std::string err = execute(w->desc, w->body);
     w->body = nullptr;
     lock.lock();
     w->error = std::move(err);
     w->state = ShmWork::kFinished;
     running_ = false;
     cv_.notify_all();
+  }
+
+  // A synchronous operation: on this thread if nothing is queued or running, else in line.
+  template <class F>
+  void run_now(OpDesc desc, F&& body) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (running_ || !queue_.empty()) {
+      lock.unlock();
+      issue(desc, std::function<void()>(std::forward<F>(body)))->wait();
+      return;
+    }
+    running_ = true;
+    lock.unlock();
+    std::string err = execute(desc, body);
+    lock.lock();
+    running_ = false;
+    if (!queue_.empty()) cv_.notify_all();  // issued meanwhile by another thread
+    lock.unlock();
+    if (!err.empty()) throw Error(err);
+  }
+
+  // Runs one operation (the caller holds the running_ flag); returns its error, if any.
+  template <class F>
+  std::string execute(const OpDesc& desc, F& body) {
+    if (broken_)
+      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_, desc.str(),
+                         broken_reason_);
+    current_ = &desc;
+    std::string err;
+    try {
+      body();
+    } catch (const Error& e) {
+      broken_ = true;
+      broken_reason_ = e.what();
+      err = e.what();
+    }
+    current_ = nullptr;
+    return err;
   }
 
   // ---- synchronisation
@@ -388,7 +442,7 @@ class ShmCommunicator : public Communicator {
     fail(
         "rank {}: {} (step {}) timed out after {:.0f} s waiting for rank(s) {} (a peer may have "
         "died or be stuck)",
-        rank_, current_ ? current_->name : std::string("operation"), g, opts_.timeout_seconds,
+        rank_, current_ ? current_->str() : std::string("operation"), g, opts_.timeout_seconds,
         missing);
   }
 
@@ -413,6 +467,20 @@ class ShmCommunicator : public Communicator {
   }
 
   // ---- algorithms (docs/collectives.md)
+
+  void do_all_reduce(void* buf, int64_t n, DType t) {
+    if (n * static_cast<int64_t>(dtype_bytes(t)) <= std::min(opts_.shm_one_shot_bytes, chunk_))
+      one_shot_all_reduce(buf, n, t);
+    else
+      reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
+  }
+
+  void do_barrier() {
+    const uint64_t g = ++step_;
+    set(kPosted, g);
+    wait_all(kPosted, g);
+    set(kDone, g);
+  }
 
   // Small all-reduce: every rank stages its whole buffer, then every rank sums all of them.
   void one_shot_all_reduce(void* buf, int64_t n, DType t) {
@@ -537,7 +605,7 @@ class ShmCommunicator : public Communicator {
   bool running_ = false;
   bool stop_ = false;
   // Touched only by the running operation (one at a time, ordered by mu_).
-  ShmWork* current_ = nullptr;
+  const OpDesc* current_ = nullptr;
   bool broken_ = false;
   std::string broken_reason_;
 };
