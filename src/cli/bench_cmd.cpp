@@ -65,7 +65,9 @@ void bench_train(const BenchTrainOpts& o) {
   TrainConfig cfg = load_train_config(o.config, o.sets);
   TrainerOptions opts;
   opts.quiet = true;
-  auto comm = make_world_communicator();
+  CommOptions co;
+  co.backend = cfg.comm_backend;
+  auto comm = make_world_communicator(co);
   const int rank = comm->rank(), world = comm->size();
   Rng rng(mix_seed(static_cast<uint64_t>(cfg.seed), static_cast<uint64_t>(rank)));
   const int V = cfg.model.vocab_size;
@@ -75,6 +77,7 @@ void bench_train(const BenchTrainOpts& o) {
       tg[i] = static_cast<int32_t>(rng.below(V));
     }
   };
+  const std::string backend = comm->backend();
   Trainer trainer(cfg, opts, std::move(comm));
   Profile& prof = trainer.model().profile();
   std::vector<double> times, waits;
@@ -124,6 +127,7 @@ void bench_train(const BenchTrainOpts& o) {
                         {"peak_gflops", peak},
                         {"threads", num_threads()},
                         {"ranks", world},
+                        {"comm_backend", backend},
                         {"zero", cfg.zero},
                         {"comm_wait_ms", wait_s * 1e3},
                         {"steps_timed", times.size()},
@@ -145,9 +149,10 @@ void bench_train(const BenchTrainOpts& o) {
   }
   fmt::print(
       "kiln bench train: {} | GPT-2 {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
-      "threads\n",
+      "threads | {} rank(s), comm {}\n",
       o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd,
-      gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads());
+      gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(),
+      world, backend);
   fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <new>
@@ -213,6 +214,8 @@ class ShmCommunicator : public Communicator {
     thread_.join();
     // MPI_Win_free is collective: free only when every rank got here (a rank that died or hangs
     // would otherwise hang this one too); otherwise the window stays until the process ends.
+    // While an exception unwinds (this rank failed; the job is about to be aborted) do not wait.
+    if (std::uncaught_exceptions() > 0) return;
     counter(rank_, kClosing).store(1, std::memory_order_release);
     const double deadline = now_seconds() + std::min(opts_.timeout_seconds, 30.0);
     bool all = false;

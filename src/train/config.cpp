@@ -66,6 +66,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
       {"hardware.peak_gflops", &c.peak_gflops,
        "peak FLOP/s for MFU in GFLOP/s (0: measure at start)"},
+      {"comm.backend", &c.comm_backend,
+       "collectives: \"auto\" (shared memory among the ranks of a node), \"mpi\" or \"shm\""},
   };
 }
 
@@ -237,6 +239,8 @@ void TrainConfig::validate() const {
   if (zero < 0 || zero > 3)
     fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
   if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
+  if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm")
+    fail("{}: comm.backend must be \"auto\", \"mpi\" or \"shm\", got '{}'", source, comm_backend);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (model.vocab_size > 65536)
     fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);

@@ -56,6 +56,9 @@ struct TrainConfig {
   // [hardware]
   double peak_gflops = 0;  // 0: measure at start
 
+  // [comm]
+  std::string comm_backend = "auto";  // "auto" | "mpi" | "shm" (docs/collectives.md)
+
   // Resolved form, every key with its value.
   nlohmann::json to_json() const;
   // Checks ranges and combinations; messages name the key.

@@ -31,7 +31,11 @@ double learning_rate(const TrainConfig& c, int64_t s) {
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
-  if (!comm) comm = make_world_communicator();
+  if (!comm) {
+    CommOptions co;
+    co.backend = cfg_.comm_backend;
+    comm = make_world_communicator(co);
+  }
   const int world = comm->size();
   grid_ = std::make_unique<Grid>(std::move(comm), GridShape{world, 1, 1});
   comm_ = &grid_->dp_group();
