@@ -30,8 +30,10 @@ class Work {
 
 struct CommOptions {
   double timeout_seconds = 600;
-  // "mpi": MPI for everything. "shm": the shared-memory engine (all ranks on one node; see
-  // docs/collectives.md). "auto": shm when every rank shares one node, MPI otherwise.
+  // "mpi": MPI for everything. "shm": the shared-memory engine (all ranks on one node).
+  // "hier": all-reduce in shared memory inside each node and over MPI across nodes (the same
+  // number of ranks on every node). "auto": shm on one node, hier across nodes of equal rank
+  // counts (more than one each), MPI otherwise. See docs/collectives.md.
   std::string backend = "mpi";
   // Shared-memory engine tuning (docs/collectives.md): bytes a rank stages per pipeline step,
   // steps in flight, and the all-reduce size up to which every rank sums the whole buffer.

@@ -23,9 +23,12 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, const CommOpt
 void run_on_mpi_thread(Communicator& c, const std::string& what,
                        const std::function<int(MPI_Comm)>& f);
 
-// The backend o.backend names ("shm" or "auto") over the MPI communicator `mpi`: the
-// shared-memory engine when all its ranks share a node ("shm" fails otherwise, "auto" keeps MPI).
+// The backend o.backend names ("shm", "hier" or "auto") over the MPI communicator `mpi`
+// (hier_communicator.cpp says how "auto" chooses).
 std::unique_ptr<Communicator> make_node_communicator(std::unique_ptr<Communicator> mpi,
                                                      const CommOptions& o);
+// The shared-memory engine over `mpi`, whose ranks must all run on one node.
+std::unique_ptr<Communicator> make_shm_communicator(std::unique_ptr<Communicator> mpi,
+                                                    const CommOptions& o);
 
 }  // namespace kiln::detail

@@ -622,35 +622,11 @@ bool ShmWork::test() {
   return owner->finished(this);
 }
 
-// True when every rank of the MPI communicator runs on this rank's node.
-bool all_on_one_node(Communicator& mpi) {
-  int local = 0;
-  run_on_mpi_thread(mpi, "finding the ranks of this node", [&](MPI_Comm comm) {
-    MPI_Comm node;
-    int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (rc != MPI_SUCCESS) return rc;
-    MPI_Comm_size(node, &local);
-    int min_local = 0;
-    rc = MPI_Allreduce(&local, &min_local, 1, MPI_INT, MPI_MIN, comm);
-    local = min_local;
-    MPI_Comm_free(&node);
-    return rc;
-  });
-  return local == mpi.size();
-}
-
 }  // namespace
 
-std::unique_ptr<Communicator> make_node_communicator(std::unique_ptr<Communicator> mpi,
-                                                     const CommOptions& o) {
-  if (o.backend != "shm" && o.backend != "auto")
-    fail("comm.backend = \"{}\": expected \"auto\", \"mpi\" or \"shm\"", o.backend);
-  if (all_on_one_node(*mpi)) return std::make_unique<ShmCommunicator>(std::move(mpi), o);
-  if (o.backend == "shm")
-    fail(
-        "comm.backend = \"shm\" needs every rank on one node, but this job spans several; use "
-        "\"auto\" or \"mpi\"");
-  return mpi;
+std::unique_ptr<Communicator> make_shm_communicator(std::unique_ptr<Communicator> mpi,
+                                                    const CommOptions& o) {
+  return std::make_unique<ShmCommunicator>(std::move(mpi), o);
 }
 
 }  // namespace kiln::detail

@@ -67,7 +67,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"hardware.peak_gflops", &c.peak_gflops,
        "peak FLOP/s for MFU in GFLOP/s (0: measure at start)"},
       {"comm.backend", &c.comm_backend,
-       "collectives: \"auto\" (shared memory among the ranks of a node), \"mpi\" or \"shm\""},
+       "collectives: \"auto\" (shared memory inside a node, hierarchical across nodes), \"mpi\", "
+       "\"shm\" or \"hier\""},
   };
 }
 

@@ -57,7 +57,7 @@ struct TrainConfig {
   double peak_gflops = 0;  // 0: measure at start
 
   // [comm]
-  std::string comm_backend = "auto";  // "auto" | "mpi" | "shm" (docs/collectives.md)
+  std::string comm_backend = "auto";  // "auto" | "mpi" | "shm" | "hier" (docs/collectives.md)
 
   // Resolved form, every key with its value.
   nlohmann::json to_json() const;

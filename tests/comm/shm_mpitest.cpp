@@ -239,7 +239,8 @@ TEST(ShmEngine, AJobAcrossSeveralNodesIsRefusedOrLeftToMpi) {
   } catch (const Error& e) {
     message = e.what();
   }
-  EXPECT_NE(message.find("expected \"auto\", \"mpi\" or \"shm\""), std::string::npos) << message;
+  EXPECT_NE(message.find("expected \"auto\", \"mpi\", \"shm\" or \"hier\""), std::string::npos)
+      << message;
 }
 
 }  // namespace
