@@ -267,6 +267,7 @@ void bench_comm(const BenchCommOpts& o) {
   b.engine.backend = "shm";
   b.engine.shm_chunk_bytes = o.chunk;
   std::vector<CommBenchRow> rows = run_comm_bench(b);
+  const double copy_rate = concurrent_copy_rate();
   int rank = 0, world = 1;
   {
     auto c = make_world_communicator();
@@ -275,6 +276,7 @@ void bench_comm(const BenchCommOpts& o) {
   }
   if (rank != 0) return;
   const double factor = bus_factor(o.op, world);
+  const double bound = memory_bound_algbw(o.op, world, copy_rate) / 1e9;
   auto bw = [](int64_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0.0; };
   if (o.json) {
     nlohmann::json j = {{"op", o.op},
@@ -305,6 +307,10 @@ void bench_comm(const BenchCommOpts& o) {
       : o.op == "broadcast" ? "1"
                             : "(n-1)/n",
       o.reps);
+  fmt::print(
+      "# memory: every rank copying 64 MiB at once, {:.2f} GB/s per rank; bound on algbw for "
+      "large\n# buffers (memory traffic, docs/collectives.md): {:.2f} GB/s\n",
+      copy_rate / 1e9, bound);
   fmt::print("#{:>12} {:>11} {:>6}  {:>34}  {:>34}\n", "", "", "", "kiln shm engine",
              "plain MPI (blocking MPI call)");
   fmt::print("#{:>12} {:>11} {:>6}  {:>10} {:>7} {:>7} {:>7}  {:>10} {:>7} {:>7} {:>7}  {:>7}\n",

@@ -75,6 +75,32 @@ std::pair<double, double> time_ops(const CommBenchOptions& o, const std::functio
 
 }  // namespace
 
+double concurrent_copy_rate() {
+  const size_t bytes = 64 << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::vector<double> times;
+  for (int r = 0; r < 6; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now_seconds();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double t = max_over_ranks(now_seconds() - t0);
+    if (r > 0) times.push_back(t);
+  }
+  return bytes / median(times);
+}
+
+// Per rank and byte of the buffer, the bytes the algorithm reads and writes in memory that is
+// not cache-resident (a written line not read first is also read, for ownership), against a
+// copy's 2 (read + non-temporal write).
+double memory_bound_algbw(const std::string& op, int ranks, double copy_rate) {
+  const double P = ranks;
+  double traffic = 2;                                        // allreduce: read n, write n
+  if (op == "reduce_scatter") traffic = 1 + 2 / P;           // read n, write n/P (+ RFO)
+  if (op == "allgather") traffic = 1 / P + 2 * (P - 1) / P;  // read n/P, write the rest (+ RFO)
+  if (op == "broadcast") traffic = 2;                        // a non-root writes n (+ RFO)
+  return copy_rate * 2 / traffic;
+}
+
 double bus_factor(const std::string& op, int ranks) {
   const double n = ranks;
   if (op == "allreduce") return 2 * (n - 1) / n;

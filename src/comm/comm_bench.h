@@ -29,6 +29,13 @@ struct CommBenchRow {
   CommBenchTiming engine, mpi;
 };
 
+// The rate (bytes copied per second) at which every rank copies a 64 MiB buffer, all at once:
+// median of 5, the slowest rank each time.
+double concurrent_copy_rate();
+
+// The memory-traffic bound on algbw for the op, given that rate (docs/collectives.md).
+double memory_bound_algbw(const std::string& op, int ranks, double copy_rate);
+
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor, algbw = bytes / time.
 double bus_factor(const std::string& op, int ranks);
 
