@@ -67,6 +67,7 @@ void bench_train(const BenchTrainOpts& o) {
   opts.quiet = true;
   CommOptions co;
   co.backend = cfg.comm_backend;
+  co.compress = cfg.comm_compress;
   auto comm = make_world_communicator(co);
   const int rank = comm->rank(), world = comm->size();
   Rng rng(mix_seed(static_cast<uint64_t>(cfg.seed), static_cast<uint64_t>(rank)));

@@ -40,6 +40,9 @@ struct CommOptions {
   int64_t shm_chunk_bytes = 256 << 10;
   int shm_slots = 4;
   int64_t shm_one_shot_bytes = 32 << 10;
+  // "bf16": the inter-node stage of "hier" sends fp32 all-reduces as bf16, with the rounding
+  // error fed back locally into the next reduction of the same buffer. "none": as they are.
+  std::string compress = "none";
 };
 
 class Communicator {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -158,9 +159,30 @@ class HierCommunicator : public Communicator {
     }
     slice_.resize(static_cast<size_t>(counts[i] * es));
     local_->reduce_scatter(buf, slice_.data(), counts, t);
-    cross_->all_reduce(slice_.data(), counts[i], t);
+    if (opts_.compress == "bf16" && t == DType::F32 && cross_->size() > 1)
+      compressed_all_reduce(reinterpret_cast<float*>(slice_.data()), counts[i], buf, n);
+    else
+      cross_->all_reduce(slice_.data(), counts[i], t);
     std::memcpy(static_cast<char*>(buf) + offset * es, slice_.data(), slice_.size());
     local_->all_gather(buf, counts, t);
+  }
+
+  // Stage 2 in bf16 with error feedback: this rank sends bf16(x + e) and keeps
+  // e = (x + e) - bf16(x + e) for the next all-reduce of the same buffer (identified by its
+  // address and length, as gradient buckets are), so what rounding drops is sent later rather
+  // than lost. The peers' bf16 values are summed in fp32 and rounded to bf16 by MPI.
+  void compressed_all_reduce(float* x, int64_t m, const void* buf, int64_t n) {
+    std::vector<float>& e = residual_[{buf, n}];
+    if (static_cast<int64_t>(e.size()) != m) e.assign(static_cast<size_t>(m), 0.0f);
+    half_.resize(static_cast<size_t>(m));
+    for (int64_t j = 0; j < m; j++) {
+      const float c = x[j] + e[j];
+      half_[j] = float_to_bf16(c);
+      e[j] = c - bf16_to_float(half_[j]);
+    }
+    cross_->all_reduce(half_.data(), m, DType::BF16);
+    for (int64_t j = 0; j < m; j++) x[j] = bf16_to_float(half_[j]);
+    compressed_elements_ += m;
   }
 
   std::unique_ptr<Communicator> world_;  // MPI over every rank
@@ -168,6 +190,9 @@ class HierCommunicator : public Communicator {
   std::unique_ptr<Communicator> cross_;  // MPI, the ranks with this local index on every node
   CommOptions opts_;
   std::vector<char> slice_;  // stage 2's slice (runner thread only)
+  std::vector<uint16_t> half_;
+  std::map<std::pair<const void*, int64_t>, std::vector<float>> residual_;
+  int64_t compressed_elements_ = 0;
   std::unique_ptr<OrderedRunner> runner_ = std::make_unique<OrderedRunner>();
 };
 

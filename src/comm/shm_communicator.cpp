@@ -217,13 +217,13 @@ class ShmCommunicator : public Communicator {
     // While an exception unwinds (this rank failed; the job is about to be aborted) do not wait.
     if (std::uncaught_exceptions() > 0) return;
     counter(rank_, kClosing).store(1, std::memory_order_release);
-    const double deadline = now_seconds() + std::min(opts_.timeout_seconds, 30.0);
+    const double start = now_seconds(), limit = std::min(opts_.timeout_seconds, 30.0);
     bool all = false;
-    for (int spins = 0; !all && now_seconds() < deadline; spins++) {
+    while (!all && now_seconds() - start < limit) {
       all = true;
       for (int q = 0; q < size_; q++)
         all = all && counter(q, kClosing).load(std::memory_order_acquire) >= 1;
-      if (!all) backoff(spins);
+      if (!all) backoff(now_seconds() - start);
     }
     if (!all) return;
     try {
@@ -410,30 +410,35 @@ class ShmCommunicator : public Communicator {
   }
   void set(Phase p, uint64_t g) { counter(rank_, p).store(g, std::memory_order_release); }
 
-  void backoff(int spins) {
-    if (!oversubscribed_ && spins < 512) {
-      _mm_pause();
-    } else if (spins < 4096) {
+  // How a waiting rank spends the time, by how long it has waited: spin (a peer that runs
+  // arrives within a step's time, tens of microseconds), then yield the core, then sleep. With
+  // more ranks than cores the peer needs this core, so yield at once.
+  void backoff(double waited) {
+    if (!oversubscribed_ && waited < kSpinSeconds) {
+      for (int i = 0; i < 16; i++) _mm_pause();
+    } else if (waited < kYieldSeconds) {
       sched_yield();
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(spins < 8192 ? 20 : 200));
+      std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 20 : 200));
     }
   }
+  static constexpr double kSpinSeconds = 200e-6, kYieldSeconds = 2e-3;
 
   // Waits until every rank (or only `only`, if >= 0) has counter p at step g or later.
   void wait_all(Phase p, uint64_t g, int only = -1) {
     const int lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : size_;
-    double deadline = 0;
+    double start = 0, waited = 0;
     for (int spins = 0;; spins++) {
       bool all = true;
       for (int q = lo; q < hi && all; q++) all = counter(q, p).load(std::memory_order_acquire) >= g;
       if (all) return;
-      if (spins >= 512 && spins % 64 == 0) {
+      if (spins >= 32) {  // the clock only once a wait is not short
         const double now = now_seconds();
-        if (deadline == 0) deadline = now + opts_.timeout_seconds;
-        if (now > deadline) timed_out(p, g, lo, hi);
+        if (start == 0) start = now;
+        waited = now - start;
+        if (waited > opts_.timeout_seconds) timed_out(p, g, lo, hi);
       }
-      backoff(spins);
+      backoff(waited);
     }
   }
 

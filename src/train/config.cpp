@@ -69,6 +69,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"comm.backend", &c.comm_backend,
        "collectives: \"auto\" (shared memory inside a node, hierarchical across nodes), \"mpi\", "
        "\"shm\" or \"hier\""},
+      {"comm.compress", &c.comm_compress,
+       "\"bf16\": send the inter-node all-reduce in bf16 with error feedback (\"none\": fp32)"},
   };
 }
 
@@ -240,8 +242,12 @@ void TrainConfig::validate() const {
   if (zero < 0 || zero > 3)
     fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
   if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
-  if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm")
-    fail("{}: comm.backend must be \"auto\", \"mpi\" or \"shm\", got '{}'", source, comm_backend);
+  if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm" &&
+      comm_backend != "hier")
+    fail("{}: comm.backend must be \"auto\", \"mpi\", \"shm\" or \"hier\", got '{}'", source,
+         comm_backend);
+  if (comm_compress != "none" && comm_compress != "bf16")
+    fail("{}: comm.compress must be \"none\" or \"bf16\", got '{}'", source, comm_compress);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (model.vocab_size > 65536)
     fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);

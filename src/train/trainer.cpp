@@ -34,6 +34,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   if (!comm) {
     CommOptions co;
     co.backend = cfg_.comm_backend;
+    co.compress = cfg_.comm_compress;
     comm = make_world_communicator(co);
   }
   const int world = comm->size();
