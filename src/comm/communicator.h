@@ -40,6 +40,9 @@ struct CommOptions {
   int64_t shm_chunk_bytes = 256 << 10;
   int shm_slots = 4;
   int64_t shm_one_shot_bytes = 32 << 10;
+  // All-gathers and broadcasts from this size on copy straight from the peers' buffers
+  // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
+  int64_t shm_direct_bytes = 1 << 20;
   // "bf16": the inter-node stage of "hier" sends fp32 all-reduces as bf16, with the rounding
   // error fed back locally into the next reduction of the same buffer. "none": as they are.
   std::string compress = "none";

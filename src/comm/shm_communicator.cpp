@@ -18,9 +18,12 @@
 #include <immintrin.h>
 #include <mpi.h>
 #include <sched.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -47,7 +50,9 @@ struct alignas(kLine) Counter {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must work across processes");
 
-enum Phase { kPosted = 0, kReduced = 1, kDone = 2, kClosing = 3, kPhases = 4 };
+// Per rank: three progress counters, the closing flag, and what a direct copy needs to know of
+// this rank's buffer (its address and the process id).
+enum Phase { kPosted = 0, kReduced = 1, kDone = 2, kClosing = 3, kAddr = 4, kPid = 5, kPhases = 6 };
 
 // ---- reduction kernels: dst = src[0] + src[1] + ... in that order, accumulated in T's sum type.
 
@@ -195,7 +200,24 @@ class ShmCommunicator : public Communicator {
         for (int64_t i = 0; i < int64_t{size_} * kPhases; i++)
           new (&c[i].value) std::atomic<uint64_t>(0);
       }
-      return MPI_Barrier(comm);
+      rc = MPI_Barrier(comm);
+      if (rc != MPI_SUCCESS) return rc;
+      // Direct copies between processes (process_vm_readv) need the right to trace the peer;
+      // find out once, together, whether every rank can read its neighbour.
+      auto* c = static_cast<Counter*>(base_);
+      static const uint64_t probe = 0x6b696c6eu;
+      c[int64_t{rank_} * kPhases + kAddr].value.store(reinterpret_cast<uint64_t>(&probe));
+      c[int64_t{rank_} * kPhases + kPid].value.store(static_cast<uint64_t>(getpid()));
+      rc = MPI_Barrier(comm);
+      if (rc != MPI_SUCCESS) return rc;
+      const int next = (rank_ + 1) % size_;
+      uint64_t got = 0;
+      int ok = read_from(next, &got, c[int64_t{next} * kPhases + kAddr].value.load(), 8, c) &&
+               got == probe;
+      int all_ok = 0;
+      rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+      direct_ = all_ok == 1 && o.shm_direct_bytes > 0;
+      return rc;
     });
     control_ = static_cast<Counter*>(base_);
     staging_ = static_cast<char*>(base_) + control;
@@ -251,11 +273,11 @@ class ShmCommunicator : public Communicator {
   std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
                                          DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    return issue({"all_gather", total(counts)}, [=, this] { all_gather_chunks(buf, counts, t); });
+    return issue({"all_gather", total(counts)}, [=, this] { do_all_gather(buf, counts, t); });
   }
   std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    return issue({"broadcast", n, root}, [=, this] { broadcast_chunks(buf, n, t, root); });
+    return issue({"broadcast", n, root}, [=, this] { do_broadcast(buf, n, t, root); });
   }
   // The synchronous forms run on the calling thread when nothing is queued before them.
   void all_reduce(void* buf, int64_t n, DType t) override {
@@ -270,11 +292,11 @@ class ShmCommunicator : public Communicator {
   }
   void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    run_now({"all_gather", total(counts)}, [&] { all_gather_chunks(buf, counts, t); });
+    run_now({"all_gather", total(counts)}, [&] { do_all_gather(buf, counts, t); });
   }
   void broadcast(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    run_now({"broadcast", n, root}, [&] { broadcast_chunks(buf, n, t, root); });
+    run_now({"broadcast", n, root}, [&] { do_broadcast(buf, n, t, root); });
   }
   void barrier() override {
     run_now({"barrier", -1}, [&] { do_barrier(); });
@@ -588,6 +610,81 @@ class ShmCommunicator : public Communicator {
     }
   }
 
+  // Copies `bytes` from address `from` in rank r's process into `to`; false if the kernel
+  // refuses (no right to trace the peer).
+  bool read_from(int r, void* to, uint64_t from, int64_t bytes, Counter* control = nullptr) {
+    if (!control) control = control_;
+    const pid_t pid = static_cast<pid_t>(control[int64_t{r} * kPhases + kPid].value.load());
+    while (bytes > 0) {
+      iovec local{to, static_cast<size_t>(bytes)};
+      iovec remote{reinterpret_cast<void*>(from), static_cast<size_t>(bytes)};
+      const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (n <= 0) return false;
+      to = static_cast<char*>(to) + n;
+      from += static_cast<uint64_t>(n);
+      bytes -= n;
+    }
+    return true;
+  }
+
+  void direct_read(int r, void* to, uint64_t from, int64_t bytes) {
+    if (!read_from(r, to, from, bytes))
+      fail("rank {}: {}: cannot read rank {}'s buffer directly: {}", rank_,
+           current_ ? current_->str() : std::string("operation"), r, std::strerror(errno));
+  }
+
+  // Large all-gather, one step: every rank publishes its buffer's address, then reads the
+  // others' slices straight from their buffers into its own (one copy, process_vm_readv), then
+  // waits until nobody reads its buffer any more.
+  void direct_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step();
+    counter(rank_, kAddr).store(reinterpret_cast<uint64_t>(buf), std::memory_order_relaxed);
+    counter(rank_, kPid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+    set(kPosted, g);
+    wait_all(kPosted, g);
+    int64_t offset = 0;
+    for (int r = 0; r < size_; r++) {
+      if (r != rank_ && counts[r] > 0)
+        direct_read(r, at(buf, offset, es),
+                    counter(r, kAddr).load(std::memory_order_relaxed) + offset * es,
+                    counts[r] * es);
+      offset += counts[r];
+    }
+    set(kDone, g);
+    wait_all(kDone, g);
+  }
+
+  // Large broadcast, one step: every other rank reads the root's buffer directly.
+  void direct_broadcast(void* buf, int64_t n, DType t, int root) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step();
+    if (rank_ == root) {
+      counter(rank_, kAddr).store(reinterpret_cast<uint64_t>(buf), std::memory_order_relaxed);
+      counter(rank_, kPid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+      set(kPosted, g);
+    } else {
+      wait_all(kPosted, g, root);
+      direct_read(root, buf, counter(root, kAddr).load(std::memory_order_relaxed), n * es);
+    }
+    set(kDone, g);
+    if (rank_ == root) wait_all(kDone, g);
+  }
+
+  void do_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+      direct_all_gather(buf, counts, t);
+    else
+      all_gather_chunks(buf, counts, t);
+  }
+
+  void do_broadcast(void* buf, int64_t n, DType t, int root) {
+    if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+      direct_broadcast(buf, n, t, root);
+    else
+      broadcast_chunks(buf, n, t, root);
+  }
+
   bool node_ranks_exceed_cores() const {
     const unsigned cores = std::thread::hardware_concurrency();
     return cores > 0 && static_cast<unsigned>(size_) > cores;
@@ -604,7 +701,8 @@ class ShmCommunicator : public Communicator {
   char* staging_ = nullptr;
   char* result_ = nullptr;
   bool oversubscribed_ = false;
-  uint64_t step_ = 0;  // steps taken; identical on every rank between operations
+  bool direct_ = false;  // every rank may read its peers' memory (process_vm_readv)
+  uint64_t step_ = 0;    // steps taken; identical on every rank between operations
 
   std::thread thread_;
   std::mutex mu_;

@@ -14,12 +14,16 @@ namespace kiln {
 namespace {
 
 // One chunk of 4 KiB (the smallest) pipelines a 100k-element buffer in ~100 steps.
-CommOptions shm_options(int64_t chunk_bytes, int64_t one_shot_bytes = 32 << 10) {
+// (Direct copies, process_vm_readv, from 4 KiB on with the small chunk; never with the big one,
+// so both all-gather and broadcast paths are checked.)
+CommOptions shm_options(int64_t chunk_bytes, int64_t one_shot_bytes = 32 << 10,
+                        int64_t direct_bytes = 4096) {
   CommOptions o;
   o.timeout_seconds = 30;
   o.backend = "shm";
   o.shm_chunk_bytes = chunk_bytes;
   o.shm_one_shot_bytes = one_shot_bytes;
+  o.shm_direct_bytes = direct_bytes;
   o.shm_slots = 3;
   return o;
 }
@@ -30,7 +34,7 @@ Communicator& small_chunks() {
 }
 
 Communicator& big_chunks() {
-  static std::unique_ptr<Communicator> c = make_world_communicator(shm_options(256 << 10, 0));
+  static std::unique_ptr<Communicator> c = make_world_communicator(shm_options(256 << 10, 0, 0));
   return *c;
 }
 
