@@ -435,8 +435,11 @@ class ShmCommunicator : public Communicator {
   // How a waiting rank spends the time, by how long it has waited: spin (a peer that runs
   // arrives within a step's time, tens of microseconds), then yield the core, then sleep. With
   // more ranks than cores the peer needs this core, so yield at once.
+  // When waits keep outlasting the spin (the peer is not running: other processes hold the
+  // cores), spinning only delays it further, so later waits yield at once until waits turn
+  // short again.
   void backoff(double waited) {
-    if (!oversubscribed_ && waited < kSpinSeconds) {
+    if (!oversubscribed_ && long_waits_ < 8 && waited < kSpinSeconds) {
       for (int i = 0; i < 16; i++) _mm_pause();
     } else if (waited < kYieldSeconds) {
       sched_yield();
@@ -444,7 +447,7 @@ class ShmCommunicator : public Communicator {
       std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 20 : 200));
     }
   }
-  static constexpr double kSpinSeconds = 200e-6, kYieldSeconds = 2e-3;
+  static constexpr double kSpinSeconds = 100e-6, kYieldSeconds = 2e-3;
 
   // Waits until every rank (or only `only`, if >= 0) has counter p at step g or later.
   void wait_all(Phase p, uint64_t g, int only = -1) {
@@ -453,7 +456,13 @@ class ShmCommunicator : public Communicator {
     for (int spins = 0;; spins++) {
       bool all = true;
       for (int q = lo; q < hi && all; q++) all = counter(q, p).load(std::memory_order_acquire) >= g;
-      if (all) return;
+      if (all) {
+        if (waited >= kSpinSeconds)
+          long_waits_ = std::min(long_waits_ + 1, 16);
+        else if (long_waits_ > 0 && spins < 32)
+          long_waits_--;
+        return;
+      }
       if (spins >= 32) {  // the clock only once a wait is not short
         const double now = now_seconds();
         if (start == 0) start = now;
@@ -701,6 +710,7 @@ class ShmCommunicator : public Communicator {
   char* staging_ = nullptr;
   char* result_ = nullptr;
   bool oversubscribed_ = false;
+  int long_waits_ = 0;   // recent waits that outlasted the spin (see backoff)
   bool direct_ = false;  // every rank may read its peers' memory (process_vm_readv)
   uint64_t step_ = 0;    // steps taken; identical on every rank between operations
 
