@@ -15,6 +15,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin  # MPI: processes and machines of one job
   bible-kjv               # King James Bible, a public-domain corpus for larger runs
   libgtest-dev libgmock-dev  # tests
+  iproute2 util-linux     # ip netns, tc, unshare: the simulated cluster (scripts/netns-cluster.sh)
   clang-format
 )
 
