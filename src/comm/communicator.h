@@ -96,6 +96,9 @@ class Communicator {
     return v;
   }
 
+  // Memory this rank holds for transfers (the shared-memory engine: its share of the window).
+  virtual int64_t buffer_bytes() const { return 0; }
+
   // Ranks with the same color form a new communicator, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };

@@ -116,6 +116,8 @@ class HierCommunicator : public Communicator {
   int rank() const override { return world_->rank(); }
   int size() const override { return world_->size(); }
   std::string backend() const override { return "hier"; }
+  // The node's window (stage 2's slice, n/L elements of the largest bucket, is not counted).
+  int64_t buffer_bytes() const override { return local_->buffer_bytes(); }
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);

@@ -183,6 +183,7 @@ class ShmCommunicator : public Communicator {
     const int64_t staging = int64_t{size_} * slots_ * chunk_;
     const int64_t result = int64_t{slots_} * chunk_;
     const int64_t total = control + staging + result;
+    window_bytes_ = total;
     run_on_mpi_thread(*mpi_, "allocation of the shared-memory window", [&](MPI_Comm comm) {
       MPI_Info info;
       MPI_Info_create(&info);
@@ -259,6 +260,7 @@ class ShmCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "shm"; }
+  int64_t buffer_bytes() const override { return window_bytes_ / size_; }
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);
@@ -710,7 +712,8 @@ class ShmCommunicator : public Communicator {
   char* staging_ = nullptr;
   char* result_ = nullptr;
   bool oversubscribed_ = false;
-  int long_waits_ = 0;   // recent waits that outlasted the spin (see backoff)
+  int long_waits_ = 0;  // recent waits that outlasted the spin (see backoff)
+  int64_t window_bytes_ = 0;
   bool direct_ = false;  // every rank may read its peers' memory (process_vm_readv)
   uint64_t step_ = 0;    // steps taken; identical on every rank between operations
 

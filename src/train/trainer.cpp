@@ -172,6 +172,7 @@ MemoryReport Trainer::memory() const {
   if (zero == 3) r.working += peak_resident_params_;
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
+  r.comm_buffers += comm_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
   r.activations = model_->activation_bytes();
   return r;
 }
