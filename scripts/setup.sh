@@ -16,6 +16,7 @@ PACKAGES=(
   bible-kjv               # King James Bible, a public-domain corpus for larger runs
   libgtest-dev libgmock-dev  # tests
   chromium libpng-dev     # tests: kiln report's page rendered in headless Chromium, its screenshot read
+  iproute2 util-linux     # ip netns, tc, unshare: the simulated cluster (scripts/netns-cluster.sh)
   clang-format
   libcpp-httplib-dev      # HTTP server for the Prometheus /metrics endpoint
   prometheus              # promtool and a real server for the metrics tests

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "cli/commands.h"
+#include "comm/comm_bench.h"
 #include "comm/communicator.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -72,7 +73,10 @@ void bench_train(const BenchTrainOpts& o) {
   TrainConfig cfg = load_train_config(o.config, o.sets);
   TrainerOptions opts;
   opts.quiet = true;
-  auto comm = make_world_communicator();
+  CommOptions co;
+  co.backend = cfg.comm_backend;
+  co.compress = cfg.comm_compress;
+  auto comm = make_world_communicator(co);
   const int rank = comm->rank(), world = comm->size();
   Rng rng(mix_seed(static_cast<uint64_t>(cfg.seed), static_cast<uint64_t>(rank)));
   const int V = cfg.model.vocab_size;
@@ -82,6 +86,7 @@ void bench_train(const BenchTrainOpts& o) {
       tg[i] = static_cast<int32_t>(rng.below(V));
     }
   };
+  const std::string backend = comm->backend();
   Trainer trainer(cfg, opts, std::move(comm));
   Profile& prof = trainer.model().profile();
   std::vector<double> times, waits;
@@ -133,6 +138,7 @@ void bench_train(const BenchTrainOpts& o) {
                         {"peak_gflops", peak},
                         {"threads", num_threads()},
                         {"ranks", world},
+                        {"comm_backend", backend},
                         {"zero", cfg.zero},
                         {"comm_wait_ms", wait_s * 1e3},
                         {"steps_timed", times.size()},
@@ -162,10 +168,10 @@ void bench_train(const BenchTrainOpts& o) {
   }
   fmt::print(
       "kiln bench train: {} | GPT-2 {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
-      "threads | {} | recompute {}\n",
+      "threads | {} | recompute {} | {} rank(s), comm {}\n",
       o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd,
       gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(),
-      cfg.dtype, cfg.recompute);
+      cfg.dtype, cfg.recompute, world, backend);
   fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);
@@ -228,6 +234,122 @@ void bench_tokenizer(const std::string& input, const std::string& name, int repe
   fmt::print("{:<28} {:>10.2f}\n", "MB/s with the piece cache", cached);
 }
 
+struct BenchCommOpts {
+  std::string op = "allreduce", dtype = "float", min = "4", max = "256M";
+  int ranks = 2;
+  int reps = 5;
+  int64_t chunk = CommOptions{}.shm_chunk_bytes;
+  bool json = false;
+};
+
+// "4", "64K", "256M", "1G" (powers of 1024).
+int64_t parse_bytes(const std::string& s, const char* flag) {
+  size_t used = 0;
+  int64_t v = -1;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+  }
+  std::string unit = s.substr(used);
+  int64_t mult = unit.empty()  ? 1
+                 : unit == "K" ? 1 << 10
+                 : unit == "M" ? 1 << 20
+                 : unit == "G" ? 1 << 30
+                               : 0;
+  if (v < 1 || mult == 0) fail("{} {}: expected a byte count such as 4, 64K, 256M or 1G", flag, s);
+  return v * mult;
+}
+
+// The nccl-tests table for one collective: the shared-memory engine and plain MPI side by side.
+void bench_comm(const BenchCommOpts& o) {
+  if (!launched_by_mpi()) {
+    if (o.ranks < 2) fail("bench comm: -n must be at least 2");
+    const std::string exe = self_executable();
+    if (exe.empty()) fail("bench: cannot find the kiln executable");
+    std::vector<std::string> cmd = mpirun_prefix(o.ranks);
+    cmd.insert(cmd.end(),
+               {exe, "bench", "comm", "--op", o.op, "--dtype", o.dtype, "--min", o.min, "--max",
+                o.max, "--reps", std::to_string(o.reps), "--chunk", std::to_string(o.chunk)});
+    if (o.json) cmd.push_back("--json");
+    std::vector<char*> argv;
+    for (auto& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    fail("bench: cannot run mpirun: {}", std::strerror(errno));
+  }
+  CommBenchOptions b;
+  b.op = o.op;
+  if (o.dtype == "float")
+    b.dtype = DType::F32;
+  else if (o.dtype == "bf16")
+    b.dtype = DType::BF16;
+  else
+    fail("--dtype {}: expected float or bf16", o.dtype);
+  b.min_bytes = parse_bytes(o.min, "--min");
+  b.max_bytes = parse_bytes(o.max, "--max");
+  b.reps = std::max(1, o.reps);
+  b.engine.backend = "shm";
+  b.engine.shm_chunk_bytes = o.chunk;
+  std::vector<CommBenchRow> rows = run_comm_bench(b);
+  const double copy_rate = concurrent_copy_rate();
+  int rank = 0, world = 1;
+  {
+    auto c = make_world_communicator();
+    rank = c->rank();
+    world = c->size();
+  }
+  if (rank != 0) return;
+  const double factor = bus_factor(o.op, world);
+  const double bound = memory_bound_algbw(o.op, world, copy_rate) / 1e9;
+  auto bw = [](int64_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0.0; };
+  if (o.json) {
+    nlohmann::json j = {{"op", o.op},
+                        {"ranks", world},
+                        {"dtype", o.dtype},
+                        {"bus_factor", factor},
+                        {"chunk_bytes", o.chunk}};
+    for (auto& r : rows) {
+      auto side = [&](const CommBenchTiming& t) {
+        return nlohmann::json{{"time_us", t.seconds * 1e6},
+                              {"algbw_gbs", bw(r.bytes, t.seconds)},
+                              {"busbw_gbs", bw(r.bytes, t.seconds) * factor},
+                              {"wrong", t.wrong}};
+      };
+      j["rows"].push_back(
+          {{"bytes", r.bytes}, {"count", r.count}, {"kiln", side(r.engine)}, {"mpi", side(r.mpi)}});
+    }
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("# kiln bench comm: {}, {} ranks, {}, shared-memory chunk {} bytes\n", o.op, world,
+             o.dtype, o.chunk);
+  fmt::print(
+      "# nccl-tests' definitions: algbw = size / time; busbw = algbw * {} ({}); time is the "
+      "median\n# over {} repetitions of the slowest rank's mean; GB/s = 1e9 bytes/s\n",
+      factor,
+      o.op == "allreduce"   ? "2(n-1)/n"
+      : o.op == "broadcast" ? "1"
+                            : "(n-1)/n",
+      o.reps);
+  fmt::print(
+      "# memory: every rank copying 64 MiB at once, {:.2f} GB/s per rank; bound on algbw for "
+      "large\n# buffers (memory traffic, docs/collectives.md): {:.2f} GB/s\n",
+      copy_rate / 1e9, bound);
+  fmt::print("#{:>12} {:>11} {:>6}  {:>34}  {:>34}\n", "", "", "", "kiln shm engine",
+             "plain MPI (blocking MPI call)");
+  fmt::print("#{:>12} {:>11} {:>6}  {:>10} {:>7} {:>7} {:>7}  {:>10} {:>7} {:>7} {:>7}  {:>7}\n",
+             "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
+             "busbw", "#wrong", "speedup");
+  for (auto& r : rows)
+    fmt::print(
+        " {:>12} {:>11} {:>6}  {:>10.1f} {:>7.2f} {:>7.2f} {:>7}  {:>10.1f} {:>7.2f} {:>7.2f} "
+        "{:>7}  {:>7.2f}\n",
+        r.bytes, r.count, o.dtype, r.engine.seconds * 1e6, bw(r.bytes, r.engine.seconds),
+        bw(r.bytes, r.engine.seconds) * factor, r.engine.wrong, r.mpi.seconds * 1e6,
+        bw(r.bytes, r.mpi.seconds), bw(r.bytes, r.mpi.seconds) * factor, r.mpi.wrong,
+        r.mpi.seconds / r.engine.seconds);
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -246,6 +368,25 @@ void register_bench(CLI::App& app) {
                    "data-parallel ranks (runs itself under mpirun, cores shared out)")
       ->capture_default_str();
   train->callback([o]() { bench_train(*o); });
+
+  auto* comm = bench->add_subcommand(
+      "comm", "nccl-tests-style table of one collective: kiln's shared-memory engine vs MPI");
+  auto co = std::make_shared<BenchCommOpts>();
+  comm->add_option("--op", co->op, "allreduce, reduce_scatter, allgather or broadcast")
+      ->capture_default_str();
+  comm->add_option("-n,--ranks", co->ranks, "ranks (runs itself under mpirun)")
+      ->capture_default_str();
+  comm->add_option("--min", co->min, "smallest size in bytes (K, M, G suffixes)")
+      ->capture_default_str();
+  comm->add_option("--max", co->max, "largest size in bytes (doubling from --min)")
+      ->capture_default_str();
+  comm->add_option("--dtype", co->dtype, "float or bf16")->capture_default_str();
+  comm->add_option("--reps", co->reps, "timed repetitions per size (median)")
+      ->capture_default_str();
+  comm->add_option("--chunk", co->chunk, "the engine's chunk in bytes (multiple of 4096)")
+      ->capture_default_str();
+  comm->add_flag("--json", co->json, "print one JSON object");
+  comm->callback([co]() { bench_comm(*co); });
 
   auto* tokb = bench->add_subcommand("tokenizer", "Tokenizer speed in MB/s on one core");
   struct TokOpts {

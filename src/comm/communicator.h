@@ -30,6 +30,22 @@ class Work {
 
 struct CommOptions {
   double timeout_seconds = 600;
+  // "mpi": MPI for everything. "shm": the shared-memory engine (all ranks on one node).
+  // "hier": all-reduce in shared memory inside each node and over MPI across nodes (the same
+  // number of ranks on every node). "auto": shm on one node, hier across nodes of equal rank
+  // counts (more than one each), MPI otherwise. See docs/collectives.md.
+  std::string backend = "mpi";
+  // Shared-memory engine tuning (docs/collectives.md): bytes a rank stages per pipeline step,
+  // steps in flight, and the all-reduce size up to which every rank sums the whole buffer.
+  int64_t shm_chunk_bytes = 256 << 10;
+  int shm_slots = 4;
+  int64_t shm_one_shot_bytes = 32 << 10;
+  // All-gathers and broadcasts from this size on copy straight from the peers' buffers
+  // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
+  int64_t shm_direct_bytes = 1 << 20;
+  // "bf16": the inter-node stage of "hier" sends fp32 all-reduces as bf16, with the rounding
+  // error fed back locally into the next reduction of the same buffer. "none": as they are.
+  std::string compress = "none";
 };
 
 class Communicator {
@@ -56,14 +72,16 @@ class Communicator {
   virtual std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) = 0;
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
-  void all_reduce(void* buf, int64_t n, DType t) { all_reduce_async(buf, n, t)->wait(); }
-  void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
+  // The synchronous forms (a backend may run them on the calling thread when nothing is queued).
+  virtual void all_reduce(void* buf, int64_t n, DType t) { all_reduce_async(buf, n, t)->wait(); }
+  virtual void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                              DType t) {
     reduce_scatter_async(in, out, counts, t)->wait();
   }
-  void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+  virtual void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
     all_gather_async(buf, counts, t)->wait();
   }
-  void broadcast(void* buf, int64_t n, DType t, int root) {
+  virtual void broadcast(void* buf, int64_t n, DType t, int root) {
     broadcast_async(buf, n, t, root)->wait();
   }
   void send(const void* buf, int64_t n, DType t, int peer, int tag) {
@@ -72,11 +90,14 @@ class Communicator {
   void recv(void* buf, int64_t n, DType t, int peer, int tag) {
     recv_async(buf, n, t, peer, tag)->wait();
   }
-  void barrier() { barrier_async()->wait(); }
+  virtual void barrier() { barrier_async()->wait(); }
   double all_reduce_scalar(double v) {
     all_reduce(&v, 1, DType::F64);
     return v;
   }
+
+  // Memory this rank holds for transfers (the shared-memory engine: its share of the window).
+  virtual int64_t buffer_bytes() const { return 0; }
 
   // Ranks with the same color form a new communicator, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

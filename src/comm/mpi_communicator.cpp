@@ -13,12 +13,15 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/mpi_internal.h"
+#include "comm/recording_communicator.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "obs/flight_recorder.h"
 #include "obs/trace.h"
 
 namespace kiln {
+namespace detail {
 namespace {
 
 MPI_Datatype g_bf16 = MPI_DATATYPE_NULL;
@@ -29,6 +32,8 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
 }
+
+}  // namespace
 
 void ensure_mpi() {
   static std::once_flag once;
@@ -68,6 +73,8 @@ MPI_Datatype mpi_type(DType t) {
 MPI_Op sum_op(DType t) {
   return t == DType::BF16 ? g_bf16_sum : MPI_SUM;
 }
+
+namespace {
 
 int as_int(int64_t n) {
   KILN_CHECK(n >= 0 && n <= INT32_MAX);
@@ -182,6 +189,14 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<Work> barrier_async() override {
     return issue("barrier", [this](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
   }
+  // Runs an MPI call that completes by itself on the communication thread, in issue order.
+  void run_blocking(const std::string& what, const std::function<int(MPI_Comm)>& f) {
+    auto w = issue(what, [&, this](MPI_Request* r) {
+      *r = MPI_REQUEST_NULL;
+      return f(comm_);
+    });
+    w->wait();
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     // Collective: runs on the communication thread like everything else.
     MPI_Comm out = MPI_COMM_NULL;
@@ -281,6 +296,20 @@ class MpiCommunicator : public Communicator {
 
 }  // namespace
 
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, const CommOptions& o, bool owns,
+                                                    const std::string& name) {
+  return std::make_unique<MpiCommunicator>(comm, o, owns, name);
+}
+
+void run_on_mpi_thread(Communicator& c, const std::string& what,
+                       const std::function<int(MPI_Comm)>& f) {
+  auto* m = dynamic_cast<MpiCommunicator*>(&c);
+  KILN_CHECK(m != nullptr);
+  m->run_blocking(what, f);
+}
+
+}  // namespace detail
+
 void abort_job(int code) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -299,11 +328,15 @@ bool launched_by_mpi() {
 
 std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o) {
   if (!launched_by_mpi()) return make_self_communicator();
-  ensure_mpi();
+  detail::ensure_mpi();
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  return std::make_unique<MpiCommunicator>(dup, o, true, "world");
+  if (o.backend == "mpi") return detail::make_mpi_communicator(dup, o, true, "world");
+  // The engine's operations are recorded by a wrapper; the MPI communicator under it records its
+  // own (set-up, the inter-node stage) under another name, so sequence numbers never mix.
+  auto mpi = detail::make_mpi_communicator(dup, o, true, "mpi");
+  return with_flight_recorder(detail::make_node_communicator(std::move(mpi), o), "world");
 }
 
 }  // namespace kiln

@@ -96,6 +96,31 @@ class RecordingCommunicator : public Communicator {
   std::shared_ptr<Work> barrier_async() override {
     return record("barrier", [&] { return inner_->barrier_async(); });
   }
+  // The synchronous forms go to the backend's own (the engine runs them on the calling thread).
+  void all_reduce(void* buf, int64_t n, DType t) override {
+    record_sync(fmt::format("all_reduce of {} elements", n),
+                [&] { inner_->all_reduce(buf, n, t); });
+  }
+  void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                      DType t) override {
+    record_sync(fmt::format("reduce_scatter of {} elements", counts[inner_->rank()]),
+                [&] { inner_->reduce_scatter(in, out, counts, t); });
+  }
+  void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
+    int64_t total = 0;
+    for (auto c : counts) total += c;
+    record_sync(fmt::format("all_gather of {} elements", total),
+                [&] { inner_->all_gather(buf, counts, t); });
+  }
+  void broadcast(void* buf, int64_t n, DType t, int root) override {
+    record_sync(fmt::format("broadcast of {} elements from rank {}", n, root),
+                [&] { inner_->broadcast(buf, n, t, root); });
+  }
+  void barrier() override {
+    record_sync("barrier", [&] { inner_->barrier(); });
+  }
+  int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<RecordingCommunicator>(inner_->split(color, key),
                                                    fmt::format("{}/{}", name_, color));
@@ -116,6 +141,25 @@ class RecordingCommunicator : public Communicator {
       throw;
     }
     return std::make_shared<RecordedWork>(std::move(w), id, seq, std::move(op), name_);
+  }
+
+  template <typename F>
+  void record_sync(const std::string& op, F&& run) {
+    FlightRecorder& fr = FlightRecorder::instance();
+    const uint64_t seq = ++seq_;
+    const uint64_t id = fr.issued(name_, seq, op);
+    fr.started(id);
+    const double t0 = now_seconds();
+    try {
+      run();
+    } catch (...) {
+      fr.finished(id, true);
+      throw;
+    }
+    fr.finished(id, false);
+    if (Tracer::instance().enabled())
+      Tracer::instance().complete(op, "comm", t0, now_seconds(),
+                                  fmt::format(R"({{"comm":"{}","seq":{}}})", name_, seq));
   }
 
   std::unique_ptr<Communicator> inner_;

@@ -76,6 +76,11 @@ std::vector<Key> schema(TrainConfig& c) {
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
       {"hardware.peak_gflops", &c.peak_gflops,
        "peak FLOP/s for MFU in GFLOP/s (0: measure at start)"},
+      {"comm.backend", &c.comm_backend,
+       "collectives: \"auto\" (shared memory inside a node, hierarchical across nodes), \"mpi\", "
+       "\"shm\" or \"hier\""},
+      {"comm.compress", &c.comm_compress,
+       "\"bf16\": send the inter-node all-reduce in bf16 with error feedback (\"none\": fp32)"},
   };
 }
 
@@ -258,6 +263,12 @@ void TrainConfig::validate() const {
         "train.zero = 2 or train.dtype = \"fp32\"",
         source);
   if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
+  if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm" &&
+      comm_backend != "hier")
+    fail("{}: comm.backend must be \"auto\", \"mpi\", \"shm\" or \"hier\", got '{}'", source,
+         comm_backend);
+  if (comm_compress != "none" && comm_compress != "bf16")
+    fail("{}: comm.compress must be \"none\" or \"bf16\", got '{}'", source, comm_compress);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (watchdog_seconds < 0) fail("{}: train.watchdog_seconds must not be negative", source);
   if (model.vocab_size > 65536)

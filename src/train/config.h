@@ -59,6 +59,10 @@ struct TrainConfig {
   // [hardware]
   double peak_gflops = 0;  // 0: measure at start
 
+  // [comm]
+  std::string comm_backend = "auto";   // "auto" | "mpi" | "shm" | "hier" (docs/collectives.md)
+  std::string comm_compress = "none";  // "none" | "bf16": the inter-node stage of "hier"
+
   // Resolved form, every key with its value.
   nlohmann::json to_json() const;
   // Checks ranges and combinations; messages name the key.

@@ -37,7 +37,12 @@ double learning_rate(const TrainConfig& c, int64_t s) {
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
-  if (!comm) comm = make_world_communicator();
+  if (!comm) {
+    CommOptions co;
+    co.backend = cfg_.comm_backend;
+    co.compress = cfg_.comm_compress;
+    comm = make_world_communicator(co);
+  }
   const int world = comm->size();
   grid_ = std::make_unique<Grid>(std::move(comm), GridShape{world, 1, 1});
   comm_ = &grid_->dp_group();
@@ -268,6 +273,7 @@ MemoryReport Trainer::memory() const {
   if (zero == 3) r.working += peak_resident_params_;
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
+  r.comm_buffers += comm_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
   r.activations = model_->activation_bytes();
   return r;
 }

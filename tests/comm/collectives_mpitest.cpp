@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "comm/communicator.h"
@@ -12,9 +13,21 @@
 namespace kiln {
 namespace {
 
+// The backend under test: ctest runs this file once per backend (tests/CMakeLists.txt).
+std::string backend_under_test() {
+  const char* b = std::getenv("KILN_TEST_COMM_BACKEND");
+  return b ? b : "mpi";
+}
+
 Communicator& world() {
-  static std::unique_ptr<Communicator> c = make_world_communicator({30.0});
+  static std::unique_ptr<Communicator> c = make_world_communicator({30.0, backend_under_test()});
   return *c;
+}
+
+// KILN_TEST_COMM_EXPECT: the backend "auto" must choose (the multi-node test sets it).
+TEST(Collectives, TheWorldUsesTheBackendUnderTest) {
+  const char* expect = std::getenv("KILN_TEST_COMM_EXPECT");
+  EXPECT_EQ(world().backend(), expect ? std::string(expect) : backend_under_test());
 }
 
 // The value rank r contributes at index i: small integers and halves, exact in fp32 and bf16 sums.
@@ -105,7 +118,8 @@ TEST(Collectives, SplitMakesGroupsOfTheGrid) {
 }
 
 TEST(Collectives, AWaitThatTimesOutNamesTheOperationAndRank) {
-  auto c = make_world_communicator({0.5});  // every rank takes part in creating it
+  // MPI's point-to-point timeout (the shared-memory engine's: shm_mpitest.cpp).
+  auto c = make_world_communicator({0.5, "mpi"});  // every rank takes part in creating it
   static float late[4];
   if (c->rank() == 0) {
     // A receive nobody answers in time must fail, not hang.

@@ -1,0 +1,191 @@
+#include "comm/comm_bench.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <utility>
+
+#include "comm/mpi_internal.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+namespace kiln {
+namespace {
+
+// Rank r's value at i: small integers and halves, so sums are exact in fp32 and bf16.
+float value(int r, int64_t i) {
+  return static_cast<float>(((r + 1) * 7 + i * 3) % 11) * 0.5f - 2.0f;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double max_over_ranks(double x) {
+  double y = 0;
+  MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return y;
+}
+
+// A typed view of raw storage: element i as float, and setting it.
+struct Elems {
+  void* p;
+  DType t;
+  float get(int64_t i) const {
+    return t == DType::BF16 ? bf16_to_float(static_cast<const uint16_t*>(p)[i])
+                            : static_cast<const float*>(p)[i];
+  }
+  void set(int64_t i, float v) const {
+    if (t == DType::BF16)
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
+    else
+      static_cast<float*>(p)[i] = v;
+  }
+};
+
+// Times the two implementations of one operation (each run on every rank), alternating them in
+// every repetition so that both see the same load: the median over repetitions of the slowest
+// rank's mean time per operation.
+std::pair<double, double> time_ops(const CommBenchOptions& o, const std::function<void()> op[2]) {
+  int64_t iters[2];
+  for (int k = 0; k < 2; k++) {
+    op[k]();  // warm-up: first touch of the pages, connection set-up
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now_seconds();
+    op[k]();
+    const double once = max_over_ranks(now_seconds() - t0);
+    iters[k] = std::clamp<int64_t>(static_cast<int64_t>(o.rep_seconds / once), 1, 20000);
+  }
+  std::vector<double> reps[2];
+  for (int r = 0; r < o.reps; r++) {
+    for (int k = 0; k < 2; k++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now_seconds();
+      for (int64_t i = 0; i < iters[k]; i++) op[k]();
+      reps[k].push_back(max_over_ranks((now_seconds() - t0) / iters[k]));
+    }
+  }
+  return {median(reps[0]), median(reps[1])};
+}
+
+}  // namespace
+
+double concurrent_copy_rate() {
+  const size_t bytes = 64 << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::vector<double> times;
+  for (int r = 0; r < 6; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now_seconds();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double t = max_over_ranks(now_seconds() - t0);
+    if (r > 0) times.push_back(t);
+  }
+  return bytes / median(times);
+}
+
+// Per rank and byte of the buffer, the bytes the algorithm reads and writes in memory that is
+// not cache-resident (a written line not read first is also read, for ownership), against a
+// copy's 2 (read + non-temporal write).
+double memory_bound_algbw(const std::string& op, int ranks, double copy_rate) {
+  const double P = ranks;
+  double traffic = 2;                                        // allreduce: read n, write n
+  if (op == "reduce_scatter") traffic = 1 + 2 / P;           // read n, write n/P (+ RFO)
+  if (op == "allgather") traffic = 1 / P + 2 * (P - 1) / P;  // read n/P, write the rest (+ RFO)
+  if (op == "broadcast") traffic = 2;                        // a non-root writes n (+ RFO)
+  return copy_rate * 2 / traffic;
+}
+
+double bus_factor(const std::string& op, int ranks) {
+  const double n = ranks;
+  if (op == "allreduce") return 2 * (n - 1) / n;
+  if (op == "reduce_scatter" || op == "allgather") return (n - 1) / n;
+  return 1.0;  // broadcast
+}
+
+std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
+  if (o.op != "allreduce" && o.op != "reduce_scatter" && o.op != "allgather" && o.op != "broadcast")
+    fail("--op {}: expected allreduce, reduce_scatter, allgather or broadcast", o.op);
+  if (o.dtype == DType::F64) fail("bench comm: the dtype must be float or bf16");
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
+    fail("bench comm: need 1 <= --min <= --max (got {} and {})", o.min_bytes, o.max_bytes);
+  auto engine = make_world_communicator(o.engine);
+  const int R = engine->size(), me = engine->rank();
+  const int64_t es = static_cast<int64_t>(dtype_bytes(o.dtype));
+  const MPI_Datatype mt = detail::mpi_type(o.dtype);
+  const bool sliced = o.op == "reduce_scatter" || o.op == "allgather";
+  std::vector<CommBenchRow> rows;
+  int64_t last = 0;
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+    int64_t count = std::max<int64_t>(1, bytes / es);
+    if (sliced) count = std::max<int64_t>(R, count / R * R);
+    if (count == last) continue;
+    last = count;
+    const int64_t slice = count / R;
+    std::vector<uint64_t> a((count * es + 7) / 8), b(sliced ? (slice * es + 7) / 8 : 1);
+    Elems x{a.data(), o.dtype}, y{b.data(), o.dtype};
+    std::vector<int64_t> counts(R, slice);
+    std::function<void()> ops[2];
+    if (o.op == "allreduce") {
+      ops[0] = [&] { engine->all_reduce(a.data(), count, o.dtype); };
+      ops[1] = [&] {
+        MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), mt, detail::sum_op(o.dtype),
+                      MPI_COMM_WORLD);
+      };
+    } else if (o.op == "reduce_scatter") {
+      ops[0] = [&] { engine->reduce_scatter(a.data(), b.data(), counts, o.dtype); };
+      ops[1] = [&] {
+        MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(slice), mt,
+                                 detail::sum_op(o.dtype), MPI_COMM_WORLD);
+      };
+    } else if (o.op == "allgather") {
+      ops[0] = [&] { engine->all_gather(a.data(), counts, o.dtype); };
+      ops[1] = [&] {
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a.data(), static_cast<int>(slice), mt,
+                      MPI_COMM_WORLD);
+      };
+    } else {
+      ops[0] = [&] { engine->broadcast(a.data(), count, o.dtype, 0); };
+      ops[1] = [&] { MPI_Bcast(a.data(), static_cast<int>(count), mt, 0, MPI_COMM_WORLD); };
+    }
+    CommBenchRow row;
+    row.bytes = count * es;
+    row.count = count;
+    std::memset(a.data(), 0, a.size() * 8);
+    std::tie(row.engine.seconds, row.mpi.seconds) = time_ops(o, ops);
+    for (int impl = 0; impl < 2; impl++) {
+      CommBenchTiming& tm = impl == 0 ? row.engine : row.mpi;
+      // One checked run on known values.
+      for (int64_t i = 0; i < count; i++) {
+        const bool mine = sliced ? i / slice == me : true;
+        x.set(i, o.op == "broadcast"   ? (me == 0 ? value(0, i) : 0.0f)
+                 : o.op == "allgather" ? (mine ? value(me, i) : -1.0f)
+                                       : value(me, i));
+      }
+      ops[impl]();
+      int64_t wrong = 0;
+      auto expect = [&](int64_t i) {
+        if (o.op == "broadcast") return value(0, i);
+        if (o.op == "allgather") return value(static_cast<int>(i / slice), i);
+        float s = 0;
+        for (int r = 0; r < R; r++) s += value(r, i);
+        return s;
+      };
+      if (o.op == "reduce_scatter") {
+        for (int64_t i = 0; i < slice; i++) wrong += y.get(i) != expect(me * slice + i);
+      } else {
+        for (int64_t i = 0; i < count; i++) wrong += x.get(i) != expect(i);
+      }
+      MPI_Allreduce(&wrong, &tm.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace kiln

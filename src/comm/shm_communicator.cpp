@@ -1,0 +1,748 @@
+// The intra-node engine: the ranks of one node share one MPI-3 shared window and move data with
+// plain loads and stores, synchronised by counters in that window. See docs/collectives.md for
+// the algorithms, the bytes each moves and why the results are bitwise reproducible.
+//
+// Window layout (rank 0 allocates it all, the others map it; every piece on its own cache lines):
+//   control[r]:   three counters per rank: posted, reduced, done (the last step it reached)
+//   staging[r][s]: rank r's staging slot s (chunk_bytes each, `slots` of them)
+//   result[s]:    the reduced chunk of step s, each owner writing its part (all-reduce)
+//
+// Every operation is a sequence of steps numbered identically on every rank (step_). A step uses
+// slot step % slots; before writing into a slot a rank waits until every rank is done with the
+// step that used it last, so up to `slots` steps pipeline. Counters are stored with release and
+// read with acquire, which orders the data written before a store with the reads after the load.
+//
+// Operations run in issue order on one engine thread; a caller that waits for an operation that
+// has not started yet (and is next in line) runs it itself, which saves the hand-over for the
+// synchronous calls. Waiting for peers spins briefly, then yields, then sleeps.
+#include <immintrin.h>
+#include <mpi.h>
+#include <sched.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "comm/communicator.h"
+#include "comm/mpi_internal.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+namespace kiln::detail {
+namespace {
+
+constexpr int64_t kLine = 128;  // two cache lines: adjacent-line prefetch does not false-share
+
+struct alignas(kLine) Counter {
+  std::atomic<uint64_t> value;
+  char pad[kLine - sizeof(std::atomic<uint64_t>)];
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must work across processes");
+
+// Per rank: three progress counters, the closing flag, and what a direct copy needs to know of
+// this rank's buffer (its address and the process id).
+enum Phase { kPosted = 0, kReduced = 1, kDone = 2, kClosing = 3, kAddr = 4, kPid = 5, kPhases = 6 };
+
+// ---- reduction kernels: dst = src[0] + src[1] + ... in that order, accumulated in T's sum type.
+
+constexpr int64_t kBlock = 2048;  // elements summed in registers/L1 at a time
+
+void sum_f32(float* dst, float* dst2, const float* const* src, int P, int64_t n) {
+  alignas(64) float acc[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    const float* __restrict s0 = src[0] + i0;
+    if (P == 1) {
+      for (int64_t i = 0; i < m; i++) acc[i] = s0[i];
+    } else {
+      const float* __restrict s1 = src[1] + i0;
+      for (int64_t i = 0; i < m; i++) acc[i] = s0[i] + s1[i];
+    }
+    for (int q = 2; q < P; q++) {
+      const float* __restrict s = src[q] + i0;
+      for (int64_t i = 0; i < m; i++) acc[i] += s[i];
+    }
+    std::memcpy(dst + i0, acc, m * sizeof(float));
+    if (dst2) std::memcpy(dst2 + i0, acc, m * sizeof(float));
+  }
+}
+
+void sum_f64(double* dst, double* dst2, const double* const* src, int P, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double a = src[0][i];
+    for (int q = 1; q < P; q++) a += src[q][i];
+    dst[i] = a;
+    if (dst2) dst2[i] = a;
+  }
+}
+
+inline float widen(uint16_t h) {
+  uint32_t b = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Round to nearest even, NaN kept quiet: the same bits as float_to_bf16.
+inline uint16_t narrow(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const uint32_t nan = (b >> 16) | 0x40;
+  const uint32_t rounded = (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+  return static_cast<uint16_t>((b & 0x7fffffff) > 0x7f800000 ? nan : rounded);
+}
+
+// bf16 inputs summed in fp32, rounded once at the end.
+void sum_bf16(uint16_t* dst, uint16_t* dst2, const uint16_t* const* src, int P, int64_t n) {
+  alignas(64) float acc[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    const uint16_t* __restrict s0 = src[0] + i0;
+    for (int64_t i = 0; i < m; i++) acc[i] = widen(s0[i]);
+    for (int q = 1; q < P; q++) {
+      const uint16_t* __restrict s = src[q] + i0;
+      for (int64_t i = 0; i < m; i++) acc[i] += widen(s[i]);
+    }
+    uint16_t* __restrict d = dst + i0;
+    for (int64_t i = 0; i < m; i++) d[i] = narrow(acc[i]);
+    if (dst2) std::memcpy(dst2 + i0, d, m * sizeof(uint16_t));
+  }
+}
+
+// dst (and dst2 if not null) = the ordered sum of the P sources, n elements of type t.
+void reduce(DType t, void* dst, void* dst2, const void* const* src, int P, int64_t n) {
+  if (n <= 0) return;
+  switch (t) {
+    case DType::F32:
+      return sum_f32(static_cast<float*>(dst), static_cast<float*>(dst2),
+                     reinterpret_cast<const float* const*>(src), P, n);
+    case DType::BF16:
+      return sum_bf16(static_cast<uint16_t*>(dst), static_cast<uint16_t*>(dst2),
+                      reinterpret_cast<const uint16_t* const*>(src), P, n);
+    case DType::F64:
+      return sum_f64(static_cast<double*>(dst), static_cast<double*>(dst2),
+                     reinterpret_cast<const double* const*>(src), P, n);
+  }
+}
+
+// Elements [k*E, (k+1)*E) of a slice of `count` elements: how many exist.
+inline int64_t piece(int64_t count, int64_t k, int64_t E) {
+  return std::clamp<int64_t>(count - k * E, 0, E);
+}
+
+inline char* at(void* p, int64_t elems, int64_t es) {
+  return static_cast<char*>(p) + elems * es;
+}
+
+// What an operation is, for error messages (formatted only when one is needed).
+struct OpDesc {
+  const char* op;
+  int64_t n;
+  int root = -1;
+  std::string str() const {
+    return root >= 0 ? fmt::format("{} of {} elements from rank {}", op, n, root)
+           : n >= 0  ? fmt::format("{} of {} elements", op, n)
+                     : std::string(op);
+  }
+};
+
+class ShmCommunicator;
+
+struct ShmWork : public Work {
+  ShmCommunicator* owner = nullptr;
+  OpDesc desc;
+  std::function<void()> body;
+  enum { kQueued, kRunning, kFinished } state = kQueued;
+  std::string error;
+  void wait() override;
+  bool test() override;
+};
+
+class ShmCommunicator : public Communicator {
+ public:
+  ShmCommunicator(std::unique_ptr<Communicator> mpi, const CommOptions& o)
+      : mpi_(std::move(mpi)), opts_(o), rank_(mpi_->rank()), size_(mpi_->size()) {
+    if (o.shm_chunk_bytes < 4096 || o.shm_chunk_bytes % 4096)
+      fail("comm: the shared-memory chunk ({} bytes) must be a positive multiple of 4096",
+           o.shm_chunk_bytes);
+    if (o.shm_slots < 2) fail("comm: the shared-memory engine needs at least 2 slots");
+    chunk_ = o.shm_chunk_bytes;
+    slots_ = o.shm_slots;
+    const int64_t control = int64_t{size_} * kPhases * kLine;
+    const int64_t staging = int64_t{size_} * slots_ * chunk_;
+    const int64_t result = int64_t{slots_} * chunk_;
+    const int64_t total = control + staging + result;
+    window_bytes_ = total;
+    run_on_mpi_thread(*mpi_, "allocation of the shared-memory window", [&](MPI_Comm comm) {
+      MPI_Info info;
+      MPI_Info_create(&info);
+      MPI_Info_set(info, "alloc_shared_noncontig", "false");
+      void* mine = nullptr;
+      int rc = MPI_Win_allocate_shared(rank_ == 0 ? total : 0, 1, info, comm, &mine, &win_);
+      MPI_Info_free(&info);
+      if (rc != MPI_SUCCESS) return rc;
+      MPI_Aint bytes = 0;
+      int disp = 0;
+      rc = MPI_Win_shared_query(win_, 0, &bytes, &disp, &base_);
+      if (rc != MPI_SUCCESS) return rc;
+      if (rank_ == 0) {
+        auto* c = static_cast<Counter*>(base_);
+        for (int64_t i = 0; i < int64_t{size_} * kPhases; i++)
+          new (&c[i].value) std::atomic<uint64_t>(0);
+      }
+      rc = MPI_Barrier(comm);
+      if (rc != MPI_SUCCESS) return rc;
+      // Direct copies between processes (process_vm_readv) need the right to trace the peer;
+      // find out once, together, whether every rank can read its neighbour.
+      auto* c = static_cast<Counter*>(base_);
+      static const uint64_t probe = 0x6b696c6eu;
+      c[int64_t{rank_} * kPhases + kAddr].value.store(reinterpret_cast<uint64_t>(&probe));
+      c[int64_t{rank_} * kPhases + kPid].value.store(static_cast<uint64_t>(getpid()));
+      rc = MPI_Barrier(comm);
+      if (rc != MPI_SUCCESS) return rc;
+      const int next = (rank_ + 1) % size_;
+      uint64_t got = 0;
+      int ok = read_from(next, &got, c[int64_t{next} * kPhases + kAddr].value.load(), 8, c) &&
+               got == probe;
+      int all_ok = 0;
+      rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+      direct_ = all_ok == 1 && o.shm_direct_bytes > 0;
+      return rc;
+    });
+    control_ = static_cast<Counter*>(base_);
+    staging_ = static_cast<char*>(base_) + control;
+    result_ = staging_ + staging;
+    // More ranks than cores: a waiting rank holds the core its peer needs, so yield at once.
+    oversubscribed_ = node_ranks_exceed_cores();
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~ShmCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    // MPI_Win_free is collective: free only when every rank got here (a rank that died or hangs
+    // would otherwise hang this one too); otherwise the window stays until the process ends.
+    // While an exception unwinds (this rank failed; the job is about to be aborted) do not wait.
+    if (std::uncaught_exceptions() > 0) return;
+    counter(rank_, kClosing).store(1, std::memory_order_release);
+    const double start = now_seconds(), limit = std::min(opts_.timeout_seconds, 30.0);
+    bool all = false;
+    while (!all && now_seconds() - start < limit) {
+      all = true;
+      for (int q = 0; q < size_; q++)
+        all = all && counter(q, kClosing).load(std::memory_order_acquire) >= 1;
+      if (!all) backoff(now_seconds() - start);
+    }
+    if (!all) return;
+    try {
+      run_on_mpi_thread(*mpi_, "freeing the shared-memory window",
+                        [this](MPI_Comm) { return MPI_Win_free(&win_); });
+    } catch (const Error&) {
+      // Nothing more to do at shutdown.
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "shm"; }
+  int64_t buffer_bytes() const override { return window_bytes_ / size_; }
+
+  std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
+    KILN_CHECK(n >= 0);
+    return issue({"all_reduce", n}, [=, this] { do_all_reduce(buf, n, t); });
+  }
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
+                                             const std::vector<int64_t>& counts, DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    return issue({"reduce_scatter", counts[rank_]},
+                 [=, this] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+  }
+  std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
+                                         DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    return issue({"all_gather", total(counts)}, [=, this] { do_all_gather(buf, counts, t); });
+  }
+  std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
+    KILN_CHECK(root >= 0 && root < size_ && n >= 0);
+    return issue({"broadcast", n, root}, [=, this] { do_broadcast(buf, n, t, root); });
+  }
+  // The synchronous forms run on the calling thread when nothing is queued before them.
+  void all_reduce(void* buf, int64_t n, DType t) override {
+    KILN_CHECK(n >= 0);
+    run_now({"all_reduce", n}, [&] { do_all_reduce(buf, n, t); });
+  }
+  void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                      DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    run_now({"reduce_scatter", counts[rank_]},
+            [&] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+  }
+  void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
+    KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    run_now({"all_gather", total(counts)}, [&] { do_all_gather(buf, counts, t); });
+  }
+  void broadcast(void* buf, int64_t n, DType t, int root) override {
+    KILN_CHECK(root >= 0 && root < size_ && n >= 0);
+    run_now({"broadcast", n, root}, [&] { do_broadcast(buf, n, t, root); });
+  }
+  void barrier() override {
+    run_now({"barrier", -1}, [&] { do_barrier(); });
+  }
+  // Point-to-point messages go through MPI (on its own thread, so they never wait behind a
+  // collective of this engine).
+  std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
+                                   int tag) override {
+    return mpi_->send_async(buf, n, t, peer, tag);
+  }
+  std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) override {
+    return mpi_->recv_async(buf, n, t, peer, tag);
+  }
+  std::shared_ptr<Work> barrier_async() override {
+    return issue({"barrier", -1}, [this] { do_barrier(); });
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<ShmCommunicator>(mpi_->split(color, key), opts_);
+  }
+
+  // ---- used by ShmWork
+  void wait_for(ShmWork* w) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (w->state != ShmWork::kFinished) {
+      if (w->state == ShmWork::kQueued && !running_ && !queue_.empty() &&
+          queue_.front().get() == w) {
+        queue_.pop_front();
+        run_locked(w, lock);
+        continue;
+      }
+      cv_.wait(lock);
+    }
+  }
+  bool finished(ShmWork* w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return w->state == ShmWork::kFinished;
+  }
+
+ private:
+  static int64_t total(const std::vector<int64_t>& counts) {
+    int64_t t = 0;
+    for (auto c : counts) t += c;
+    return t;
+  }
+
+  std::shared_ptr<Work> issue(OpDesc desc, std::function<void()> body) {
+    auto w = std::make_shared<ShmWork>();
+    w->owner = this;
+    w->desc = desc;
+    w->body = std::move(body);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(w);
+    }
+    cv_.notify_all();
+    return w;
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !running_); });
+      if (queue_.empty() || running_) {
+        if (stop_) return;
+        continue;
+      }
+      // Leave a synchronous caller, about to wait, the time to run the operation itself.
+      cv_.wait_for(lock, std::chrono::microseconds(50),
+                   [&] { return stop_ || queue_.empty() || running_; });
+      if (queue_.empty() || running_) continue;
+      auto w = queue_.front();
+      queue_.pop_front();
+      run_locked(w.get(), lock);
+    }
+  }
+
+  // Runs w with the lock released; ops run one at a time, in issue order.
+  void run_locked(ShmWork* w, std::unique_lock<std::mutex>& lock) {
+    running_ = true;
+    w->state = ShmWork::kRunning;
+    lock.unlock();
+    std::string err = execute(w->desc, w->body);
+    w->body = nullptr;
+    lock.lock();
+    w->error = std::move(err);
+    w->state = ShmWork::kFinished;
+    running_ = false;
+    cv_.notify_all();
+  }
+
+  // A synchronous operation: on this thread if nothing is queued or running, else in line.
+  template <class F>
+  void run_now(OpDesc desc, F&& body) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (running_ || !queue_.empty()) {
+      lock.unlock();
+      issue(desc, std::function<void()>(std::forward<F>(body)))->wait();
+      return;
+    }
+    running_ = true;
+    lock.unlock();
+    std::string err = execute(desc, body);
+    lock.lock();
+    running_ = false;
+    if (!queue_.empty()) cv_.notify_all();  // issued meanwhile by another thread
+    lock.unlock();
+    if (!err.empty()) throw Error(err);
+  }
+
+  // Runs one operation (the caller holds the running_ flag); returns its error, if any.
+  template <class F>
+  std::string execute(const OpDesc& desc, F& body) {
+    if (broken_)
+      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_, desc.str(),
+                         broken_reason_);
+    current_ = &desc;
+    std::string err;
+    try {
+      body();
+    } catch (const Error& e) {
+      broken_ = true;
+      broken_reason_ = e.what();
+      err = e.what();
+    }
+    current_ = nullptr;
+    return err;
+  }
+
+  // ---- synchronisation
+
+  std::atomic<uint64_t>& counter(int r, Phase p) {
+    return control_[int64_t{r} * kPhases + p].value;
+  }
+  void set(Phase p, uint64_t g) { counter(rank_, p).store(g, std::memory_order_release); }
+
+  // How a waiting rank spends the time, by how long it has waited: spin (a peer that runs
+  // arrives within a step's time, tens of microseconds), then yield the core, then sleep. With
+  // more ranks than cores the peer needs this core, so yield at once.
+  // When waits keep outlasting the spin (the peer is not running: other processes hold the
+  // cores), spinning only delays it further, so later waits yield at once until waits turn
+  // short again.
+  void backoff(double waited) {
+    if (!oversubscribed_ && long_waits_ < 8 && waited < kSpinSeconds) {
+      for (int i = 0; i < 16; i++) _mm_pause();
+    } else if (waited < kYieldSeconds) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 20 : 200));
+    }
+  }
+  static constexpr double kSpinSeconds = 100e-6, kYieldSeconds = 2e-3;
+
+  // Waits until every rank (or only `only`, if >= 0) has counter p at step g or later.
+  void wait_all(Phase p, uint64_t g, int only = -1) {
+    const int lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : size_;
+    double start = 0, waited = 0;
+    for (int spins = 0;; spins++) {
+      bool all = true;
+      for (int q = lo; q < hi && all; q++) all = counter(q, p).load(std::memory_order_acquire) >= g;
+      if (all) {
+        if (waited >= kSpinSeconds)
+          long_waits_ = std::min(long_waits_ + 1, 16);
+        else if (long_waits_ > 0 && spins < 32)
+          long_waits_--;
+        return;
+      }
+      if (spins >= 32) {  // the clock only once a wait is not short
+        const double now = now_seconds();
+        if (start == 0) start = now;
+        waited = now - start;
+        if (waited > opts_.timeout_seconds) timed_out(p, g, lo, hi);
+      }
+      backoff(waited);
+    }
+  }
+
+  [[noreturn]] void timed_out(Phase p, uint64_t g, int lo, int hi) {
+    std::string missing;
+    for (int q = lo; q < hi; q++)
+      if (counter(q, p).load(std::memory_order_acquire) < g)
+        missing += fmt::format("{}{}", missing.empty() ? "" : ", ", q);
+    fail(
+        "rank {}: {} (step {}) timed out after {:.0f} s waiting for rank(s) {} (a peer may have "
+        "died or be stuck)",
+        rank_, current_ ? current_->str() : std::string("operation"), g, opts_.timeout_seconds,
+        missing);
+  }
+
+  // ---- the shared window
+
+  char* staging(int r, uint64_t g) {
+    return staging_ + (int64_t{r} * slots_ + static_cast<int64_t>(g % slots_)) * chunk_;
+  }
+  char* result(uint64_t g) { return result_ + static_cast<int64_t>(g % slots_) * chunk_; }
+
+  // Starts step g: its slot is free once every rank is done with step g - slots.
+  uint64_t begin_step() {
+    const uint64_t g = ++step_;
+    if (g > static_cast<uint64_t>(slots_)) wait_all(kDone, g - slots_);
+    return g;
+  }
+
+  std::vector<int64_t> even_counts(int64_t n) const {
+    std::vector<int64_t> c(size_);
+    for (int r = 0; r < size_; r++) c[r] = n / size_ + (r < n % size_ ? 1 : 0);
+    return c;
+  }
+
+  // ---- algorithms (docs/collectives.md)
+
+  void do_all_reduce(void* buf, int64_t n, DType t) {
+    if (n * static_cast<int64_t>(dtype_bytes(t)) <= std::min(opts_.shm_one_shot_bytes, chunk_))
+      one_shot_all_reduce(buf, n, t);
+    else
+      reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
+  }
+
+  void do_barrier() {
+    const uint64_t g = ++step_;
+    set(kPosted, g);
+    wait_all(kPosted, g);
+    set(kDone, g);
+  }
+
+  // Small all-reduce: every rank stages its whole buffer, then every rank sums all of them.
+  void one_shot_all_reduce(void* buf, int64_t n, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step();
+    std::memcpy(staging(rank_, g), buf, n * es);
+    set(kPosted, g);
+    wait_all(kPosted, g);
+    std::vector<const void*> src(size_);
+    for (int q = 0; q < size_; q++) src[q] = staging(q, g);
+    reduce(t, buf, nullptr, src.data(), size_, n);
+    set(kDone, g);
+  }
+
+  // Reduce-scatter in steps: in step k, owner r's piece is elements [k*E, (k+1)*E) of its
+  // slice. Every rank stages the pieces the others own; each owner sums its piece from every
+  // rank's staging (its own straight from `in`) in rank order into `out`. With gather (all-reduce,
+  // in == out, counts even), the owner also writes its sum to the step's result chunk and every
+  // rank copies the others' sums from there.
+  void reduce_scatter_chunks(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
+                             bool gather) {
+    const int64_t es = dtype_bytes(t);
+    const int64_t E = chunk_ / (int64_t{size_} * es) / 16 * 16;  // elements per owner per step
+    KILN_CHECK(E > 0);
+    std::vector<int64_t> offset(size_ + 1, 0);
+    for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
+    const int64_t longest = *std::max_element(counts.begin(), counts.end());
+    const int64_t steps = (longest + E - 1) / E;
+    std::vector<const void*> src(size_);
+    for (int64_t k = 0; k < steps; k++) {
+      const uint64_t g = begin_step();
+      char* mine = staging(rank_, g);
+      for (int r = 0; r < size_; r++)
+        if (r != rank_)
+          std::memcpy(mine + r * E * es, at(const_cast<void*>(in), offset[r] + k * E, es),
+                      piece(counts[r], k, E) * es);
+      set(kPosted, g);
+      wait_all(kPosted, g);
+      for (int q = 0; q < size_; q++)
+        src[q] = q == rank_ ? at(const_cast<void*>(in), offset[rank_] + k * E, es)
+                            : staging(q, g) + rank_ * E * es;
+      const int64_t m = piece(counts[rank_], k, E);
+      if (gather) {
+        reduce(t, at(out, offset[rank_] + k * E, es), result(g) + rank_ * E * es, src.data(), size_,
+               m);
+        set(kReduced, g);
+        wait_all(kReduced, g);
+        for (int r = 0; r < size_; r++)
+          if (r != rank_)
+            std::memcpy(at(out, offset[r] + k * E, es), result(g) + r * E * es,
+                        piece(counts[r], k, E) * es);
+      } else {
+        reduce(t, at(out, k * E, es), nullptr, src.data(), size_, m);
+      }
+      set(kDone, g);
+    }
+  }
+
+  // All-gather in place in steps: every rank stages a chunk of its slice; every rank copies the
+  // others' chunks into place.
+  void all_gather_chunks(void* buf, const std::vector<int64_t>& counts, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const int64_t E = chunk_ / es;
+    std::vector<int64_t> offset(size_ + 1, 0);
+    for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
+    const int64_t longest = *std::max_element(counts.begin(), counts.end());
+    const int64_t steps = (longest + E - 1) / E;
+    for (int64_t k = 0; k < steps; k++) {
+      const uint64_t g = begin_step();
+      std::memcpy(staging(rank_, g), at(buf, offset[rank_] + k * E, es),
+                  piece(counts[rank_], k, E) * es);
+      set(kPosted, g);
+      wait_all(kPosted, g);
+      for (int r = 0; r < size_; r++)
+        if (r != rank_)
+          std::memcpy(at(buf, offset[r] + k * E, es), staging(r, g), piece(counts[r], k, E) * es);
+      set(kDone, g);
+    }
+  }
+
+  // Broadcast in steps: the root stages a chunk, the others copy it.
+  void broadcast_chunks(void* buf, int64_t n, DType t, int root) {
+    const int64_t es = dtype_bytes(t);
+    const int64_t E = chunk_ / es;
+    const int64_t steps = (n + E - 1) / E;
+    for (int64_t k = 0; k < steps; k++) {
+      const uint64_t g = begin_step();
+      const int64_t m = piece(n, k, E);
+      if (rank_ == root) {
+        std::memcpy(staging(root, g), at(buf, k * E, es), m * es);
+        set(kPosted, g);
+      } else {
+        wait_all(kPosted, g, root);
+        std::memcpy(at(buf, k * E, es), staging(root, g), m * es);
+      }
+      set(kDone, g);
+    }
+  }
+
+  // Copies `bytes` from address `from` in rank r's process into `to`; false if the kernel
+  // refuses (no right to trace the peer).
+  bool read_from(int r, void* to, uint64_t from, int64_t bytes, Counter* control = nullptr) {
+    if (!control) control = control_;
+    const pid_t pid = static_cast<pid_t>(control[int64_t{r} * kPhases + kPid].value.load());
+    while (bytes > 0) {
+      iovec local{to, static_cast<size_t>(bytes)};
+      iovec remote{reinterpret_cast<void*>(from), static_cast<size_t>(bytes)};
+      const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (n <= 0) return false;
+      to = static_cast<char*>(to) + n;
+      from += static_cast<uint64_t>(n);
+      bytes -= n;
+    }
+    return true;
+  }
+
+  void direct_read(int r, void* to, uint64_t from, int64_t bytes) {
+    if (!read_from(r, to, from, bytes))
+      fail("rank {}: {}: cannot read rank {}'s buffer directly: {}", rank_,
+           current_ ? current_->str() : std::string("operation"), r, std::strerror(errno));
+  }
+
+  // Large all-gather, one step: every rank publishes its buffer's address, then reads the
+  // others' slices straight from their buffers into its own (one copy, process_vm_readv), then
+  // waits until nobody reads its buffer any more.
+  void direct_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step();
+    counter(rank_, kAddr).store(reinterpret_cast<uint64_t>(buf), std::memory_order_relaxed);
+    counter(rank_, kPid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+    set(kPosted, g);
+    wait_all(kPosted, g);
+    int64_t offset = 0;
+    for (int r = 0; r < size_; r++) {
+      if (r != rank_ && counts[r] > 0)
+        direct_read(r, at(buf, offset, es),
+                    counter(r, kAddr).load(std::memory_order_relaxed) + offset * es,
+                    counts[r] * es);
+      offset += counts[r];
+    }
+    set(kDone, g);
+    wait_all(kDone, g);
+  }
+
+  // Large broadcast, one step: every other rank reads the root's buffer directly.
+  void direct_broadcast(void* buf, int64_t n, DType t, int root) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step();
+    if (rank_ == root) {
+      counter(rank_, kAddr).store(reinterpret_cast<uint64_t>(buf), std::memory_order_relaxed);
+      counter(rank_, kPid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+      set(kPosted, g);
+    } else {
+      wait_all(kPosted, g, root);
+      direct_read(root, buf, counter(root, kAddr).load(std::memory_order_relaxed), n * es);
+    }
+    set(kDone, g);
+    if (rank_ == root) wait_all(kDone, g);
+  }
+
+  void do_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+      direct_all_gather(buf, counts, t);
+    else
+      all_gather_chunks(buf, counts, t);
+  }
+
+  void do_broadcast(void* buf, int64_t n, DType t, int root) {
+    if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+      direct_broadcast(buf, n, t, root);
+    else
+      broadcast_chunks(buf, n, t, root);
+  }
+
+  bool node_ranks_exceed_cores() const {
+    const unsigned cores = std::thread::hardware_concurrency();
+    return cores > 0 && static_cast<unsigned>(size_) > cores;
+  }
+
+  std::unique_ptr<Communicator> mpi_;  // set-up, point-to-point, split
+  CommOptions opts_;
+  int rank_, size_;
+  int64_t chunk_ = 0;
+  int slots_ = 0;
+  MPI_Win win_ = MPI_WIN_NULL;
+  void* base_ = nullptr;
+  Counter* control_ = nullptr;
+  char* staging_ = nullptr;
+  char* result_ = nullptr;
+  bool oversubscribed_ = false;
+  int long_waits_ = 0;  // recent waits that outlasted the spin (see backoff)
+  int64_t window_bytes_ = 0;
+  bool direct_ = false;  // every rank may read its peers' memory (process_vm_readv)
+  uint64_t step_ = 0;    // steps taken; identical on every rank between operations
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<ShmWork>> queue_;
+  bool running_ = false;
+  bool stop_ = false;
+  // Touched only by the running operation (one at a time, ordered by mu_).
+  const OpDesc* current_ = nullptr;
+  bool broken_ = false;
+  std::string broken_reason_;
+};
+
+void ShmWork::wait() {
+  owner->wait_for(this);
+  if (!error.empty()) throw Error(error);
+}
+
+bool ShmWork::test() {
+  return owner->finished(this);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_shm_communicator(std::unique_ptr<Communicator> mpi,
+                                                    const CommOptions& o) {
+  return std::make_unique<ShmCommunicator>(std::move(mpi), o);
+}
+
+}  // namespace kiln::detail
