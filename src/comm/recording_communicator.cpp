@@ -12,16 +12,33 @@ namespace kiln {
 
 namespace {
 
+// An operation, described without formatting (no allocation or text on the hot path).
+struct OpDesc {
+  const char* kind;
+  int64_t count = 0;
+  const char* peer_word = nullptr;
+  int peer = -1;
+  std::string text() const {
+    CommEvent e;
+    e.kind = kind;
+    e.count = count;
+    e.peer_word = peer_word;
+    e.peer = peer;
+    return e.describe();
+  }
+};
+
 class RecordedWork : public Work {
  public:
-  RecordedWork(std::shared_ptr<Work> inner, uint64_t record, uint64_t seq, std::string name,
-               std::string comm)
-      : inner_(std::move(inner)),
-        record_(record),
-        seq_(seq),
-        name_(std::move(name)),
-        comm_(std::move(comm)),
-        issued_(now_seconds()) {}
+  RecordedWork(std::shared_ptr<Work> inner, uint64_t record, uint64_t seq, const OpDesc& op,
+               const std::string& comm)
+      : inner_(std::move(inner)), record_(record), seq_(seq) {
+    if (Tracer::instance().enabled()) {  // the span's text is only needed for the trace
+      name_ = op.text();
+      comm_ = comm;
+      issued_ = now_seconds();
+    }
+  }
   ~RecordedWork() override {
     // Dropped without a wait (it finished or the job is ending): leave no pending record.
     finish(false);
@@ -45,14 +62,14 @@ class RecordedWork : public Work {
   void finish(bool failed) {
     if (done_.exchange(true)) return;
     FlightRecorder::instance().finished(record_, failed);
-    if (Tracer::instance().enabled())
+    if (issued_ >= 0)
       Tracer::instance().complete(name_, "comm", issued_, now_seconds(),
                                   fmt::format(R"({{"comm":"{}","seq":{}}})", comm_, seq_));
   }
   std::shared_ptr<Work> inner_;
   uint64_t record_, seq_;
   std::string name_, comm_;
-  double issued_;
+  double issued_ = -1;  // -1: not traced
   std::atomic<bool> done_{false};
 };
 
@@ -65,59 +82,56 @@ class RecordingCommunicator : public Communicator {
   std::string backend() const override { return inner_->backend(); }
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
-    return record(fmt::format("all_reduce of {} elements", n),
-                  [&] { return inner_->all_reduce_async(buf, n, t); });
+    return record(OpDesc{"all_reduce", n}, [&] { return inner_->all_reduce_async(buf, n, t); });
   }
   std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
                                              const std::vector<int64_t>& counts, DType t) override {
-    return record(fmt::format("reduce_scatter of {} elements", counts[inner_->rank()]),
+    return record(OpDesc{"reduce_scatter", counts[inner_->rank()]},
                   [&] { return inner_->reduce_scatter_async(in, out, counts, t); });
   }
   std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
                                          DType t) override {
     int64_t total = 0;
     for (auto c : counts) total += c;
-    return record(fmt::format("all_gather of {} elements", total),
+    return record(OpDesc{"all_gather", total},
                   [&] { return inner_->all_gather_async(buf, counts, t); });
   }
   std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
-    return record(fmt::format("broadcast of {} elements from rank {}", n, root),
+    return record(OpDesc{"broadcast", n, "from rank", root},
                   [&] { return inner_->broadcast_async(buf, n, t, root); });
   }
   std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
                                    int tag) override {
-    return record(fmt::format("send of {} elements to rank {}", n, peer),
+    return record(OpDesc{"send", n, "to rank", peer},
                   [&] { return inner_->send_async(buf, n, t, peer, tag); });
   }
   std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) override {
-    return record(fmt::format("receive of {} elements from rank {}", n, peer),
+    return record(OpDesc{"receive", n, "from rank", peer},
                   [&] { return inner_->recv_async(buf, n, t, peer, tag); });
   }
   std::shared_ptr<Work> barrier_async() override {
-    return record("barrier", [&] { return inner_->barrier_async(); });
+    return record(OpDesc{"barrier", -1}, [&] { return inner_->barrier_async(); });
   }
   // The synchronous forms go to the backend's own (the engine runs them on the calling thread).
   void all_reduce(void* buf, int64_t n, DType t) override {
-    record_sync(fmt::format("all_reduce of {} elements", n),
-                [&] { inner_->all_reduce(buf, n, t); });
+    record_sync(OpDesc{"all_reduce", n}, [&] { inner_->all_reduce(buf, n, t); });
   }
   void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
                       DType t) override {
-    record_sync(fmt::format("reduce_scatter of {} elements", counts[inner_->rank()]),
+    record_sync(OpDesc{"reduce_scatter", counts[inner_->rank()]},
                 [&] { inner_->reduce_scatter(in, out, counts, t); });
   }
   void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
     int64_t total = 0;
     for (auto c : counts) total += c;
-    record_sync(fmt::format("all_gather of {} elements", total),
-                [&] { inner_->all_gather(buf, counts, t); });
+    record_sync(OpDesc{"all_gather", total}, [&] { inner_->all_gather(buf, counts, t); });
   }
   void broadcast(void* buf, int64_t n, DType t, int root) override {
-    record_sync(fmt::format("broadcast of {} elements from rank {}", n, root),
+    record_sync(OpDesc{"broadcast", n, "from rank", root},
                 [&] { inner_->broadcast(buf, n, t, root); });
   }
   void barrier() override {
-    record_sync("barrier", [&] { inner_->barrier(); });
+    record_sync(OpDesc{"barrier", -1}, [&] { inner_->barrier(); });
   }
   int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
 
@@ -128,11 +142,12 @@ class RecordingCommunicator : public Communicator {
 
  private:
   template <typename F>
-  std::shared_ptr<Work> record(std::string op, F&& start) {
+  std::shared_ptr<Work> record(const OpDesc& op, F&& start) {
     FlightRecorder& fr = FlightRecorder::instance();
     const uint64_t seq = ++seq_;
-    const uint64_t id = fr.issued(name_, seq, op);
-    fr.started(id);  // the backend may run it at once; its progress is not visible from here
+    // Started at once: the backend may run it now; its progress is not visible from here.
+    const uint64_t id =
+        fr.issued(name_, seq, op.kind, op.count, op.peer_word, op.peer, /*running=*/true);
     std::shared_ptr<Work> w;
     try {
       w = start();
@@ -140,16 +155,16 @@ class RecordingCommunicator : public Communicator {
       fr.finished(id, true);
       throw;
     }
-    return std::make_shared<RecordedWork>(std::move(w), id, seq, std::move(op), name_);
+    return std::make_shared<RecordedWork>(std::move(w), id, seq, op, name_);
   }
 
   template <typename F>
-  void record_sync(const std::string& op, F&& run) {
+  void record_sync(const OpDesc& op, F&& run) {
     FlightRecorder& fr = FlightRecorder::instance();
     const uint64_t seq = ++seq_;
-    const uint64_t id = fr.issued(name_, seq, op);
-    fr.started(id);
-    const double t0 = now_seconds();
+    const uint64_t id =
+        fr.issued(name_, seq, op.kind, op.count, op.peer_word, op.peer, /*running=*/true);
+    const double t0 = Tracer::instance().enabled() ? now_seconds() : 0;
     try {
       run();
     } catch (...) {
@@ -157,8 +172,8 @@ class RecordingCommunicator : public Communicator {
       throw;
     }
     fr.finished(id, false);
-    if (Tracer::instance().enabled())
-      Tracer::instance().complete(op, "comm", t0, now_seconds(),
+    if (t0 > 0)
+      Tracer::instance().complete(op.text(), "comm", t0, now_seconds(),
                                   fmt::format(R"({{"comm":"{}","seq":{}}})", name_, seq));
   }
 

@@ -1,6 +1,9 @@
 #include "obs/flight_recorder.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
 
 #include "core/clock.h"
 
@@ -11,7 +14,8 @@ nlohmann::json CommEvent::to_json(double now) const {
                       : finished >= 0 ? "done"
                       : started >= 0  ? "running"
                                       : "queued";
-  nlohmann::json j = {{"id", id}, {"comm", comm}, {"seq", seq}, {"op", op}, {"state", state}};
+  nlohmann::json j = {
+      {"id", id}, {"comm", comm}, {"seq", seq}, {"op", describe()}, {"state", state}};
   // Ages in seconds before `now`, so ranks' records compare without a common clock.
   j["issued_ago_s"] = now - issued;
   if (started >= 0) j["started_ago_s"] = now - started;
@@ -24,17 +28,51 @@ FlightRecorder& FlightRecorder::instance() {
   return r;
 }
 
-uint64_t FlightRecorder::issued(const std::string& comm, uint64_t seq, const std::string& op) {
+namespace {
+template <size_t N>
+void copy_text(char (&dst)[N], std::string_view src) {
+  const size_t n = std::min(src.size(), N - 1);
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+}  // namespace
+
+std::string CommEvent::describe() const {
+  if (!kind) return op;
+  if (count < 0) return kind;  // no count: "barrier"
+  std::string s = fmt::format("{} of {} elements", kind, count);
+  if (peer_word) s += fmt::format(" {} {}", peer_word, peer);
+  return s;
+}
+
+uint64_t FlightRecorder::issued(std::string_view comm, uint64_t seq, std::string_view op,
+                                bool running) {
+  uint64_t id = issued(comm, seq, nullptr, 0, nullptr, -1, running);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (CommEvent* e = find(id)) copy_text(e->op, op);
+  return id;
+}
+
+uint64_t FlightRecorder::issued(std::string_view comm, uint64_t seq, const char* kind,
+                                int64_t count, const char* peer_word, int peer, bool running) {
+  const double now = coarse_now_seconds();
   std::lock_guard<std::mutex> lock(mu_);
   if (ring_.size() < capacity_) ring_.resize(capacity_);
   uint64_t id = next_id_++;
   CommEvent& e = ring_[id % capacity_];
-  e = CommEvent{};
   e.id = id;
-  e.comm = comm;
+  copy_text(e.comm, comm);
   e.seq = seq;
-  e.op = op;
-  e.issued = now_seconds();
+  e.op[0] = '\0';
+  e.kind = kind;
+  e.count = count;
+  e.peer_word = peer_word;
+  e.peer = peer;
+  e.issued = now;
+  e.started = running ? now : -1;
+  e.finished = -1;
+  e.failed = false;
+  if (running) last_activity_ = now;
   return id;
 }
 
@@ -46,13 +84,13 @@ CommEvent* FlightRecorder::find(uint64_t id) {
 
 void FlightRecorder::started(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  last_activity_ = now_seconds();
+  last_activity_ = coarse_now_seconds();
   if (CommEvent* e = find(id)) e->started = last_activity_;
 }
 
 void FlightRecorder::finished(uint64_t id, bool failed) {
   std::lock_guard<std::mutex> lock(mu_);
-  last_activity_ = now_seconds();
+  last_activity_ = coarse_now_seconds();
   if (CommEvent* e = find(id)) {
     e->finished = last_activity_;
     e->failed = failed;
@@ -77,12 +115,12 @@ std::optional<CommEvent> FlightRecorder::oldest_pending() const {
 std::optional<CommEvent> FlightRecorder::last_finished(const std::string& comm) const {
   auto ev = events();
   for (auto it = ev.rbegin(); it != ev.rend(); ++it)
-    if (it->comm == comm && it->finished >= 0) return *it;
+    if (comm == it->comm && it->finished >= 0) return *it;
   return std::nullopt;
 }
 
 nlohmann::json FlightRecorder::to_json() const {
-  double now = now_seconds();
+  double now = coarse_now_seconds();
   nlohmann::json a = nlohmann::json::array();
   for (const auto& e : events()) a.push_back(e.to_json(now));
   return a;

@@ -61,7 +61,8 @@ nlohmann::json Watchdog::heartbeat() const {
   nlohmann::json done = nlohmann::json::object();
   auto events = fr.events();
   for (const auto& e : events)
-    if (e.finished >= 0) done[e.comm] = std::max<uint64_t>(done.value(e.comm, uint64_t{0}), e.seq);
+    if (e.finished >= 0)
+      done[e.comm] = std::max<uint64_t>(done.value(std::string(e.comm), uint64_t{0}), e.seq);
   hb["done_seq"] = done;
   nlohmann::json recent = nlohmann::json::array();
   for (size_t i = events.size() > 16 ? events.size() - 16 : 0; i < events.size(); i++)
@@ -75,8 +76,8 @@ std::string Watchdog::diagnose(double stalled) const {
   std::string where = fmt::format("rank {} made no progress for {:.1f} s after step {} ({})",
                                   o_.rank, stalled, step_.load(), phase_.load());
   if (!pending) return where + ", outside any collective";
-  where += fmt::format(", waiting in {} #{} on communicator '{}'", pending->op, pending->seq,
-                       pending->comm);
+  where += fmt::format(", waiting in {} #{} on communicator '{}'", pending->describe(),
+                       pending->seq, pending->comm);
   std::vector<std::string> missing, notes;
   for (int r = 0; r < o_.world; r++) {
     if (r == o_.rank) continue;
@@ -89,10 +90,10 @@ std::string Watchdog::diagnose(double stalled) const {
       continue;
     }
     // Rank r arrived if it finished this collective or waits in it (or a later one).
-    uint64_t done =
-        hb.value("done_seq", nlohmann::json::object()).value(pending->comm, uint64_t{0});
+    uint64_t done = hb.value("done_seq", nlohmann::json::object())
+                        .value(std::string(pending->comm), uint64_t{0});
     uint64_t waiting = 0;
-    if (hb.contains("waiting_in") && hb["waiting_in"].value("comm", "") == pending->comm)
+    if (hb.contains("waiting_in") && hb["waiting_in"].value("comm", std::string()) == pending->comm)
       waiting = hb["waiting_in"].value("seq", uint64_t{0});
     if (done >= pending->seq || waiting >= pending->seq) continue;
     missing.push_back(std::to_string(r));

@@ -28,6 +28,11 @@ TEST(FlightRecorder, KeepsTheLastNEventsInOrderAndFindsThePendingOne) {
   auto j = fr.to_json();
   EXPECT_EQ(j[2]["state"], "running");
   EXPECT_EQ(j[3]["state"], "done");
+  // Names longer than the fixed fields are cut, not overflowed.
+  auto id = fr.issued(std::string(100, 'c'), 1, std::string(200, 'o'), true);
+  fr.finished(id, false);
+  EXPECT_EQ(std::string(fr.events().back().comm), std::string(31, 'c'));
+  EXPECT_EQ(std::string(fr.events().back().op), std::string(63, 'o'));
 }
 
 TEST(FlightRecorder, RecordingCommunicatorNumbersOperationsPerCommunicator) {
@@ -41,11 +46,11 @@ TEST(FlightRecorder, RecordingCommunicatorNumbersOperationsPerCommunicator) {
   auto last = fr.last_finished("test-comm");
   ASSERT_TRUE(last.has_value());
   EXPECT_EQ(last->seq, 2u);
-  EXPECT_EQ(last->op, "barrier");
+  EXPECT_EQ(last->describe(), "barrier");
   auto sub = fr.last_finished("test-comm/7");
   ASSERT_TRUE(sub.has_value());
   EXPECT_EQ(sub->seq, 1u);
-  EXPECT_EQ(sub->op, "all_reduce of 1 elements");
+  EXPECT_EQ(sub->describe(), "all_reduce of 1 elements");
   EXPECT_EQ(x[0], 1.0f);  // one rank: the sum is the value
 }
 
