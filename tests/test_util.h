@@ -51,6 +51,32 @@ inline RunResult run_kiln(const std::string& args) {
   return r;
 }
 
+// Runs `kiln <args>` as n ranks under tests/mpirun.sh (one thread each), output captured.
+inline RunResult run_kiln_mpi(int n, const std::string& args) {
+  std::string cmd = std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
+                    " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args + " 2>&1";
+  RunResult r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t k;
+  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), k);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string bytes_of(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return "";
+  std::string out;
+  std::array<char, 65536> buf;
+  size_t k;
+  while ((k = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), k);
+  std::fclose(f);
+  return out;
+}
+
 // The message of the kiln::Error that fn throws, or "" if it throws none.
 inline std::string error_of(const std::function<void()>& fn) {
   try {

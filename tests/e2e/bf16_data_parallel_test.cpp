@@ -13,22 +13,11 @@
 namespace kiln {
 namespace {
 
+using kiln::testing::bytes_of;
 using kiln::testing::run_kiln;
+using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
 using kiln::testing::TempDir;
-
-RunResult run_mpi_bf16(int n, const std::string& args) {
-  std::string cmd = std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
-                    " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args + " 2>&1";
-  RunResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, k);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 std::map<int, double> train_losses(const std::string& metrics) {
   std::map<int, double> out;
@@ -79,7 +68,7 @@ TEST_F(Bf16DataParallel, ZeroZeroOneAndTwoAgreeWithOneProcess) {
   ASSERT_EQ(ref.size(), 10u);
   for (int zero : {0, 1, 2}) {
     std::string out = "z" + std::to_string(zero);
-    r = run_mpi_bf16(2, args(2, zero, out));
+    r = run_kiln_mpi(2, args(2, zero, out));
     ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
     auto got = train_losses(dir_ / (out + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), 10u) << out;

@@ -19,27 +19,11 @@ namespace fs = std::filesystem;
 namespace kiln {
 namespace {
 
+using kiln::testing::bytes_of;
 using kiln::testing::run_kiln;
+using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
 using kiln::testing::TempDir;
-
-RunResult run_mpi(int n, const std::string& args) {
-  std::string cmd = std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
-                    " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args + " 2>&1";
-  RunResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, k);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 std::map<int, double> losses(const std::string& metrics) {
   std::map<int, double> out;
@@ -89,7 +73,7 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
   for (int dp : {1, 2, 4}) {
     for (int zero : {0, 1, 2, 3}) {
       std::string out = "dp" + std::to_string(dp) + "z" + std::to_string(zero);
-      r = dp == 1 ? run_kiln(args(dp, zero, out)) : run_mpi(dp, args(dp, zero, out));
+      r = dp == 1 ? run_kiln(args(dp, zero, out)) : run_kiln_mpi(dp, args(dp, zero, out));
       ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
       auto got = losses(dir_ / (out + "/metrics.jsonl"));
       ASSERT_EQ(got.size(), 20u) << out;
@@ -100,13 +84,13 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
   // ZeRO-2 and 3 with gradient accumulation reduce every micro-batch: the same global batch.
   for (int zero : {2, 3}) {
     std::string out = "accum" + std::to_string(zero);
-    r = run_mpi(2, args(2, zero, out) + " --set train.batch_size=2 --set train.grad_accum=2");
+    r = run_kiln_mpi(2, args(2, zero, out) + " --set train.batch_size=2 --set train.grad_accum=2");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto accum = losses(dir_ / (out + "/metrics.jsonl"));
     for (auto [step, loss] : ref) EXPECT_NEAR(accum[step], loss, 1e-5 * loss) << out << " " << step;
   }
   // The same layout twice: the same bits.
-  r = run_mpi(2, args(2, 1, "again"));
+  r = run_kiln_mpi(2, args(2, 1, "again"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(bytes_of(dir_ / "dp2z1/checkpoints/step_00000020/model.safetensors") ==
               bytes_of(dir_ / "again/checkpoints/step_00000020/model.safetensors"));
@@ -116,7 +100,7 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
 
 TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
   // Saved at (dp=2, zero=3), continued at (dp=1, zero=0), (dp=4, zero=1) and (dp=2, zero=2).
-  auto r = run_mpi(2, args(2, 3, "src"));
+  auto r = run_kiln_mpi(2, args(2, 3, "src"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto uninterrupted = losses(dir_ / "src/metrics.jsonl");
   for (auto [dp, zero] : {std::pair{1, 0}, std::pair{4, 1}, std::pair{2, 2}}) {
@@ -125,7 +109,7 @@ TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
     fs::copy(dir_ / "src/checkpoints/step_00000010", dir_ / (out + "/checkpoints/step_00000010"),
              fs::copy_options::recursive);
     std::string a = args(dp, zero, out) + " --resume";
-    r = dp == 1 ? run_kiln(a) : run_mpi(dp, a);
+    r = dp == 1 ? run_kiln(a) : run_kiln_mpi(dp, a);
     ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
     auto got = losses(dir_ / (out + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), 10u) << out;

@@ -15,22 +15,11 @@ namespace fs = std::filesystem;
 namespace kiln {
 namespace {
 
+using kiln::testing::bytes_of;
+using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
 using kiln::testing::source_path;
 using kiln::testing::TempDir;
-
-RunResult run_mpi(int n, const std::string& args) {
-  std::string cmd = std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
-                    " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args + " 2>&1";
-  RunResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, k);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 std::vector<nlohmann::json> records(const std::string& path) {
   std::ifstream f(path);
@@ -42,7 +31,7 @@ std::vector<nlohmann::json> records(const std::string& path) {
 TEST(Observability, TwoRankRunWritesMergedTraceAndRecords) {
   TempDir dir;
   const std::string trace = dir / "trace.json";
-  RunResult r = run_mpi(
+  RunResult r = run_kiln_mpi(
       2, "train " + source_path("configs/tiny.toml") +
              " --set train.steps=4 --set train.val_every=0 "
              "--set train.sample_tokens=0 --set checkpoint.every=2 "

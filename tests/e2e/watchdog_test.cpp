@@ -20,13 +20,10 @@ namespace fs = std::filesystem;
 namespace kiln {
 namespace {
 
+using kiln::testing::bytes_of;
+using kiln::testing::run_kiln_mpi;
 using kiln::testing::source_path;
 using kiln::testing::TempDir;
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 TEST(Watchdog, StoppedRankIsNamedAndTheJobRestartsFromItsCheckpoint) {
   TempDir dir;
