@@ -26,8 +26,10 @@ void write_file_atomic(const std::string& path, const void* data, size_t bytes) 
   write_file_atomic(path, {{data, bytes}});
 }
 
-void write_file_atomic(const std::string& path,
-                       const std::vector<std::pair<const void*, size_t>>& pieces) {
+namespace {
+
+void write_then_rename(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& pieces, bool durable) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) fail("cannot create {}: {}", tmp, std::strerror(errno));
@@ -47,7 +49,7 @@ void write_file_atomic(const std::string& path,
       left -= static_cast<size_t>(w);
     }
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
     fail("writing {} failed: {}", path, std::strerror(e));
@@ -57,8 +59,20 @@ void write_file_atomic(const std::string& path,
     ::unlink(tmp.c_str());
     fail("cannot rename {} to {}: {}", tmp, path, std::strerror(e));
   }
+  if (!durable) return;
   auto dir = std::filesystem::path(path).parent_path();
   fsync_path(dir.empty() ? "." : dir.string());
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& pieces) {
+  write_then_rename(path, pieces, /*durable=*/true);
+}
+
+void replace_file(const std::string& path, const std::string& text) {
+  write_then_rename(path, {{text.data(), text.size()}}, /*durable=*/false);
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {

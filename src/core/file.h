@@ -13,6 +13,9 @@ void write_file_atomic(const std::string& path,
                        const std::vector<std::pair<const void*, size_t>>& pieces);
 void write_file_atomic(const std::string& path, const void* data, size_t bytes);
 void write_file_atomic(const std::string& path, const std::string& text);
+// Readers see the old contents or the new, never a mix (temporary + rename), but nothing is
+// fsynced: for small files rewritten every second that a crash may lose (heartbeats).
+void replace_file(const std::string& path, const std::string& text);
 void fsync_path(const std::string& path);  // a file or a directory
 std::string read_file(const std::string& path, const std::string& what);
 // The path of the running executable ("" if it cannot be found).

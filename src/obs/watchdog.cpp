@@ -148,7 +148,7 @@ void Watchdog::loop() {
     if (stop_) break;
     lock.unlock();
     try {
-      write_file_atomic(path, heartbeat().dump() + "\n");
+      replace_file(path, heartbeat().dump() + "\n");  // once a second: no fsync
     } catch (const std::exception&) {
       // A full disk must not end the run; the hang check below does not need the file.
     }
