@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "obs/metrics_log.h"
+#include "train/stop_request.h"
 
 namespace kiln {
 
@@ -80,8 +81,10 @@ std::vector<std::string> mpirun_command(const LaunchOptions& o, int attempt) {
 namespace {
 
 volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_stop_signal = 0;  // the user asked the launcher itself to stop
 
 void forward_signal(int sig) {
+  g_stop_signal = sig;
   if (g_child > 0) kill(g_child, sig);
 }
 
@@ -168,6 +171,19 @@ int launch(const LaunchOptions& o) {
         fmt::print("launch: finished after {} restart{}\n", story.size(),
                    story.size() == 1 ? "" : "s");
       return 0;
+    }
+    // A stop that was asked for is not a failure: the ranks checkpoint on SIGTERM (and on
+    // SIGUSR1 sent to them directly) and exit with kExitStoppedForRequeue; do not restart.
+    const bool stopped_on_request =
+        WIFEXITED(status) && WEXITSTATUS(status) == kExitStoppedForRequeue;
+    if (g_stop_signal || stopped_on_request) {
+      fmt::print(stderr,
+                 "launch: the job stopped on request{}{}; not restarting. Run the same command "
+                 "with --set train.resume=auto to continue from its checkpoint\n",
+                 g_stop_signal ? fmt::format(" (signal {})", strsignal(g_stop_signal)) : "",
+                 a.last_step >= 0 ? fmt::format(" after step {}", a.last_step) : "");
+      if (stopped_on_request) return kExitStoppedForRequeue;
+      return g_stop_signal ? 128 + g_stop_signal : 1;
     }
     RankFailure f = parse_mpirun_failure(a.output);
     f.last_step = a.last_step;

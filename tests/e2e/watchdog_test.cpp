@@ -2,6 +2,7 @@
 // watchdog must notice within its timeout, name the rank that did not arrive, the collective and
 // its sequence number and the step, dump its flight recorder, and end the job; `kiln launch` then
 // restarts it from the last checkpoint and the run finishes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -94,6 +95,54 @@ TEST(Watchdog, StoppedRankIsNamedAndTheJobRestartsFromItsCheckpoint) {
   }
   EXPECT_EQ(restarts, 1);
   EXPECT_EQ(restarted_runs, 1);
+}
+
+TEST(Launch, SigtermStopsTheJobAfterACheckpointWithoutRestarting) {
+  TempDir dir;
+  const std::string out = dir / "run";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // exec, so that the signal reaches kiln launch itself (not a shell around it).
+    std::string log = out + ".log";
+    std::freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), STDERR_FILENO);
+    std::string tiny = source_path("configs/tiny.toml"),
+                train = "data.train=" + source_path("data/licenses/train_*.bin"),
+                val = "data.val=" + source_path("data/licenses/val_*.bin"),
+                o = "train.out_dir=" + out;
+    execl(KILN_BIN, KILN_BIN, "launch", "-n", "2", "--max-restarts", "2", tiny.c_str(), "--set",
+          "train.steps=100000", "--set", "train.val_every=0", "--set", "train.sample_tokens=0",
+          "--set", "train.threads=1", "--set", "checkpoint.every=10", "--set", train.c_str(),
+          "--set", val.c_str(), "--set", o.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool seen = false;
+  int status = 0;
+  for (int i = 0; i < 60000 && !seen; i++) {
+    seen = fs::exists(out + "/checkpoints/step_00000020");
+    if (!seen && waitpid(pid, &status, WNOHANG) == pid) break;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(seen) << bytes_of(out + ".log");
+  kill(pid, SIGTERM);
+  waitpid(pid, &status, 0);
+  std::string log = bytes_of(out + ".log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_NE(WEXITSTATUS(status), 0) << log;
+  EXPECT_NE(log.find("stopping at step"), std::string::npos) << log;
+  EXPECT_NE(log.find("not restarting"), std::string::npos) << log;
+  EXPECT_EQ(log.find("restarting from the newest"), std::string::npos) << log;
+  // The step it stopped at has its checkpoint.
+  std::ifstream mf(out + "/metrics.jsonl");
+  int64_t stopped = -1;
+  for (std::string line; std::getline(mf, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "stopped") stopped = j["step"].get<int64_t>();
+  }
+  ASSERT_GT(stopped, 0) << log;
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/" + fmt::format("step_{:08d}", stopped) +
+                         "/model.safetensors"));
 }
 
 }  // namespace
