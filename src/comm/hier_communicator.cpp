@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/completion_work.h"
 #include "comm/mpi_internal.h"
 #include "core/error.h"
 
@@ -52,22 +53,9 @@ class OrderedRunner {
   }
 
  private:
-  struct Job : public Work {
+  struct Job : public CompletionWork {
     std::string name;
     std::function<void()> fn;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::string error;
-    void wait() override {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return done; });
-      if (!error.empty()) throw Error(error);
-    }
-    bool test() override {
-      std::lock_guard<std::mutex> lock(mu);
-      return done;
-    }
   };
 
   void loop() {
@@ -91,10 +79,7 @@ class OrderedRunner {
         }
       }
       j->fn = nullptr;
-      std::lock_guard<std::mutex> lock(j->mu);
-      j->done = true;
-      j->error = std::move(err);
-      j->cv.notify_all();
+      j->finish(std::move(err));
     }
   }
 

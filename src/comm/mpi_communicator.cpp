@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/completion_work.h"
 #include "comm/mpi_internal.h"
 #include "comm/recording_communicator.h"
 #include "core/clock.h"
@@ -81,27 +82,7 @@ int as_int(int64_t n) {
   return static_cast<int>(n);
 }
 
-struct OpState : public Work {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::string error;
-  void wait() override {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-    if (!error.empty()) throw Error(error);
-  }
-  bool test() override {
-    std::lock_guard<std::mutex> lock(mu);
-    return done;
-  }
-  void finish(std::string err) {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;
-    error = std::move(err);
-    cv.notify_all();
-  }
-};
+using OpState = CompletionWork;
 
 struct Op {
   uint64_t record = 0;  // its id in the flight recorder
