@@ -11,22 +11,45 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
   for (int64_t m = 0; m < M; m++) {
     float* x = logits + m * Vp;
     int32_t y = targets[m];
+    // Maximum and sum in 16 lanes combined in a fixed order: they vectorise (a serial double
+    // sum over 50k logits is a chain of dependent adds) and give the same bits on every run.
+    constexpr int kLanes = 16;
+    float lmax[kLanes];
+    for (int j = 0; j < kLanes; j++) lmax[j] = -INFINITY;
+    int i0 = 0;
+    for (; i0 + kLanes <= V; i0 += kLanes)
+      for (int j = 0; j < kLanes; j++) lmax[j] = x[i0 + j] > lmax[j] ? x[i0 + j] : lmax[j];
     float maxv = -INFINITY;
-    for (int i = 0; i < V; i++) maxv = x[i] > maxv ? x[i] : maxv;
+    for (int j = 0; j < kLanes; j++) maxv = lmax[j] > maxv ? lmax[j] : maxv;
+    for (int i = i0; i < V; i++) maxv = x[i] > maxv ? x[i] : maxv;
     float target_logit = y >= 0 ? x[y] : 0.0f;
     // One exp per element: the exponentials overwrite the logits and become the gradient.
-    for (int i = 0; i < V; i++) x[i] = exp_vec(x[i] - maxv);
-    double sum = 0;  // in order, in double: the same bits for any vector width
-    for (int i = 0; i < V; i++) sum += x[i];
+    double lsum[kLanes] = {0};
+    i0 = 0;
+    for (; i0 + kLanes <= V; i0 += kLanes)
+      for (int j = 0; j < kLanes; j++) {
+        const float e = exp_vec(x[i0 + j] - maxv);
+        x[i0 + j] = e;
+        lsum[j] += e;
+      }
+    double sum = 0;  // in double, lanes in order, then the tail
+    for (int j = 0; j < kLanes; j++) sum += lsum[j];
+    for (int i = i0; i < V; i++) {
+      x[i] = exp_vec(x[i] - maxv);
+      sum += x[i];
+    }
     losses[m] = y >= 0 ? static_cast<float>(std::log(sum) + maxv - target_logit) : 0.0f;
     if (dlogits_scale != 0.0f) {
       float s = y >= 0 ? static_cast<float>(dlogits_scale / sum) : 0.0f;
-      for (int i = 0; i < V; i++) x[i] *= s;
-      if (y >= 0) x[y] -= dlogits_scale;
-      for (int i = V; i < Vp; i++) x[i] = 0;
-      if (dlogits_bf16) {  // the same values, rounded, in their own buffer
+      if (dlogits_bf16) {  // the gradient goes only to the bf16 buffer, rounded in one pass
         bf16* d = dlogits_bf16 + m * Vp;
-        for (int i = 0; i < Vp; i++) d[i] = float_to_bf16(x[i]);
+        for (int i = 0; i < V; i++) d[i] = float_to_bf16(x[i] * s);
+        if (y >= 0) d[y] = float_to_bf16(x[y] * s - dlogits_scale);
+        for (int i = V; i < Vp; i++) d[i] = 0;
+      } else {
+        for (int i = 0; i < V; i++) x[i] *= s;
+        if (y >= 0) x[y] -= dlogits_scale;
+        for (int i = V; i < Vp; i++) x[i] = 0;
       }
     }
   }

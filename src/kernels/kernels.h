@@ -66,7 +66,8 @@ void bias_backward(float* db, const float* dout, int64_t M, int N);
 // dlogits_scale != 0 they end as dloss/dlogits with dloss = dlogits_scale per row:
 // (softmax - onehot) * scale, and 0 in the padded columns; otherwise their content is
 // unspecified. Targets < 0 are ignored (loss 0, gradient 0). With dlogits_bf16 (M,Vp) the
-// gradient is also written there rounded to bf16, row by row while it is in cache.
+// gradient is written there instead, rounded to bf16 (the same values the fp32 path gives,
+// rounded), and the logits end unspecified.
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
                            int Vp, float dlogits_scale, bf16* dlogits_bf16 = nullptr);
 

@@ -570,6 +570,28 @@ TEST(KernelCrossEntropy, DlogitsMatchFloat64FiniteDifferencesWithPaddingAndIgnor
   }
 }
 
+// A vocabulary wide enough for the 16-lane maximum and sum, with a tail that is not a multiple
+// of 16; the bf16 gradient is the fp32 gradient rounded, bit for bit.
+TEST(KernelCrossEntropy, WideRowsMatchFloat64AndBf16GradientIsTheRoundedFp32One) {
+  const int M = 5, V = 1001, Vp = 1024;
+  std::mt19937 rng(53);
+  Vec logits0 = RandomVec(rng, M * Vp, -4, 4);
+  logits0[2 * Vp + 1000] = 30.0f;  // the maximum in the tail
+  logits0[4 * Vp + 17] = 30.0f;    // and inside a lane
+  const std::vector<int32_t> targets = {3, 1000, -1, 999, 17};
+  const Vec64 want = RefCrossEntropy(Widen(logits0), targets, M, V, Vp);
+  const float scale = 0.25f;
+  Vec fp = logits0, losses(M);
+  softmax_cross_entropy(fp.data(), losses.data(), targets.data(), M, V, Vp, scale);
+  EXPECT_TRUE(Near(losses, want, kFwdTol));
+  Vec scratch = logits0, losses_bf(M);
+  std::vector<bf16> d(M * Vp, 0x7fff);
+  softmax_cross_entropy(scratch.data(), losses_bf.data(), targets.data(), M, V, Vp, scale,
+                        d.data());
+  EXPECT_EQ(losses_bf, losses);
+  for (int i = 0; i < M * Vp; i++) ASSERT_EQ(d[i], float_to_bf16(fp[i])) << "element " << i;
+}
+
 // ---- bias gradient ----------------------------------------------------------------------------
 
 void CheckBiasBackward(int M, int N) {
