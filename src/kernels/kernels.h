@@ -26,14 +26,28 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 // out (M,C), mean (M), rstd (M) from inp (M,C).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t M, int C);
-// dinp += ..., dw += ..., db += ...
+// The same fused with what surrounds it in a block: with `add`, res = inp + add is written and
+// normalised (the residual add); out and out_bf16 (either may be null) receive the normalised
+// rows in fp32 and/or bf16. One pass over the rows instead of a copy, the norm and a conversion.
+void layernorm_forward_fused(float* res, float* out, bf16* out_bf16, float* mean, float* rstd,
+                             const float* inp, const float* add, const float* w, const float* b,
+                             int64_t M, int C);
+// dinp += ..., dw += ..., db += ...; with dinp_bf16, the accumulated dinp is also written there
+// rounded to bf16 (the operand of the next product of backward).
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t M, int C);
+                        const float* w, const float* mean, const float* rstd, int64_t M, int C,
+                        bf16* dinp_bf16 = nullptr);
 
 // ---- GELU, tanh approximation ---------------------------------------------------------------
 void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_forward_bf16(bf16* out, const float* inp, int64_t n);  // rounded to bf16
 // dinp = gelu'(inp) * dout (written).
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+// GELU's backward fused with the bias gradient of the layer before it, for inp, dout (M,N):
+// g = gelu'(inp) * dout is written to dinp and/or dinp_bf16 (either may be null) and
+// db (N) += column sums of g, with bias_backward's bits.
+void gelu_bias_backward(float* dinp, bf16* dinp_bf16, float* db, const float* inp,
+                        const float* dout, int64_t M, int N);
 
 // ---- causal self-attention ------------------------------------------------------------------
 // qkv (B,T,3C) holds q, k, v side by side; out (B,T,C); att (B,NH,T,T) keeps the softmax

@@ -10,29 +10,59 @@ namespace {
 constexpr float kEps = 1e-5f;
 }
 
+namespace {
+
+// One row: mean and rstd of x, then the normalised row into o and/or o_bf16 (either may be
+// null). Sums run in channel order, as they always have: the same bits from every caller.
+inline void layernorm_row(float* o, bf16* o_bf16, float* mean, float* rstd, const float* x,
+                          const float* w, const float* b, int C) {
+  float s = 0;
+  for (int c = 0; c < C; c++) s += x[c];
+  float mu = s / C;
+  float v = 0;
+  for (int c = 0; c < C; c++) {
+    float d = x[c] - mu;
+    v += d * d;
+  }
+  float r = 1.0f / std::sqrt(v / C + kEps);
+  if (o) {
+    for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * r * w[c] + b[c];
+    if (o_bf16)
+      for (int c = 0; c < C; c++) o_bf16[c] = float_to_bf16(o[c]);
+  } else if (o_bf16) {
+    for (int c = 0; c < C; c++) o_bf16[c] = float_to_bf16((x[c] - mu) * r * w[c] + b[c]);
+  }
+  *mean = mu;
+  *rstd = r;
+}
+
+}  // namespace
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t M, int C) {
+  layernorm_forward_fused(nullptr, out, nullptr, mean, rstd, inp, nullptr, w, b, M, C);
+}
+
+void layernorm_forward_fused(float* res, float* out, bf16* out_bf16, float* mean, float* rstd,
+                             const float* inp, const float* add, const float* w, const float* b,
+                             int64_t M, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     const float* x = inp + m * C;
-    float s = 0;
-    for (int c = 0; c < C; c++) s += x[c];
-    float mu = s / C;
-    float v = 0;
-    for (int c = 0; c < C; c++) {
-      float d = x[c] - mu;
-      v += d * d;
+    if (add) {  // the residual sum, written while the row is in cache, is what is normalised
+      float* r = res + m * C;
+      const float* a = add + m * C;
+      for (int c = 0; c < C; c++) r[c] = x[c] + a[c];
+      x = r;
     }
-    float r = 1.0f / std::sqrt(v / C + kEps);
-    float* o = out + m * C;
-    for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * r * w[c] + b[c];
-    mean[m] = mu;
-    rstd[m] = r;
+    layernorm_row(out ? out + m * C : nullptr, out_bf16 ? out_bf16 + m * C : nullptr, mean + m,
+                  rstd + m, x, w, b, C);
   }
 }
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t M, int C) {
+                        const float* w, const float* mean, const float* rstd, int64_t M, int C,
+                        bf16* dinp_bf16) {
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
@@ -54,6 +84,10 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
         float norm = (x[c] - mu) * r;
         float dnorm = w[c] * d[c];
         di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+      }
+      if (dinp_bf16) {  // the next product's operand, while the row is in cache
+        bf16* dib = dinp_bf16 + m * C;
+        for (int c = 0; c < C; c++) dib[c] = float_to_bf16(di[c]);
       }
     }
     // Weight and bias gradients: each thread owns a range of channels, rows in order.

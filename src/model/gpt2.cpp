@@ -201,18 +201,18 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
   A->encoded = take(BT * C);
   A->h.resize(c.n_layer);
   for (auto& b : A->h) {
-    b.ln1 = field(full || bf, 0, &Blk::ln1, BT * C);
+    b.ln1 = bf ? nullptr : field(full, 0, &Blk::ln1, BT * C);
     b.ln1_mean = field(full, 1, &Blk::ln1_mean, BT);
     b.ln1_rstd = field(full, 2, &Blk::ln1_rstd, BT);
     b.qkv = field(full, 3, &Blk::qkv, BT * 3 * C);
     b.atty = field(full || (bf && !flash), 4, &Blk::atty, BT * C);  // flash backward reads it
     b.att = field(att_shared, 5, &Blk::att, flash ? NH * BT : NH * BT * T);
     b.residual2 = field(full, 6, &Blk::residual2, BT * C);
-    b.ln2 = field(full || bf, 7, &Blk::ln2, BT * C);
+    b.ln2 = bf ? nullptr : field(full, 7, &Blk::ln2, BT * C);
     b.ln2_mean = field(full, 8, &Blk::ln2_mean, BT);
     b.ln2_rstd = field(full, 9, &Blk::ln2_rstd, BT);
     b.fch = field(full, 10, &Blk::fch, BT * 4 * C);
-    b.fch_gelu = field(full || bf, 11, &Blk::fch_gelu, BT * 4 * C);
+    b.fch_gelu = bf ? nullptr : field(full, 11, &Blk::fch_gelu, BT * 4 * C);
     b.residual3 = take(BT * C);  // the next block's input: always kept
     b.ln1_bf = b.atty_bf = b.ln2_bf = b.fch_gelu_bf = nullptr;
     if (bf) {
@@ -235,8 +235,9 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
     KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
     KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
   }
-  bytes.scratch = (BT * C * 3 + BT * 3 * C + (flash ? 0 : NH * BT * T) + BT * 4 * C * 2) * 4;
-  if (bf) bytes.scratch += BT * 4 * C * 2;
+  // proj, dresidual, dln, datty, dqkv, datt, dfch_gelu, and dfch in fp32 (bf16: dout_bf).
+  bytes.scratch = (BT * C * 4 + BT * 3 * C + (flash ? 0 : NH * BT * T) + BT * 4 * C) * 4;
+  bytes.scratch += bf ? BT * 4 * C * 2 : BT * 4 * C * 4;
   bytes.fp32_floats = nf;
   bytes.bf16_values = nb;
   return bytes;
@@ -257,19 +258,20 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   acts_.T = T;
 
   const int64_t datt = opts.flash_attention ? 0 : NH * BT * T;
-  scratch_.mem.resize(BT * C * 3 + BT * 3 * C + datt + BT * 4 * C * 2);
+  scratch_.mem.resize(BT * C * 4 + BT * 3 * C + datt + BT * 4 * C * (bf ? 1 : 2));
   float* p = scratch_.mem.data();
   auto take = [&](int64_t n) {
     float* r = p;
     p += n;
     return r;
   };
+  scratch_.proj = take(BT * C);
   scratch_.dresidual = take(BT * C);
   scratch_.dln = take(BT * C);
   scratch_.datty = take(BT * C);
   scratch_.dqkv = take(BT * 3 * C);
   scratch_.datt = take(datt);
-  scratch_.dfch = take(BT * 4 * C);
+  scratch_.dfch = bf ? nullptr : take(BT * 4 * C);  // bf16: made straight into dout_bf
   scratch_.dfch_gelu = take(BT * 4 * C);
   KILN_CHECK(p == scratch_.mem.data() + scratch_.mem.size());
   scratch_.dout_bf = nullptr;
@@ -317,24 +319,6 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
   matmul(MatmulShape{M, N, K, false, false, accumulate, true}, x, w, y, b);
 }
 
-// dx(M,K) = dy @ W^T (written, or accumulated); dW(K,N) += x^T @ dy; db(N) += colsum(dy).
-void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t M, int64_t K, int64_t N) {
-  matmul(MatmulShape{K, N, M, true, false, true, false}, x, dy, dw);
-  bias_backward(db, dy, M, static_cast<int>(N));
-  matmul(MatmulShape{M, K, N, false, true, false, false}, dy, w, dx);
-}
-
-// The same with bf16 operands: dy is rounded to bf16 once (into dy_bf) for both products; the
-// bias gradient is summed from the fp32 dy.
-void linear_backward_bf16(float* dx, float* dw, float* db, const float* dy, bf16* dy_bf,
-                          const bf16* x, const bf16* w, int64_t M, int64_t K, int64_t N) {
-  to_bf16(dy_bf, dy, M * N);
-  matmul_bf16(MatmulShape{K, N, M, true, false, true, false}, x, dy_bf, dw);
-  bias_backward(db, dy, M, static_cast<int>(N));
-  matmul_bf16(MatmulShape{M, K, N, false, true, false, false}, dy_bf, w, dx);
-}
-
 }  // namespace
 
 // One block's forward from its input `residual` into acts_.h[l] (P_ and params_ are set).
@@ -356,8 +340,8 @@ void Gpt2::block_forward(int l, const float* residual) {
   };
   {
     Timed t(profile_, &Profile::layernorm);
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, W.ln1_w, W.ln1_b, BT, C);
-    if (bf) to_bf16(a.ln1_bf, a.ln1, BT * C);
+    layernorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.ln1_mean, a.ln1_rstd, residual, nullptr,
+                            W.ln1_w, W.ln1_b, BT, C);
   }
   linear(a.qkv, a.ln1, a.ln1_bf, W.qkv_w, W.qkv_b, C, 3 * C, false);
   {
@@ -368,21 +352,22 @@ void Gpt2::block_forward(int l, const float* residual) {
       attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
     if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
   }
-  {
-    Timed t(profile_, &Profile::residual);
-    copy(a.residual2, residual, BT * C);
-  }
-  linear(a.residual2, a.atty, a.atty_bf, W.attproj_w, W.attproj_b, C, C, true);
+  // residual2 = residual + proj, added in the LayerNorm's pass over the rows.
+  linear(scratch_.proj, a.atty, a.atty_bf, W.attproj_w, W.attproj_b, C, C, false);
   {
     Timed t(profile_, &Profile::layernorm);
-    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W.ln2_w, W.ln2_b, BT, C);
-    if (bf) to_bf16(a.ln2_bf, a.ln2, BT * C);
+    layernorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.ln2_mean, a.ln2_rstd, residual,
+                            scratch_.proj, W.ln2_w, W.ln2_b, BT, C);
   }
+  // fch = ln2 @ fc_w + fc_b (the bias in the product), then GELU straight into the next
+  // product's operand.
   linear(a.fch, a.ln2, a.ln2_bf, W.fc_w, W.fc_b, C, 4 * C, false);
   {
     Timed t(profile_, &Profile::gelu);
-    gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
-    if (bf) to_bf16(a.fch_gelu_bf, a.fch_gelu, BT * 4 * C);
+    if (bf)
+      gelu_forward_bf16(a.fch_gelu_bf, a.fch, BT * 4 * C);
+    else
+      gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
   }
   {
     Timed t(profile_, &Profile::residual);
@@ -416,8 +401,8 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
   }
   {
     Timed t(profile_, &Profile::layernorm);
-    layernorm_forward(A.lnf, A.lnf_mean, A.lnf_rstd, residual, P_.lnf_w, P_.lnf_b, BT, C);
-    if (opts_.bf16) to_bf16(A.lnf_bf, A.lnf, BT * C);
+    layernorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.lnf_mean, A.lnf_rstd, residual, nullptr,
+                            P_.lnf_w, P_.lnf_b, BT, C);
   }
   const int Vp = c.padded_vocab_size;
   if (opts_.bf16 && targets) {
@@ -499,7 +484,7 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
     const float* last = c.n_layer > 0 ? A.h[c.n_layer - 1].residual3 : A.encoded;
     layernorm_backward(S.dresidual, G.lnf_w, G.lnf_b, S.dln, last, P.lnf_w, A.lnf_mean, A.lnf_rstd,
-                       BT, C);
+                       BT, C, bf && c.n_layer > 0 ? S.dout_bf : nullptr);
   }
   // Block l's parameters are the range [block_begin(l), block_begin(l+1)); ln_f follows the last.
   auto block_begin = [&](int l) {
@@ -514,29 +499,40 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     Activations::Block& a = A.h[l];
     const float* residual = l == 0 ? A.encoded : A.h[l - 1].residual3;
     if (opts_.recompute == Recompute::full) block_forward(l, residual);
-    // dx = dy @ W^T, dW += x^T @ dy, db += colsum(dy), in the model's precision.
-    auto linear_back = [&](float* dx, float* dw, float* db, const float* dy, const float* x,
-                           const bf16* x_bf, const float* w, int64_t K, int64_t N) {
+    // A linear layer's two products, dW += x^T @ dy and dx = dy @ W^T, in the model's
+    // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
+    auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
+                        const bf16* x_bf, const float* w, int64_t K, int64_t N) {
       Timed t(profile_, &Profile::matmul);
-      if (bf)
-        linear_backward_bf16(dx, dw, db, dy, S.dout_bf, x_bf, wbf(w), BT, K, N);
-      else
-        linear_backward(dx, dw, db, dy, x, w, BT, K, N);
+      if (bf) {
+        matmul_bf16(MatmulShape{K, N, BT, true, false, true, false}, x_bf, dy_bf, dw);
+        matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
+      } else {
+        matmul(MatmulShape{K, N, BT, true, false, true, false}, x, dy, dw);
+        matmul(MatmulShape{BT, K, N, false, true, false, false}, dy, w, dx);
+      }
     };
-    linear_back(S.dfch_gelu, D.fcproj_w, D.fcproj_b, S.dresidual, a.fch_gelu, a.fch_gelu_bf,
-                W.fcproj_w, 4 * C, C);
+    auto bias_grad = [&](float* db, const float* dy, int64_t N) {
+      Timed t(profile_, &Profile::matmul);
+      bias_backward(db, dy, BT, static_cast<int>(N));
+    };
+    // The MLP's output projection; dresidual's bf16 copy came with the LayerNorm backward
+    // that last added to it.
+    bias_grad(D.fcproj_b, S.dresidual, C);
+    products(S.dfch_gelu, D.fcproj_w, S.dresidual, S.dout_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w,
+             4 * C, C);
     {
-      Timed t(profile_, &Profile::gelu);
-      gelu_backward(S.dfch, a.fch, S.dfch_gelu, BT * 4 * C);
+      Timed t(profile_, &Profile::gelu);  // GELU and fc's bias gradient in one pass
+      gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C);
     }
-    linear_back(S.dln, D.fc_w, D.fc_b, S.dfch, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
+    products(S.dln, D.fc_w, S.dfch, S.dout_bf, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
-                         a.ln2_rstd, BT, C);
+                         a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr);
     }
-    linear_back(S.datty, D.attproj_w, D.attproj_b, S.dresidual, a.atty, a.atty_bf, W.attproj_w, C,
-                C);
+    bias_grad(D.attproj_b, S.dresidual, C);
+    products(S.datty, D.attproj_w, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.attproj_w, C, C);
     {
       Timed t(profile_, &Profile::attention);
       // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
@@ -549,11 +545,16 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
         attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
       }
     }
-    linear_back(S.dln, D.qkv_w, D.qkv_b, S.dqkv, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
+    bias_grad(D.qkv_b, S.dqkv, 3 * C);
+    if (bf) {
+      Timed t(profile_, &Profile::matmul);
+      to_bf16(S.dout_bf, S.dqkv, BT * 3 * C);
+    }
+    products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
-                         a.ln1_rstd, BT, C);
+                         a.ln1_rstd, BT, C, bf && l > 0 ? S.dout_bf : nullptr);
     }
     if (hooks.after) hooks.after(l);
     if (ready) ready(block_begin(l), block_begin(l + 1));

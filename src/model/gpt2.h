@@ -107,7 +107,8 @@ struct Activations {
     float* fch;                        // (B,T,4C)
     float* fch_gelu;                   // (B,T,4C)
     float* residual3;                  // (B,T,C)
-    // bf16 mode: the matmul inputs in bf16 (the fp32 forms above are then shared scratch).
+    // bf16 mode: the matmul inputs in bf16. ln1, ln2 and fch_gelu are then not kept in fp32
+    // (null); atty's fp32 form is shared scratch unless flash attention's backward reads it.
     bf16 *ln1_bf, *atty_bf, *ln2_bf, *fch_gelu_bf;
   };
   std::vector<Block> h;
@@ -130,10 +131,11 @@ struct ActivationBytes {
   int64_t total() const { return kept + shared + head + scratch; }
 };
 
-// Scratch for backward, reused by every layer.
+// Scratch for backward, reused by every layer (and `proj` for forward).
 struct GradScratch {
   Buffer<float> mem;
   Buffer<bf16> mem_bf16;  // bf16 mode only
+  float* proj;            // (B,T,C): the attention projection's output, before the residual add
   float* dresidual;       // (B,T,C)
   float* dln;             // (B,T,C)
   float* datty;           // (B,T,C)

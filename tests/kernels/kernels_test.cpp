@@ -592,6 +592,87 @@ TEST(KernelCrossEntropy, WideRowsMatchFloat64AndBf16GradientIsTheRoundedFp32One)
   for (int i = 0; i < M * Vp; i++) ASSERT_EQ(d[i], float_to_bf16(fp[i])) << "element " << i;
 }
 
+// ---- fused kernels: the same bits as the unfused sequence they replace ------------------------
+
+std::vector<bf16> Rounded(const Vec& x) {
+  std::vector<bf16> r(x.size());
+  for (size_t i = 0; i < x.size(); i++) r[i] = float_to_bf16(x[i]);
+  return r;
+}
+
+TEST(KernelFused, ResidualLayernormEqualsAddThenLayernormAndItsBf16IsTheRoundedOutput) {
+  const int M = 7, C = 53;
+  std::mt19937 rng(71);
+  const Vec x = RandomVec(rng, M * C, -2, 2), add = RandomVec(rng, M * C, -1, 1);
+  const Vec w = RandomVec(rng, C, 0.5, 1.5), b = RandomVec(rng, C, -0.5, 0.5);
+  Vec sum(M * C), want(M * C), mean0(M), rstd0(M);
+  for (int i = 0; i < M * C; i++) sum[i] = x[i] + add[i];
+  layernorm_forward(want.data(), mean0.data(), rstd0.data(), sum.data(), w.data(), b.data(), M, C);
+  Vec res(M * C, kGarbage), out(M * C, kGarbage), mean(M), rstd(M);
+  std::vector<bf16> out_bf(M * C);
+  layernorm_forward_fused(res.data(), out.data(), out_bf.data(), mean.data(), rstd.data(), x.data(),
+                          add.data(), w.data(), b.data(), M, C);
+  EXPECT_EQ(res, sum);
+  EXPECT_EQ(out, want);
+  EXPECT_EQ(mean, mean0);
+  EXPECT_EQ(rstd, rstd0);
+  EXPECT_EQ(out_bf, Rounded(want));
+  // bf16 only, no residual: the same rounded rows.
+  std::vector<bf16> only_bf(M * C);
+  layernorm_forward_fused(nullptr, nullptr, only_bf.data(), mean.data(), rstd.data(), sum.data(),
+                          nullptr, w.data(), b.data(), M, C);
+  EXPECT_EQ(only_bf, Rounded(want));
+}
+
+TEST(KernelFused, LayernormBackwardBf16CopyIsTheRoundedAccumulatedGradient) {
+  const int M = 5, C = 37;
+  std::mt19937 rng(72);
+  const Vec x = RandomVec(rng, M * C, -2, 2), dout = RandomVec(rng, M * C, -1, 1);
+  const Vec w = RandomVec(rng, C, 0.5, 1.5), b = RandomVec(rng, C, -0.5, 0.5);
+  const Vec dinp0 = RandomVec(rng, M * C, -1, 1);
+  Vec out(M * C), mean(M), rstd(M);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+  Vec d1 = dinp0, dw1(C), db1(C), d2 = dinp0, dw2(C), db2(C);
+  layernorm_backward(d1.data(), dw1.data(), db1.data(), dout.data(), x.data(), w.data(),
+                     mean.data(), rstd.data(), M, C);
+  std::vector<bf16> d_bf(M * C);
+  layernorm_backward(d2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(),
+                     mean.data(), rstd.data(), M, C, d_bf.data());
+  EXPECT_EQ(d2, d1);
+  EXPECT_EQ(dw2, dw1);
+  EXPECT_EQ(db2, db1);
+  EXPECT_EQ(d_bf, Rounded(d1));
+}
+
+TEST(KernelFused, GeluBf16AndGeluBiasBackwardEqualTheUnfusedKernels) {
+  for (auto [M, N] : {std::pair{3, 5}, std::pair{17, 130}, std::pair{64, 256}}) {
+    SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N));
+    std::mt19937 rng(73);
+    const Vec x = RandomVec(rng, M * N, -4, 4), dout = RandomVec(rng, M * N, -1, 1);
+    Vec y(M * N);
+    gelu_forward(y.data(), x.data(), M * N);
+    std::vector<bf16> y_bf(M * N);
+    gelu_forward_bf16(y_bf.data(), x.data(), M * N);
+    EXPECT_EQ(y_bf, Rounded(y));
+
+    const Vec db0 = RandomVec(rng, N, -1, 1);
+    Vec dx(M * N), db = db0;
+    gelu_backward(dx.data(), x.data(), dout.data(), M * N);
+    bias_backward(db.data(), dx.data(), M, N);
+    Vec fdx(M * N, kGarbage), fdb = db0;
+    std::vector<bf16> fdx_bf(M * N);
+    gelu_bias_backward(fdx.data(), fdx_bf.data(), fdb.data(), x.data(), dout.data(), M, N);
+    EXPECT_EQ(fdx, dx);
+    EXPECT_EQ(fdb, db);
+    EXPECT_EQ(fdx_bf, Rounded(dx));
+    Vec bdb = db0;  // bf16 output only
+    std::vector<bf16> bdx_bf(M * N);
+    gelu_bias_backward(nullptr, bdx_bf.data(), bdb.data(), x.data(), dout.data(), M, N);
+    EXPECT_EQ(bdb, db);
+    EXPECT_EQ(bdx_bf, Rounded(dx));
+  }
+}
+
 // ---- bias gradient ----------------------------------------------------------------------------
 
 void CheckBiasBackward(int M, int N) {

@@ -62,9 +62,10 @@ TEST(Gpt2Steady, ForwardAndBackwardAllocateNothingBesidesOneDnnExecute) {
     in[i] = i % 100;
     tg[i] = (i * 7) % 100;
   }
-  // The products of one block's forward (qkv and fc with bias; the two projections with bias,
-  // accumulated into the residual) and backward (dW accumulated, dx written, per linear).
-  const int64_t block_fwd = 2 * per_call[0][1] + 2 * per_call[1][1];
+  // The products of one block's forward (qkv, fc and the attention projection with bias; the
+  // MLP projection with bias, accumulated into the residual) and backward (dW accumulated, dx
+  // written, per linear).
+  const int64_t block_fwd = 3 * per_call[0][1] + per_call[1][1];
   const int64_t block_bwd = 4 * per_call[1][0] + 4 * per_call[0][0];
   const int64_t head = per_call[0][0] + per_call[1][0] + per_call[0][0];  // B*T = one chunk
   for (bool bf16 : {false, true}) {
