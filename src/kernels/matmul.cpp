@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -29,10 +30,13 @@ struct Primitive {
   std::unordered_map<int, dnnl::memory> args;
 };
 
+using StridedKey = std::array<int64_t, 17>;
+
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Primitive> cache;
+  std::map<StridedKey, Primitive> strided;
   std::mutex mu;
 };
 
@@ -74,6 +78,25 @@ Primitive make_primitive(Engine& e, const MatmulShape& s, bool bf16_operands) {
   return p;
 }
 
+Primitive make_strided_primitive(Engine& e, const StridedMatmul& s) {
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  auto md = [](int64_t rows, int64_t cols, const int64_t* st, const StridedMatmul& s) {
+    return dnnl::memory::desc(dims{s.batch0, s.batch1, rows, cols}, dt::f32,
+                              dims{st[0], st[1], st[2], st[3]});
+  };
+  Primitive p;
+  p.pd = dnnl::matmul::primitive_desc(
+      dnnl::matmul::desc(md(s.M, s.K, s.a, s), md(s.K, s.N, s.b, s), md(s.M, s.N, s.c, s)),
+      e.engine);
+  p.prim = dnnl::matmul(p.pd);
+  p.a = dnnl::memory(p.pd.src_desc(), e.engine, DNNL_MEMORY_NONE);
+  p.b = dnnl::memory(p.pd.weights_desc(), e.engine, DNNL_MEMORY_NONE);
+  p.c = dnnl::memory(p.pd.dst_desc(), e.engine, DNNL_MEMORY_NONE);
+  p.args = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
+  return p;
+}
+
 void run(const MatmulShape& s, bool bf16_operands, const void* a, const void* b, float* c,
          const float* bias) {
   KILN_CHECK(s.bias == (bias != nullptr));
@@ -93,6 +116,21 @@ void run(const MatmulShape& s, bool bf16_operands, const void* a, const void* b,
 }
 
 }  // namespace
+
+void matmul_strided(const StridedMatmul& s, const float* a, const float* b, float* c) {
+  Engine& e = engine();
+  StridedKey key{s.batch0, s.batch1, s.M,    s.N,    s.K,    s.a[0], s.a[1], s.a[2], s.a[3],
+                 s.b[0],   s.b[1],   s.b[2], s.b[3], s.c[0], s.c[1], s.c[2], s.c[3]};
+  std::lock_guard<std::mutex> lock(e.mu);
+  auto it = e.strided.find(key);
+  if (it == e.strided.end()) it = e.strided.emplace(key, make_strided_primitive(e, s)).first;
+  Primitive& p = it->second;
+  p.a.set_data_handle(const_cast<float*>(a));
+  p.b.set_data_handle(const_cast<float*>(b));
+  p.c.set_data_handle(c);
+  p.prim.execute(e.stream, p.args);
+  e.stream.wait();
+}
 
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const float* bias) {
   run(s, false, a, b, c, bias);
