@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -115,80 +116,169 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
   matmul_strided(head_product(B, NH, T, hs, T, att_cols, o.rows, x.rows), att, dout, dqkv + 2 * C);
 }
 
-void attention_forward_flash(float* out, float* lse, const float* qkv, int B, int T, int C,
-                             int NH) {
+// ---- flash attention: blocks of queries against blocks of keys, an online softmax ----------
+
+namespace {
+constexpr int kFlashBlock = 128;
+
+int flash_block(int T) {
+  return std::min(T, kFlashBlock);
+}
+
+// The (b, h) and time of row r of a block of nq query rows starting at q0.
+struct BlockRow {
+  int64_t bh;
+  int b, h, t, i;
+};
+inline BlockRow block_row(int64_t r, int nq, int q0, int NH) {
+  BlockRow x;
+  x.bh = r / nq;
+  x.i = static_cast<int>(r % nq);
+  x.b = static_cast<int>(x.bh / NH);
+  x.h = static_cast<int>(x.bh % NH);
+  x.t = q0 + x.i;
+  return x;
+}
+
+inline float sum_lanes(const float* x, int n) {
+  float lane[kLanes] = {0};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; j++) lane[j] += x[i + j];
+  float s = 0;
+  for (int j = 0; j < kLanes; j++) s += lane[j];
+  for (; i < n; i++) s += x[i];
+  return s;
+}
+}  // namespace
+
+int64_t attention_flash_scratch_floats(int B, int T, int NH) {
+  const int64_t kb = flash_block(T);
+  return static_cast<int64_t>(B) * NH * (2 * kb * kb + T);
+}
+
+// For each block of query rows, the key blocks at or before it: S = Q K^T for all heads as one
+// batched product; each row's running maximum m (kept in lse) and sum l are updated and its
+// output rescaled by exp(m_old - m_new); then out += P V as a batched product. Blocks above the
+// diagonal are skipped, so unlike the standard kernel no product is spent on masked scores.
+void attention_forward_flash(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
+                             int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      for (int t = 0; t < T; t++) {
-        const float* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-        float* o = out + (static_cast<int64_t>(b) * T + t) * C + h * hs;
-        for (int i = 0; i < hs; i++) o[i] = 0;
-        // One pass over the keys with a running maximum m and sum l of exp(s - m); the output
-        // accumulator is rescaled whenever m grows.
-        float m = -INFINITY, l = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
-          const float* v = k + C;
-          const float s = dot_vec(q, k, hs) * scale;
-          if (s > m) {
-            const float c = t2 == 0 ? 0.0f : exp_vec(m - s);
-            for (int i = 0; i < hs; i++) o[i] *= c;
-            l *= c;
-            m = s;
-          }
-          const float p = exp_vec(s - m);
-          l += p;
-          for (int i = 0; i < hs; i++) o[i] += p * v[i];
-        }
-        const float inv = 1.0f / l;
-        for (int i = 0; i < hs; i++) o[i] *= inv;
-        lse[(static_cast<int64_t>(b) * NH + h) * T + t] = m + std::log(l);
+  const int kb = flash_block(T);
+  const int64_t BH = static_cast<int64_t>(B) * NH, kk = static_cast<int64_t>(kb) * kb;
+  float* S = scratch;          // (B,NH,kb,kb)
+  float* l = S + 2 * BH * kk;  // (B,NH,T)
+  const HeadStrides x = head_strides(T, C3, hs), o = head_strides(T, C, hs);
+  const int64_t s_rows[4] = {NH * kk, kk, kb, 1};
+  for (int q0 = 0; q0 < T; q0 += kb) {
+    const int nq = std::min(kb, T - q0);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < BH * nq; r++) {
+      const BlockRow w = block_row(r, nq, q0, NH);
+      lse[w.bh * T + w.t] = -INFINITY;
+      l[w.bh * T + w.t] = 0;
+      float* orow = out + (static_cast<int64_t>(w.b) * T + w.t) * C + w.h * hs;
+      for (int d = 0; d < hs; d++) orow[d] = 0;
+    }
+    for (int k0 = 0; k0 < q0 + nq; k0 += kb) {
+      const int nk = std::min(kb, T - k0);
+      matmul_strided(head_product(B, NH, nq, nk, hs, x.rows, x.cols, s_rows), qkv + q0 * C3,
+                     qkv + C + k0 * C3, S);
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < BH * nq; r++) {
+        const BlockRow w = block_row(r, nq, q0, NH);
+        float* s = S + w.bh * kk + static_cast<int64_t>(w.i) * kb;
+        const int n = std::max(0, std::min(nk, w.t - k0 + 1));  // keys at or before t
+        for (int j = n; j < nk; j++) s[j] = 0;
+        if (n == 0) continue;
+        for (int j = 0; j < n; j++) s[j] *= scale;
+        float& m = lse[w.bh * T + w.t];
+        const float mx = std::max(m, max_lanes(s, n));
+        const float c = m == -INFINITY ? 0.0f : exp_vec(m - mx);
+        for (int j = 0; j < n; j++) s[j] = exp_vec(s[j] - mx);
+        l[w.bh * T + w.t] = l[w.bh * T + w.t] * c + sum_lanes(s, n);
+        m = mx;
+        float* orow = out + (static_cast<int64_t>(w.b) * T + w.t) * C + w.h * hs;
+        for (int d = 0; d < hs; d++) orow[d] *= c;
       }
+      StridedMatmul pv = head_product(B, NH, nq, hs, nk, s_rows, x.rows, o.rows);
+      pv.accumulate = true;
+      matmul_strided(pv, S, qkv + 2 * C + k0 * C3, out + q0 * C);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < BH * nq; r++) {
+      const BlockRow w = block_row(r, nq, q0, NH);
+      const float sum = l[w.bh * T + w.t], inv = 1.0f / sum;
+      float* orow = out + (static_cast<int64_t>(w.b) * T + w.t) * C + w.h * hs;
+      for (int d = 0; d < hs; d++) orow[d] *= inv;
+      lse[w.bh * T + w.t] += std::log(sum);
     }
   }
 }
 
-void attention_backward_flash(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH) {
+// FlashAttention-2's order: for each key block, the query blocks at or after it. P is made
+// again from the scores and lse; dv += P^T dout, dP = dout V^T, dS = P (dP - D) scale with
+// D = rowsum(dout * out), dq += dS K, dk += dS^T q, every product batched over the heads and
+// accumulated in place in dqkv.
+void attention_backward_flash(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // As attention_backward: one (b, h) per task, which alone owns its dq, dk, dv columns.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      for (int t = 0; t < T; t++) {
-        float* base = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-        std::memset(base, 0, sizeof(float) * hs);
-        std::memset(base + C, 0, sizeof(float) * hs);
-        std::memset(base + 2 * C, 0, sizeof(float) * hs);
+  const int kb = flash_block(T);
+  const int64_t BH = static_cast<int64_t>(B) * NH, kk = static_cast<int64_t>(kb) * kb;
+  float* S = scratch;       // (B,NH,kb,kb): P
+  float* dP = S + BH * kk;  // (B,NH,kb,kb): dP, then dS
+  float* D = dP + BH * kk;  // (B,NH,T)
+  const HeadStrides x = head_strides(T, C3, hs), o = head_strides(T, C, hs);
+  const int64_t s_rows[4] = {NH * kk, kk, kb, 1}, s_cols[4] = {NH * kk, kk, 1, kb};
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < BH * T; r++) {
+    const int64_t bh = r / T;
+    const int t = static_cast<int>(r % T), b = static_cast<int>(bh / NH),
+              h = static_cast<int>(bh % NH);
+    const int64_t at = (static_cast<int64_t>(b) * T + t) * C + h * hs;
+    D[r] = dot_vec(dout + at, out + at, hs);
+    float* row = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
+    for (int d = 0; d < hs; d++) row[d] = row[C + d] = row[2 * C + d] = 0;
+  }
+  auto acc = [](StridedMatmul s) {
+    s.accumulate = true;
+    return s;
+  };
+  for (int k0 = 0; k0 < T; k0 += kb) {
+    const int nk = std::min(kb, T - k0);
+    for (int q0 = k0; q0 < T; q0 += kb) {
+      const int nq = std::min(kb, T - q0);
+      matmul_strided(head_product(B, NH, nq, nk, hs, x.rows, x.cols, s_rows), qkv + q0 * C3,
+                     qkv + C + k0 * C3, S);
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < BH * nq; r++) {
+        const BlockRow w = block_row(r, nq, q0, NH);
+        float* s = S + w.bh * kk + static_cast<int64_t>(w.i) * kb;
+        const int n = std::max(0, std::min(nk, w.t - k0 + 1));
+        const float L = lse[w.bh * T + w.t];
+        for (int j = 0; j < n; j++) s[j] = exp_vec(s[j] * scale - L);
+        for (int j = n; j < nk; j++) s[j] = 0;
       }
-      for (int t = 0; t < T; t++) {
-        const float* d = dout + (static_cast<int64_t>(b) * T + t) * C + h * hs;
-        const float* o = out + (static_cast<int64_t>(b) * T + t) * C + h * hs;
-        const float* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-        float* dq = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-        const float L = lse[(static_cast<int64_t>(b) * NH + h) * T + t];
-        // sum over t2 of p * (dout . v) = dout . out: the softmax backward's row constant.
-        const float D = dot_vec(d, o, hs);
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
-          const float* v = k + C;
-          float* dk = dqkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
-          float* dv = dk + C;
-          const float p = exp_vec(dot_vec(q, k, hs) * scale - L);
-          for (int i = 0; i < hs; i++) dv[i] += p * d[i];
-          const float g = p * (dot_vec(d, v, hs) - D) * scale;
-          for (int i = 0; i < hs; i++) {
-            dq[i] += g * k[i];
-            dk[i] += g * q[i];
-          }
-        }
+      matmul_strided(acc(head_product(B, NH, nk, hs, nq, s_cols, o.rows, x.rows)), S, dout + q0 * C,
+                     dqkv + 2 * C + k0 * C3);
+      matmul_strided(head_product(B, NH, nq, nk, hs, o.rows, x.cols, s_rows), dout + q0 * C,
+                     qkv + 2 * C + k0 * C3, dP);
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < BH * nq; r++) {
+        const BlockRow w = block_row(r, nq, q0, NH);
+        const float* p = S + w.bh * kk + static_cast<int64_t>(w.i) * kb;
+        float* g = dP + w.bh * kk + static_cast<int64_t>(w.i) * kb;
+        const float Dt = D[w.bh * T + w.t];
+        for (int j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dt) * scale;
       }
+      matmul_strided(acc(head_product(B, NH, nq, hs, nk, s_rows, x.rows, x.rows)), dP,
+                     qkv + C + k0 * C3, dqkv + q0 * C3);
+      matmul_strided(acc(head_product(B, NH, nk, hs, nq, s_cols, x.rows, x.rows)), dP,
+                     qkv + q0 * C3, dqkv + C + k0 * C3);
     }
   }
 }

@@ -57,13 +57,18 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
 
-// The same attention without the T x T probabilities (flash-attention style): forward makes one
-// pass over the keys with an online softmax and keeps lse (B,NH,T), each row's log-sum-exp of
-// the scaled scores; backward recomputes each probability as exp(score - lse) and needs the
-// forward's output `out` (B,T,C). dqkv is written. Memory O(B*T*C), no T x T buffer.
-void attention_forward_flash(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
-void attention_backward_flash(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH);
+// The same attention without the T x T probabilities (flash-attention style): queries and keys
+// in blocks of up to 128, an online softmax over the key blocks (a running maximum and sum per
+// row, the output rescaled as the maximum grows), blocks above the diagonal skipped, and the
+// products batched over the heads. Forward keeps lse (B,NH,T), each row's log-sum-exp of the
+// scaled scores; backward makes each probability again as exp(score - lse) and needs the
+// forward's output `out` (B,T,C). dqkv is written. scratch holds
+// attention_flash_scratch_floats(B, T, NH) floats: O(B*NH*(128^2 + T)), no T x T buffer.
+int64_t attention_flash_scratch_floats(int B, int T, int NH);
+void attention_forward_flash(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
+                             int C, int NH);
+void attention_backward_flash(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int C, int NH);
 
 // One query position against a KV cache, for incremental decoding: q (C) attends to the first
 // n rows of k_cache and v_cache (each (n,C), heads side by side); out (C); scores (n) is scratch.

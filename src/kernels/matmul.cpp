@@ -30,7 +30,7 @@ struct Primitive {
   std::unordered_map<int, dnnl::memory> args;
 };
 
-using StridedKey = std::array<int64_t, 17>;
+using StridedKey = std::array<int64_t, 18>;
 
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -85,9 +85,15 @@ Primitive make_strided_primitive(Engine& e, const StridedMatmul& s) {
     return dnnl::memory::desc(dims{s.batch0, s.batch1, rows, cols}, dt::f32,
                               dims{st[0], st[1], st[2], st[3]});
   };
+  dnnl::primitive_attr attr;
+  if (s.accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
   Primitive p;
   p.pd = dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(md(s.M, s.K, s.a, s), md(s.K, s.N, s.b, s), md(s.M, s.N, s.c, s)),
+      dnnl::matmul::desc(md(s.M, s.K, s.a, s), md(s.K, s.N, s.b, s), md(s.M, s.N, s.c, s)), attr,
       e.engine);
   p.prim = dnnl::matmul(p.pd);
   p.a = dnnl::memory(p.pd.src_desc(), e.engine, DNNL_MEMORY_NONE);
@@ -120,7 +126,7 @@ void run(const MatmulShape& s, bool bf16_operands, const void* a, const void* b,
 void matmul_strided(const StridedMatmul& s, const float* a, const float* b, float* c) {
   Engine& e = engine();
   StridedKey key{s.batch0, s.batch1, s.M,    s.N,    s.K,    s.a[0], s.a[1], s.a[2], s.a[3],
-                 s.b[0],   s.b[1],   s.b[2], s.b[3], s.c[0], s.c[1], s.c[2], s.c[3]};
+                 s.b[0],   s.b[1],   s.b[2], s.b[3], s.c[0], s.c[1], s.c[2], s.c[3], s.accumulate};
   std::lock_guard<std::mutex> lock(e.mu);
   auto it = e.strided.find(key);
   if (it == e.strided.end()) it = e.strided.emplace(key, make_strided_primitive(e, s)).first;

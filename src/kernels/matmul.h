@@ -30,11 +30,12 @@ void matmul_bf16(const MatmulShape& s, const bf16* a, const bf16* b, float* c,
 
 // A batch of fp32 products over two batch dimensions, every operand addressed by explicit
 // strides in elements (batch 0, batch 1, row, column), so that heads can be read in place from
-// interleaved tensors:  C[i][j](M,N) = A[i][j](M,K) @ B[i][j](K,N), written.
+// interleaved tensors:  C[i][j](M,N) = A[i][j](M,K) @ B[i][j](K,N) [+ C if accumulate].
 // A transposed operand is just the strides swapped. Cached per shape and strides, as above.
 struct StridedMatmul {
   int64_t batch0, batch1, M, N, K;
   int64_t a[4], b[4], c[4];
+  bool accumulate = false;
 };
 void matmul_strided(const StridedMatmul& s, const float* a, const float* b, float* c);
 

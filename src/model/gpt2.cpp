@@ -236,7 +236,8 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
     KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
   }
   // proj, dresidual, dln, datty, dqkv, datt, dfch_gelu, and dfch in fp32 (bf16: dout_bf).
-  bytes.scratch = (BT * C * 4 + BT * 3 * C + (flash ? 0 : NH * BT * T) + BT * 4 * C) * 4;
+  const int64_t datt = flash ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
+  bytes.scratch = (BT * C * 4 + BT * 3 * C + datt + BT * 4 * C) * 4;
   bytes.scratch += bf ? BT * 4 * C * 2 : BT * 4 * C * 4;
   bytes.fp32_floats = nf;
   bytes.bf16_values = nb;
@@ -257,7 +258,8 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   acts_.B = B;
   acts_.T = T;
 
-  const int64_t datt = opts.flash_attention ? 0 : NH * BT * T;
+  const int64_t datt =
+      opts.flash_attention ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
   scratch_.mem.resize(BT * C * 4 + BT * 3 * C + datt + BT * 4 * C * (bf ? 1 : 2));
   float* p = scratch_.mem.data();
   auto take = [&](int64_t n) {
@@ -347,7 +349,7 @@ void Gpt2::block_forward(int l, const float* residual) {
   {
     Timed t(profile_, &Profile::attention);
     if (opts_.flash_attention)
-      attention_forward_flash(a.atty, a.att, a.qkv, B, T, C, NH);
+      attention_forward_flash(a.atty, a.att, scratch_.datt, a.qkv, B, T, C, NH);
     else
       attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
     if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
@@ -538,7 +540,7 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
       // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
       // the values it already holds.
       if (opts_.flash_attention) {
-        attention_backward_flash(S.dqkv, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
+        attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
       } else {
         if (opts_.recompute == Recompute::attention)
           attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);

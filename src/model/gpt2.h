@@ -140,7 +140,7 @@ struct GradScratch {
   float* dln;             // (B,T,C)
   float* datty;           // (B,T,C)
   float* dqkv;            // (B,T,3C)
-  float* datt;            // (B,NH,T,T); none with flash attention
+  float* datt;            // (B,NH,T,T); with flash attention its blocks' scratch
   float* dfch;            // (B,T,4C)
   float* dfch_gelu;       // (B,T,4C)
   bf16* dout_bf;          // (B,T,4C): a linear layer's output gradient in bf16

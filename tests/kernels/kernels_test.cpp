@@ -467,7 +467,8 @@ void CheckFlashAttention(int B, int T, int C, int NH) {
   const int hs = C / NH;
 
   Vec out(B * T * C, kGarbage), lse(B * NH * T, kGarbage);
-  attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  Vec scratch(attention_flash_scratch_floats(B, T, NH), kGarbage);
+  attention_forward_flash(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH);
   EXPECT_TRUE(Near(out, RefAttention(qkv64, B, T, C, NH).out, kFwdTol)) << "out";
   Vec64 lse_ref(lse.size());
   for (int b = 0; b < B; b++)
@@ -486,7 +487,8 @@ void CheckFlashAttention(int B, int T, int C, int NH) {
   EXPECT_TRUE(Near(lse, lse_ref, kFwdTol)) << "lse";
 
   Vec dqkv(qkv.size(), kGarbage);  // written
-  attention_backward_flash(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  attention_backward_flash(dqkv.data(), scratch.data(), r.data(), qkv.data(), out.data(),
+                           lse.data(), B, T, C, NH);
   const Vec64 g =
       FiniteDiff([&](const Vec64& v) { return Dot(RefAttention(v, B, T, C, NH).out, r); }, qkv64);
   EXPECT_TRUE(Near(dqkv, g, kGradTol)) << "dqkv";
@@ -505,24 +507,57 @@ TEST(KernelAttentionFlash, ForwardAndBackwardMatchFloat64ReferenceAndFiniteDiffe
   CheckFlashAttention(1, 40, 32, 2);  // long rows: the running maximum moves many times
 }
 
-TEST(KernelAttentionFlash, SameBitsAcrossRunsAndThreadCounts) {
-  std::mt19937 rng(44);
-  const int B = 2, T = 16, C = 32, NH = 4;
-  const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+// Several blocks of queries and keys (128 each; the last one ragged) against the kernels that
+// keep the probabilities, which the test above checks against float64 and finite differences.
+TEST(KernelAttentionFlash, ManyBlocksMatchTheStandardKernels) {
+  const int B = 2, T = 300, C = 32, NH = 2;
+  std::mt19937 rng(45);
+  Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+  for (int i = 0; i < C; i++) qkv[(7 * 3 + 1) * C + i] *= 6.0f;  // one key far above the rest
   const Vec dout = RandomVec(rng, B * T * C, -1, 1);
-  auto run = [&](int threads) {
-    ThreadCount tc(threads);
-    Vec out(B * T * C), lse(B * NH * T), dqkv(qkv.size(), kGarbage);
-    attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    attention_backward_flash(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
-                             NH);
-    out.insert(out.end(), lse.begin(), lse.end());
-    out.insert(out.end(), dqkv.begin(), dqkv.end());
-    return out;
-  };
-  const Vec a = run(2), b = run(2), c = run(1);
-  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
-  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+  Vec out(B * T * C, kGarbage), lse(B * NH * T, kGarbage), dqkv(qkv.size(), kGarbage);
+  Vec scratch(attention_flash_scratch_floats(B, T, NH), kGarbage);
+  attention_forward_flash(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH);
+  attention_backward_flash(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                           lse.data(), B, T, C, NH);
+  Vec out2(out.size()), att(B * NH * T * T), dqkv2(qkv.size()), datt(att.size());
+  attention_forward(out2.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv2.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_TRUE(Near(out, Widen(out2), kFwdTol)) << "out";
+  EXPECT_TRUE(Near(dqkv, Widen(dqkv2), kFwdTol * 10)) << "dqkv";
+  // lse against the probabilities' own normaliser: the row's maximum probability is
+  // exp(max score - lse).
+  for (int bh = 0; bh < B * NH; bh++) {
+    for (int t : {0, 1, 127, 128, 200, 299}) {
+      const float* a = att.data() + (static_cast<int64_t>(bh) * T + t) * T;
+      double s = 0;
+      for (int t2 = 0; t2 <= t; t2++) s += a[t2];
+      EXPECT_NEAR(s, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST(KernelAttentionFlash, SameBitsAcrossRunsAndThreadCounts) {
+  for (auto [B, T, C, NH] : {std::array{2, 16, 32, 4}, std::array{1, 300, 128, 2}}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::mt19937 rng(44);
+    const Vec qkv = RandomVec(rng, B * T * 3 * C, -1.5f, 1.5f);
+    const Vec dout = RandomVec(rng, B * T * C, -1, 1);
+    auto run = [&](int threads) {
+      ThreadCount tc(threads);
+      Vec out(B * T * C), lse(B * NH * T), dqkv(qkv.size(), kGarbage);
+      Vec scratch(attention_flash_scratch_floats(B, T, NH), kGarbage);
+      attention_forward_flash(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH);
+      attention_backward_flash(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                               lse.data(), B, T, C, NH);
+      out.insert(out.end(), lse.begin(), lse.end());
+      out.insert(out.end(), dqkv.begin(), dqkv.end());
+      return out;
+    };
+    const Vec a = run(2), b = run(2), c = run(1);
+    EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
+    EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+  }
 }
 
 // ---- softmax cross-entropy --------------------------------------------------------------------

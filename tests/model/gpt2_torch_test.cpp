@@ -263,7 +263,8 @@ TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
     // What full recompute keeps: each block's input plus the embedding output, in fp32.
     EXPECT_EQ(full.kept, (c.n_layer + 1) * 8 * 1024 * c.n_embd * 4);
     EXPECT_EQ(full.head, none.head);
-    // Flash attention keeps no T x T probabilities and needs no T x T scratch.
+    // Flash attention keeps no T x T probabilities, and its scratch is blocks of 128 x 128
+    // scores (and their gradient) plus a number per row, not T x T.
     o.recompute = Recompute::none;
     o.flash_attention = true;
     const ActivationBytes flash = plan_activations(c, 8, 1024, o, nullptr);
@@ -273,7 +274,8 @@ TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
     const int64_t lse = int64_t{8} * c.n_head * 1024 * 4, atty = int64_t{8} * 1024 * c.n_embd * 4;
     EXPECT_EQ(flash.kept + flash.shared, none.kept + none.shared + c.n_layer * (lse - tt) +
                                              (bf16 ? (c.n_layer - 1) * atty : 0));
-    EXPECT_EQ(flash.scratch + tt, none.scratch);
+    const int64_t flash_scratch = int64_t{8} * c.n_head * (2 * 128 * 128 + 1024) * 4;
+    EXPECT_EQ(flash.scratch + tt, none.scratch + flash_scratch);
   }
 }
 
