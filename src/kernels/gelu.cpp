@@ -41,7 +41,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
 }
 
 void gelu_bias_backward(float* dinp, bf16* dinp_bf16, float* db, const float* inp,
-                        const float* dout, int64_t M, int N) {
+                        const float* dout, int64_t M, int N, bool accumulate) {
   // Each thread owns blocks of columns and walks the rows in order, as bias_backward does: the
   // bias gradient gets the same bits, and each gradient value is made once, for all its users.
   constexpr int kBlock = 64;
@@ -59,7 +59,7 @@ void gelu_bias_backward(float* dinp, bf16* dinp_bf16, float* db, const float* in
         acc[j - j0] += g;
       }
     }
-    for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+    for (int j = j0; j < j1; j++) db[j] = accumulate ? db[j] + acc[j - j0] : acc[j - j0];
   }
 }
 

@@ -34,9 +34,10 @@ void layernorm_forward_fused(float* res, float* out, bf16* out_bf16, float* mean
                              int64_t M, int C);
 // dinp += ..., dw += ..., db += ...; with dinp_bf16, the accumulated dinp is also written there
 // rounded to bf16 (the operand of the next product of backward).
+// With accumulate = false, dw and db are written (=) instead.
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                         const float* w, const float* mean, const float* rstd, int64_t M, int C,
-                        bf16* dinp_bf16 = nullptr);
+                        bf16* dinp_bf16 = nullptr, bool accumulate = true);
 
 // ---- GELU, tanh approximation ---------------------------------------------------------------
 void gelu_forward(float* out, const float* inp, int64_t n);
@@ -47,7 +48,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 // g = gelu'(inp) * dout is written to dinp and/or dinp_bf16 (either may be null) and
 // db (N) += column sums of g, with bias_backward's bits.
 void gelu_bias_backward(float* dinp, bf16* dinp_bf16, float* db, const float* inp,
-                        const float* dout, int64_t M, int N);
+                        const float* dout, int64_t M, int N, bool accumulate = true);
 
 // ---- causal self-attention ------------------------------------------------------------------
 // qkv (B,T,3C) holds q, k, v side by side; out (B,T,C); att (B,NH,T,T) keeps the softmax
@@ -76,8 +77,8 @@ void attention_decode(float* out, float* scores, const float* q, const float* k_
                       const float* v_cache, int n, int C, int NH);
 
 // ---- bias gradient --------------------------------------------------------------------------
-// db (N) += column sums of dout (M,N).
-void bias_backward(float* db, const float* dout, int64_t M, int N);
+// db (N) += column sums of dout (M,N); written (=) with accumulate = false.
+void bias_backward(float* db, const float* dout, int64_t M, int N, bool accumulate = true);
 
 // ---- loss -----------------------------------------------------------------------------------
 // From logits (M,Vp) whose first V columns are real: losses (M) = -log softmax[target].

@@ -62,7 +62,7 @@ void layernorm_forward_fused(float* res, float* out, bf16* out_bf16, float* mean
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                         const float* w, const float* mean, const float* rstd, int64_t M, int C,
-                        bf16* dinp_bf16) {
+                        bf16* dinp_bf16, bool accumulate) {
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
@@ -107,14 +107,14 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
         }
       }
       for (int c = c0; c < c1; c++) {
-        dw[c] += aw[c - c0];
-        db[c] += ab[c - c0];
+        dw[c] = accumulate ? dw[c] + aw[c - c0] : aw[c - c0];
+        db[c] = accumulate ? db[c] + ab[c - c0] : ab[c - c0];
       }
     }
   }
 }
 
-void bias_backward(float* db, const float* dout, int64_t M, int N) {
+void bias_backward(float* db, const float* dout, int64_t M, int N, bool accumulate) {
   constexpr int kBlock = 64;
   int nblocks = (N + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -125,7 +125,7 @@ void bias_backward(float* db, const float* dout, int64_t M, int N) {
       const float* d = dout + m * N;
       for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
     }
-    for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+    for (int j = j0; j < j1; j++) db[j] = accumulate ? db[j] + acc[j - j0] : acc[j - j0];
   }
 }
 

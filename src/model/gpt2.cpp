@@ -449,7 +449,7 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
 }
 
 void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
-                    const GradsReady& ready, const BlockHooks& hooks) {
+                    const GradsReady& ready, const BlockHooks& hooks, bool accumulate) {
   const Gpt2Config& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
@@ -471,7 +471,7 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
   {
     Timed t(profile_, &Profile::lm_head);
     // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
-    MatmulShape dw{c.padded_vocab_size, C, BT, true, false, true, false};
+    MatmulShape dw{c.padded_vocab_size, C, BT, true, false, accumulate, false};
     MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
     if (bf) {
       matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G.wte);  // written by the forward's loss
@@ -486,7 +486,7 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
     const float* last = c.n_layer > 0 ? A.h[c.n_layer - 1].residual3 : A.encoded;
     layernorm_backward(S.dresidual, G.lnf_w, G.lnf_b, S.dln, last, P.lnf_w, A.lnf_mean, A.lnf_rstd,
-                       BT, C, bf && c.n_layer > 0 ? S.dout_bf : nullptr);
+                       BT, C, bf && c.n_layer > 0 ? S.dout_bf : nullptr, accumulate);
   }
   // Block l's parameters are the range [block_begin(l), block_begin(l+1)); ln_f follows the last.
   auto block_begin = [&](int l) {
@@ -507,16 +507,16 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
                         const bf16* x_bf, const float* w, int64_t K, int64_t N) {
       Timed t(profile_, &Profile::matmul);
       if (bf) {
-        matmul_bf16(MatmulShape{K, N, BT, true, false, true, false}, x_bf, dy_bf, dw);
+        matmul_bf16(MatmulShape{K, N, BT, true, false, accumulate, false}, x_bf, dy_bf, dw);
         matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
       } else {
-        matmul(MatmulShape{K, N, BT, true, false, true, false}, x, dy, dw);
+        matmul(MatmulShape{K, N, BT, true, false, accumulate, false}, x, dy, dw);
         matmul(MatmulShape{BT, K, N, false, true, false, false}, dy, w, dx);
       }
     };
     auto bias_grad = [&](float* db, const float* dy, int64_t N) {
       Timed t(profile_, &Profile::matmul);
-      bias_backward(db, dy, BT, static_cast<int>(N));
+      bias_backward(db, dy, BT, static_cast<int>(N), accumulate);
     };
     // The MLP's output projection; dresidual's bf16 copy came with the LayerNorm backward
     // that last added to it.
@@ -525,13 +525,14 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
              4 * C, C);
     {
       Timed t(profile_, &Profile::gelu);  // GELU and fc's bias gradient in one pass
-      gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C);
+      gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
+                         accumulate);
     }
     products(S.dln, D.fc_w, S.dfch, S.dout_bf, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
-                         a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr);
+                         a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr, accumulate);
     }
     bias_grad(D.attproj_b, S.dresidual, C);
     products(S.datty, D.attproj_w, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.attproj_w, C, C);
@@ -556,13 +557,15 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
-                         a.ln1_rstd, BT, C, bf && l > 0 ? S.dout_bf : nullptr);
+                         a.ln1_rstd, BT, C, bf && l > 0 ? S.dout_bf : nullptr, accumulate);
     }
     if (hooks.after) hooks.after(l);
     if (ready) ready(block_begin(l), block_begin(l + 1));
   }
   {
     Timed t(profile_, &Profile::embedding);
+    // wte's gradient was begun by the LM head; wpe's has no other writer.
+    if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
     encoder_backward(G.wte, G.wpe, S.dresidual, inputs, B, T, C);
   }
   if (ready) ready(0, block_begin(0));

@@ -194,9 +194,11 @@ class Gpt2 {
   // for this backward: ln_f's range first, then each block from the last to the first, then
   // [0, first block) holding wte and wpe. Data parallelism starts its reductions from it.
   using GradsReady = std::function<void(int64_t begin, int64_t end)>;
-  // Accumulates parameter gradients into grads (same layout as params).
+  // Accumulates parameter gradients into grads (same layout as params); with accumulate =
+  // false they are written instead, so the first micro-batch of a step needs no zeroed buffer
+  // (and the weight-gradient products need not read it).
   void backward(const float* params, float* grads, const int32_t* inputs,
-                const GradsReady& ready = {}, const BlockHooks& hooks = {});
+                const GradsReady& ready = {}, const BlockHooks& hooks = {}, bool accumulate = true);
 
   // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
   const float* logits() const { return opts_.bf16 ? full_logits_.data() : acts_.logits; }

@@ -293,10 +293,9 @@ StepResult Trainer::step() {
   const int64_t tokens =
       static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * comm_->size();
   const float dloss = 1.0f / static_cast<float>(tokens);
-  if (dp_->reduces_every_micro_batch())
-    grads_.release(0, grads_.size());  // ZeRO-2: pages come back only for the buckets written
-  else
-    grads_.zero();
+  // ZeRO-2/3: pages come back only for the buckets written. Otherwise the first micro-batch's
+  // backward writes every gradient (no zeroing pass over the buffer) and later ones add.
+  if (dp_->reduces_every_micro_batch()) grads_.release(0, grads_.size());
   double loss_sum = 0;
   // ZeRO-3: the embedding and ln_f stay present for the whole micro-batch (wte is used at both
   // ends); each block is gathered before its forward and its backward, the next one prefetched,
@@ -340,9 +339,11 @@ StepResult Trainer::step() {
     tp = now_seconds();
     if (zero3())
       dp_->fetch(params_, master_.data(), block_range(L - 1).first, block_range(L - 1).second);
+    const bool accumulate = micro > 0 || dp_->reduces_every_micro_batch();
     if (micro + 1 < cfg_.grad_accum && !dp_->reduces_every_micro_batch()) {
       TraceSpan span("backward", "compute");
-      model_->backward(params_.data(), grads_.data(), inputs_.data());  // accumulate locally
+      model_->backward(params_.data(), grads_.data(), inputs_.data(), {}, {},
+                       accumulate);  // accumulate locally
       r.backward_seconds += now_seconds() - tp;
       continue;
     }
@@ -351,7 +352,7 @@ StepResult Trainer::step() {
       TraceSpan span("backward", "compute");
       model_->backward(
           params_.data(), grads_.data(), inputs_.data(),
-          [this](int64_t b, int64_t e) { dp_->ready(b, e); }, bwd);
+          [this](int64_t b, int64_t e) { dp_->ready(b, e); }, bwd, accumulate);
     }
     r.backward_seconds += now_seconds() - tp;
     {

@@ -246,6 +246,37 @@ TEST_F(Gpt2VsTorch, Bf16GivesTheSameBitsAcrossRunsAndThreadCounts) {
   EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
 }
 
+// backward(accumulate = false) writes every gradient: into a buffer full of garbage, then one
+// more (accumulating) backward, it gives the values that two backwards accumulated into zeros
+// give (compared as values: a zero may change sign), in every mode.
+TEST_F(Gpt2VsTorch, WritingGradientsEqualsAccumulatingIntoZeros) {
+  for (int mode = 0; mode < 4; mode++) {
+    const bool bf16 = mode & 1, flash = mode & 2;
+    SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (flash ? ", flash attention" : ""));
+    ModelOptions o;
+    o.bf16 = bf16;
+    o.flash_attention = flash;
+    Gpt2 model(cfg_, B_, T_, o);
+    model.set_weights(params_.data());
+    auto twice = [&](float fill, bool write_first) {
+      std::vector<float> grads(model.layout().total, fill);
+      for (int k = 0; k < 2; k++) {
+        model.forward(params_.data(), inputs_.data(), targets_.data(), 1.0f / (B_ * T_));
+        model.backward(params_.data(), grads.data(), inputs_.data(), {}, {},
+                       !(write_first && k == 0));
+        if (k == 0 && write_first) {  // one backward written equals one accumulated into zeros
+          const StepOutput one = RunMode(cfg_, B_, T_, o, params_.data(), inputs_, targets_);
+          for (size_t i = 0; i < grads.size(); i++)
+            EXPECT_EQ(grads[i], one.grads[i]) << "element " << i;
+        }
+      }
+      return grads;
+    };
+    const std::vector<float> want = twice(0.0f, false), got = twice(1e30f, true);
+    for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], want[i]) << "element " << i;
+  }
+}
+
 // Full recompute keeps each block's input only: on the small config at T = 1024 (B = 8), the
 // activations kept for backward shrink to well under a quarter. Only the plan is computed.
 TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
