@@ -414,12 +414,13 @@ StepResult Trainer::step() {
   r.seconds = now_seconds() - t0;
   // Each rank's own work in the step, waits excluded: the rank that takes longest is the one the
   // others wait for.
-  r.rank_compute_seconds.assign(comm_->size(), 0.0);
-  r.rank_compute_seconds[comm_->rank()] =
-      r.forward_seconds + r.backward_seconds + r.optimizer_seconds;
-  if (comm_->size() > 1)
-    comm_->all_gather(r.rank_compute_seconds.data(), std::vector<int64_t>(comm_->size(), 1),
-                      DType::F64);
+  if (rank_compute_.size() != static_cast<size_t>(comm_->size())) {  // first step only
+    rank_compute_.assign(comm_->size(), 0.0);
+    ones_.assign(comm_->size(), 1);
+  }
+  rank_compute_[comm_->rank()] = r.forward_seconds + r.backward_seconds + r.optimizer_seconds;
+  if (comm_->size() > 1) comm_->all_gather(rank_compute_.data(), ones_, DType::F64);
+  r.rank_compute_seconds = rank_compute_;
   return r;
 }
 
@@ -537,7 +538,7 @@ void Trainer::resume_from(const std::string& dir) {
 }
 
 namespace {
-std::vector<double> ms(const std::vector<double>& seconds) {
+std::vector<double> ms(std::span<const double> seconds) {
   std::vector<double> out;
   for (double s : seconds) out.push_back(s * 1e3);
   return out;

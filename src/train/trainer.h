@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,9 @@ struct StepResult {
   // Where the step's time went (this rank): reading batches, forward (with ZeRO-3's parameter
   // waits), backward (with bucket hand-offs), the optimizer (clipping, AdamW, gathers).
   double data_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
-  // Every rank's forward + backward + optimizer time, by rank.
-  std::vector<double> rank_compute_seconds;
+  // Every rank's forward + backward + optimizer time, by rank (the trainer's buffer, valid until
+  // the next step: a step allocates nothing for it).
+  std::span<const double> rank_compute_seconds;
 };
 
 // Fills one micro-batch: inputs and targets, each (B,T).
@@ -135,6 +137,9 @@ class Trainer {
   Rng rng_;  // saved and restored with checkpoints, for stochastic layers to come
   int64_t step_ = 0;
   int64_t skipped_steps_ = 0;
+  // Per-rank compute times of the last step, and the all-gather's counts (one per rank).
+  std::vector<double> rank_compute_;
+  std::vector<int64_t> ones_;
   double peak_gflops_ = 0;
   double flops_per_token_ = 0;
   int64_t peak_resident_params_ = 0;  // ZeRO-3, measured

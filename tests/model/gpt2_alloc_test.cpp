@@ -12,6 +12,8 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "model/gpt2.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -110,6 +112,71 @@ TEST(Gpt2Steady, ForwardAndBackwardAllocateNothingBesidesOneDnnExecute) {
       EXPECT_EQ(g_news.load(), blocks + head)
           << (bf16 ? "bf16" : "fp32") << ", recompute " << recompute_name(r);
     }
+  }
+}
+
+// A whole training step (batches, forward, backward, gradient norm, AdamW, the bf16 copy, the
+// per-rank timing all-gather) allocates what the model's forward and backward do and nothing
+// more: the trainer's own buffers are made at the first step. (The watchdog is off: its thread
+// writes a heartbeat file once a second, which would count here at random. One rank: the
+// multi-rank backends' asynchronous operations each allocate their completion handle.)
+TEST(TrainerSteady, AStepAllocatesNothingBeyondTheModelsProducts) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string toml = std::string(R"(
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+block_size = 64
+vocab_size = 100
+[train]
+batch_size = 2
+seq_len = 64
+steps = 10
+val_every = 0
+sample_tokens = 0
+watchdog_seconds = 0
+out_dir = "/nonexistent/kiln-alloc-test"
+dtype = ")") + dtype + R"("
+[checkpoint]
+every = 0
+[hardware]
+peak_gflops = 100.0
+)";
+    TrainConfig cfg = parse_train_config(toml, "alloc.toml", {});
+    TrainerOptions opts;
+    opts.quiet = true;
+    opts.batches = [](int32_t* in, int32_t* tg) {
+      for (int i = 0; i < 2 * 64; i++) {
+        in[i] = i % 100;
+        tg[i] = (i * 7) % 100;
+      }
+    };
+    Trainer trainer(cfg, opts);
+    trainer.step();
+    trainer.step();
+    g_news = 0;
+    g_counting = true;
+    trainer.step();
+    g_counting = false;
+    const int64_t step_news = g_news.load();
+    // The model alone, on the trainer's own buffers and batch: forward, then backward writing
+    // the gradients (as the first micro-batch does).
+    Gpt2& model = trainer.model();
+    std::vector<float> grads(model.layout().total);
+    std::vector<int32_t> in(2 * 64), tg(2 * 64);
+    opts.batches(in.data(), tg.data());
+    std::vector<float> params(model.layout().total, 0.01f);
+    model.set_weights(params.data());
+    model.forward(params.data(), in.data(), tg.data(), 1.0f / 128);
+    model.backward(params.data(), grads.data(), in.data(), {}, {}, false);
+    g_news = 0;
+    g_counting = true;
+    model.forward(params.data(), in.data(), tg.data(), 1.0f / 128);
+    model.backward(params.data(), grads.data(), in.data(), {}, {}, false);
+    g_counting = false;
+    EXPECT_EQ(step_news, g_news.load());
   }
 }
 
