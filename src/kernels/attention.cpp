@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
