@@ -25,6 +25,9 @@ class Rng {
     if (u1 < 1e-300) u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
+  // Moves the stream on as n calls of next_u64() would (SplitMix64's state only counts): a
+  // range of draws can start anywhere, so long streams can be split across threads exactly.
+  void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ULL; }
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
 

@@ -114,8 +114,17 @@ void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, ui
           (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) ? residual_std : 0.02;
       int64_t n = t.numel;
       if (t.name == "wte.weight") n = static_cast<int64_t>(c.vocab_size) * c.n_embd;
-      Rng rng(mix_seed(seed, i));
-      for (int64_t j = 0; j < n; j++) p[j] = static_cast<float>(rng.normal() * std);
+      // One stream per tensor, split into chunks that start where the serial draw would be
+      // (each normal takes two draws): the same bits on any number of threads.
+      const uint64_t tseed = mix_seed(seed, i);
+      constexpr int64_t kChunk = 1 << 16;
+#pragma omp parallel for schedule(static)
+      for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+        Rng rng(tseed);
+        rng.skip(2 * static_cast<uint64_t>(j0));
+        const int64_t j1 = std::min(n, j0 + kChunk);
+        for (int64_t j = j0; j < j1; j++) p[j] = static_cast<float>(rng.normal() * std);
+      }
       for (int64_t j = n; j < t.numel; j++) p[j] = 0.0f;
     } else {
       float v = ends_with(".weight") ? 1.0f : 0.0f;  // LayerNorm weights; biases are zero

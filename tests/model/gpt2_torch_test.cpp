@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "ckpt/safetensors.h"
+#include "core/rng.h"
 #include "model/gpt2.h"
 #include "test_util.h"
 #include "train/gpt2_weights.h"
@@ -275,6 +276,32 @@ TEST_F(Gpt2VsTorch, WritingGradientsEqualsAccumulatingIntoZeros) {
     const std::vector<float> want = twice(0.0f, false), got = twice(1e30f, true);
     for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], want[i]) << "element " << i;
   }
+}
+
+// Initialisation draws each tensor's normals in chunks on several threads; the values are those
+// of one serial stream per tensor, whatever the thread count.
+TEST(Gpt2Init, ChunkedDrawsEqualOneSerialStreamOnAnyThreadCount) {
+  Rng a(77), b(77);
+  for (int i = 0; i < 1000; i++) a.next_u64();
+  b.skip(1000);
+  EXPECT_EQ(a.next_u64(), b.next_u64());
+
+  Gpt2Config c{1, 2, 64, 64, 3000, pad_vocab(3000, 128)};  // wte: 192k values, 3 chunks
+  const ParamLayout layout = gpt2_param_layout(c);
+  auto init = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> p(layout.total);
+    gpt2_init(layout, c, p.data(), 11);
+    omp_set_num_threads(saved);
+    return p;
+  };
+  const std::vector<float> two = init(2), one = init(1);
+  EXPECT_EQ(0, std::memcmp(two.data(), one.data(), two.size() * sizeof(float)));
+  const ParamTensor& wte = layout.find("wte.weight");
+  Rng serial(mix_seed(11, 0));  // wte is tensor 0
+  for (int64_t j = 0; j < int64_t{c.vocab_size} * c.n_embd; j++)
+    ASSERT_EQ(two[wte.offset + j], static_cast<float>(serial.normal() * 0.02)) << "element " << j;
 }
 
 // Full recompute keeps each block's input only: on the small config at T = 1024 (B = 8), the
