@@ -43,6 +43,9 @@ struct CommOptions {
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;
+  // The engine's all-reduce and reduce-scatter algorithm (docs/collectives.md): "auto" (chosen
+  // by size and rank count), "one_shot", "direct", "ring" or "halving_doubling".
+  std::string algorithm = "auto";
   // "bf16": the inter-node stage of "hier" sends fp32 all-reduces as bf16, with the rounding
   // error fed back locally into the next reduction of the same buffer. "none": as they are.
   std::string compress = "none";
@@ -98,10 +101,17 @@ class Communicator {
 
   // Memory this rank holds for transfers (the shared-memory engine: its share of the window).
   virtual int64_t buffer_bytes() const { return 0; }
+  // Bytes this rank has written into shared memory for its peers so far (the engine's staging
+  // and result slots: what docs/collectives.md counts as "sent"); 0 for the other backends.
+  virtual int64_t bytes_sent() const { return 0; }
 
   // Ranks with the same color form a new communicator, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
+
+// The values of CommOptions::algorithm, and the words an error message lists them with.
+bool is_shm_algorithm(const std::string& name);
+extern const char* const kShmAlgorithmChoices;  // "\"auto\", \"one_shot\", ... or ..."
 
 // True when a launcher (mpirun, srun) started this process as part of a job.
 bool launched_by_mpi();

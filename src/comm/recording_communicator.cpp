@@ -134,6 +134,7 @@ class RecordingCommunicator : public Communicator {
     record_sync(OpDesc{"barrier", -1}, [&] { inner_->barrier(); });
   }
   int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
+  int64_t bytes_sent() const override { return inner_->bytes_sent(); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<RecordingCommunicator>(inner_->split(color, key),

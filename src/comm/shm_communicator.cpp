@@ -54,6 +54,17 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must work ac
 // this rank's buffer (its address and the process id).
 enum Phase { kPosted = 0, kReduced = 1, kDone = 2, kClosing = 3, kAddr = 4, kPid = 5, kPhases = 6 };
 
+// The all-reduce / reduce-scatter algorithms (docs/collectives.md); kAuto: the tuner chooses.
+enum class Algorithm { kAuto, kOneShot, kDirect, kRing, kHalvingDoubling };
+constexpr const char* kAlgorithmNames[] = {"auto", "one_shot", "direct", "ring",
+                                           "halving_doubling"};
+
+Algorithm parse_algorithm(const std::string& name) {
+  for (int i = 0; i < 5; i++)
+    if (name == kAlgorithmNames[i]) return static_cast<Algorithm>(i);
+  fail("comm.algorithm must be {}, got '{}'", kShmAlgorithmChoices, name);
+}
+
 // ---- reduction kernels: dst = src[0] + src[1] + ... in that order, accumulated in T's sum type.
 
 constexpr int64_t kBlock = 2048;  // elements summed in registers/L1 at a time
@@ -136,6 +147,76 @@ void reduce(DType t, void* dst, void* dst2, const void* const* src, int P, int64
   }
 }
 
+// ---- typed kernels for the ring and halving-doubling algorithms, which pass partial sums
+// between ranks: partials are kept in the accumulation type A (fp32 for bf16), so that a bf16
+// result is rounded once, at the end, whatever the algorithm.
+
+template <class T>
+struct Num;
+template <>
+struct Num<float> {
+  using A = float;
+  static A wide(float x) { return x; }
+  static float round(A a) { return a; }
+};
+template <>
+struct Num<uint16_t> {  // bf16
+  using A = float;
+  static A wide(uint16_t x) { return widen(x); }
+  static uint16_t round(A a) { return narrow(a); }
+};
+template <>
+struct Num<double> {
+  using A = double;
+  static A wide(double x) { return x; }
+  static double round(A a) { return a; }
+};
+
+template <class T>
+using acc_t = typename Num<T>::A;
+
+// Calls f with a null pointer of the element type of t (for template dispatch).
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32:
+      return f(static_cast<float*>(nullptr));
+    case DType::BF16:
+      return f(static_cast<uint16_t*>(nullptr));
+    case DType::F64:
+      return f(static_cast<double*>(nullptr));
+  }
+}
+
+// dst = partial + mine (partial first), or dst = mine widened when there is no partial.
+template <class T>
+void accumulate(acc_t<T>* __restrict dst, const acc_t<T>* __restrict partial,
+                const T* __restrict mine, int64_t n) {
+  if (partial)
+    for (int64_t i = 0; i < n; i++) dst[i] = partial[i] + Num<T>::wide(mine[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = Num<T>::wide(mine[i]);
+}
+
+// dst (and dst2 if not null) = round(partial + mine): the last addition of a ring.
+template <class T>
+void finish(T* __restrict dst, T* __restrict dst2, const acc_t<T>* __restrict partial,
+            const T* __restrict mine, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = Num<T>::round(partial[i] + Num<T>::wide(mine[i]));
+  if (dst2) std::memcpy(dst2, dst, n * sizeof(T));
+}
+
+// dst = lo + hi (dst may be lo or hi).
+template <class A>
+void combine(A* dst, const A* lo, const A* hi, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = lo[i] + hi[i];
+}
+
+template <class T>
+void round_copy(T* __restrict dst, const acc_t<T>* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = Num<T>::round(src[i]);
+}
+
 // Elements [k*E, (k+1)*E) of a slice of `count` elements: how many exist.
 inline int64_t piece(int64_t count, int64_t k, int64_t E) {
   return std::clamp<int64_t>(count - k * E, 0, E);
@@ -179,6 +260,9 @@ class ShmCommunicator : public Communicator {
     if (o.shm_slots < 2) fail("comm: the shared-memory engine needs at least 2 slots");
     chunk_ = o.shm_chunk_bytes;
     slots_ = o.shm_slots;
+    algorithm_ = parse_algorithm(o.algorithm);
+    scratch_.resize(chunk_ / sizeof(double));
+    src_.resize(size_);
     const int64_t control = int64_t{size_} * kPhases * kLine;
     const int64_t staging = int64_t{size_} * slots_ * chunk_;
     const int64_t result = int64_t{slots_} * chunk_;
@@ -261,6 +345,7 @@ class ShmCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "shm"; }
   int64_t buffer_bytes() const override { return window_bytes_ / size_; }
+  int64_t bytes_sent() const override { return sent_.load(std::memory_order_relaxed); }
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);
@@ -270,7 +355,7 @@ class ShmCommunicator : public Communicator {
                                              const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
     return issue({"reduce_scatter", counts[rank_]},
-                 [=, this] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+                 [=, this] { do_reduce_scatter(in, out, counts, t); });
   }
   std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
                                          DType t) override {
@@ -289,8 +374,7 @@ class ShmCommunicator : public Communicator {
   void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
                       DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    run_now({"reduce_scatter", counts[rank_]},
-            [&] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+    run_now({"reduce_scatter", counts[rank_]}, [&] { do_reduce_scatter(in, out, counts, t); });
   }
   void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
@@ -509,11 +593,46 @@ class ShmCommunicator : public Communicator {
 
   // ---- algorithms (docs/collectives.md)
 
+  // The tuner (docs/collectives.md, "The tuner"): one-shot up to shm_one_shot_bytes, direct
+  // above; ring and halving-doubling are never faster through one node's shared memory (the
+  // measurements are in the docs), so auto does not choose them.
+  Algorithm choose(int64_t bytes) const {
+    if (algorithm_ != Algorithm::kAuto) return algorithm_;
+    return bytes <= std::min(opts_.shm_one_shot_bytes, chunk_) ? Algorithm::kOneShot
+                                                               : Algorithm::kDirect;
+  }
+
   void do_all_reduce(void* buf, int64_t n, DType t) {
-    if (n * static_cast<int64_t>(dtype_bytes(t)) <= std::min(opts_.shm_one_shot_bytes, chunk_))
-      one_shot_all_reduce(buf, n, t);
+    if (n == 0) return;
+    switch (size_ == 1 ? Algorithm::kDirect : choose(n * static_cast<int64_t>(dtype_bytes(t)))) {
+      case Algorithm::kOneShot:
+        return one_shot_all_reduce(buf, n, t);
+      case Algorithm::kRing:
+        return with_type(t, [&](auto* tag) {
+          ring<std::remove_pointer_t<decltype(tag)>>(buf, buf, even_counts(n), true);
+        });
+      case Algorithm::kHalvingDoubling:
+        return with_type(t, [&](auto* tag) {
+          halving_doubling<std::remove_pointer_t<decltype(tag)>>(buf, buf, even_counts(n), true);
+        });
+      default:
+        return reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
+    }
+  }
+
+  // One-shot has no reduce-scatter of its own: it and auto use the direct one.
+  void do_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
+    const Algorithm a = size_ == 1 ? Algorithm::kDirect : algorithm_;
+    if (a == Algorithm::kRing)
+      with_type(t, [&](auto* tag) {
+        ring<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);
+      });
+    else if (a == Algorithm::kHalvingDoubling)
+      with_type(t, [&](auto* tag) {
+        halving_doubling<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);
+      });
     else
-      reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
+      reduce_scatter_chunks(in, out, counts, t, /*gather=*/false);
   }
 
   void do_barrier() {
@@ -523,17 +642,241 @@ class ShmCommunicator : public Communicator {
     set(kDone, g);
   }
 
-  // Small all-reduce: every rank stages its whole buffer, then every rank sums all of them.
+  // One-shot all-reduce: every rank stages its whole buffer (a chunk at a time when it is
+  // larger), then every rank sums all of them in rank order.
   void one_shot_all_reduce(void* buf, int64_t n, DType t) {
     const int64_t es = dtype_bytes(t);
-    const uint64_t g = begin_step();
-    std::memcpy(staging(rank_, g), buf, n * es);
-    set(kPosted, g);
-    wait_all(kPosted, g);
-    std::vector<const void*> src(size_);
-    for (int q = 0; q < size_; q++) src[q] = staging(q, g);
-    reduce(t, buf, nullptr, src.data(), size_, n);
-    set(kDone, g);
+    const int64_t E = chunk_ / es;
+    for (int64_t k = 0; k * E < n; k++) {
+      const int64_t m = std::min(E, n - k * E);
+      const uint64_t g = begin_step();
+      std::memcpy(staging(rank_, g), at(buf, k * E, es), m * es);
+      sent(m * es);
+      set(kPosted, g);
+      wait_all(kPosted, g);
+      for (int q = 0; q < size_; q++) src_[q] = staging(q, g);
+      reduce(t, at(buf, k * E, es), nullptr, src_.data(), size_, m);
+      set(kDone, g);
+    }
+  }
+
+  // Ring (docs/collectives.md): slices as in the direct reduce-scatter, in rounds of E elements
+  // per slice. Reduce-scatter, P-1 steps: in step s rank r adds its piece of slice r-1-s to the
+  // partial sum its left neighbour staged in step s-1 and stages the result (in the accumulation
+  // type); the last addition, of slice r, is rank r's. All-gather (all-reduce only), P-1 steps:
+  // each rank stages the finished piece it received last, its right neighbour copies it. Slice j
+  // is summed in the order j+1, j+2, ..., P-1, 0, ..., j.
+  template <class T>
+  void ring(const void* in_, void* out_, const std::vector<int64_t>& counts, bool all_reduce) {
+    using A = typename Num<T>::A;
+    const T* in = static_cast<const T*>(in_);
+    T* out = static_cast<T*>(out_);
+    const int P = size_, r = rank_, left = (r + P - 1) % P;
+    const int64_t E = chunk_ / static_cast<int64_t>(sizeof(A)) / 16 * 16;
+    std::vector<int64_t> offset(P + 1, 0);
+    for (int q = 0; q < P; q++) offset[q + 1] = offset[q] + counts[q];
+    const int64_t rounds = (*std::max_element(counts.begin(), counts.end()) + E - 1) / E;
+    auto slice = [&](int s) { return ((r - s) % P + P) % P; };
+    for (int64_t k = 0; k < rounds; k++) {
+      auto first = [&](int j) { return offset[j] + k * E; };
+      auto len = [&](int j) { return piece(counts[j], k, E); };
+      uint64_t g = 0;
+      for (int s = 0; s < P - 1; s++) {
+        const int j = slice(s + 1);
+        g = begin_step();
+        const A* partial = nullptr;
+        if (s > 0) {
+          wait_all(kPosted, g - 1, left);
+          partial = reinterpret_cast<const A*>(staging(left, g - 1));
+        }
+        accumulate<T>(reinterpret_cast<A*>(staging(r, g)), partial, in + first(j), len(j));
+        sent(len(j) * sizeof(A));
+        set(kPosted, g);
+        if (s > 0) set(kDone, g - 1);
+      }
+      wait_all(kPosted, g, left);
+      const A* partial = reinterpret_cast<const A*>(staging(left, g));
+      if (!all_reduce) {
+        finish<T>(out + k * E, nullptr, partial, in + first(r), len(r));
+        set(kDone, g);
+        continue;
+      }
+      uint64_t h = begin_step();
+      finish<T>(out + first(r), reinterpret_cast<T*>(staging(r, h)), partial, in + first(r),
+                len(r));
+      sent(len(r) * sizeof(T));
+      set(kPosted, h);
+      set(kDone, g);
+      for (int s = 1; s < P; s++) {
+        const int j = slice(s);
+        wait_all(kPosted, h, left);
+        const T* got = reinterpret_cast<const T*>(staging(left, h));
+        std::memcpy(out + first(j), got, len(j) * sizeof(T));
+        if (s < P - 1) {  // pass it on
+          const uint64_t next = begin_step();
+          std::memcpy(staging(r, next), got, len(j) * sizeof(T));
+          sent(len(j) * sizeof(T));
+          set(kPosted, next);
+          set(kDone, h);
+          h = next;
+        } else {
+          set(kDone, h);
+        }
+      }
+    }
+  }
+
+  // Recursive halving-doubling (docs/collectives.md) over the largest power of two P2 <= P
+  // ranks; a rank e >= P2 first hands its data to rank e - P2 and at the end receives the
+  // result from it. Slices as in the direct reduce-scatter, E elements of each per round; rank
+  // b of the P2 "holds" slice q when q mod P2 agrees with b on the bits handled so far. Halving,
+  // distance d = 1, 2, ..., P2/2: b and b^d each keep the slices that agree with them on bit d
+  // and sum them with what the partner staged, the lower rank's partial first. Doubling (all-
+  // reduce), d = P2/2, ..., 1: each stages the finished slices it holds, its partner copies
+  // them. Slice q is summed as a balanced tree: ((x0 + x_P2) + x1) + ... pairwise, see docs.
+  template <class T>
+  void halving_doubling(const void* in_, void* out_, const std::vector<int64_t>& counts,
+                        bool all_reduce) {
+    using A = typename Num<T>::A;
+    const T* in = static_cast<const T*>(in_);
+    T* out = static_cast<T*>(out_);
+    const int P = size_, r = rank_;
+    int P2 = 1;
+    while (P2 * 2 <= P) P2 *= 2;
+    const bool extra = r >= P2;
+    const int b = extra ? r - P2 : r;             // rank in the power-of-two group
+    const int helper = r + P2 < P ? r + P2 : -1;  // the extra rank this one stands in for
+    const int64_t E = chunk_ / (int64_t{P} * static_cast<int64_t>(sizeof(A))) / 16 * 16;
+    KILN_CHECK(E > 0);
+    std::vector<int64_t> offset(P + 1, 0);
+    for (int q = 0; q < P; q++) offset[q + 1] = offset[q] + counts[q];
+    const int64_t rounds = (*std::max_element(counts.begin(), counts.end()) + E - 1) / E;
+    A* W = reinterpret_cast<A*>(scratch_.data());  // slice q's partial at W + q * E
+    for (int64_t k = 0; k < rounds; k++) {
+      auto first = [&](int q) { return offset[q] + k * E; };
+      auto len = [&](int q) { return piece(counts[q], k, E); };
+      auto holds = [&](int q, int who, int mask) { return ((q % P2) & mask) == (who & mask); };
+      if (P != P2) {  // fold the extra ranks in
+        const uint64_t g = begin_step();
+        if (extra) {
+          A* st = reinterpret_cast<A*>(staging(r, g));
+          for (int q = 0; q < P; q++) accumulate<T>(st + q * E, nullptr, in + first(q), len(q));
+          sent(total(counts, k, E) * sizeof(A));
+          set(kPosted, g);
+        } else {
+          set(kPosted, g);
+          for (int q = 0; q < P; q++) accumulate<T>(W + q * E, nullptr, in + first(q), len(q));
+          if (helper >= 0) {
+            wait_all(kPosted, g, helper);
+            const A* got = reinterpret_cast<const A*>(staging(helper, g));
+            for (int q = 0; q < P; q++) combine(W + q * E, W + q * E, got + q * E, len(q));
+          }
+        }
+        set(kDone, g);
+      } else {
+        for (int q = 0; q < P; q++) accumulate<T>(W + q * E, nullptr, in + first(q), len(q));
+      }
+      int mask = 0;
+      for (int d = 1; d < P2; d *= 2) {  // halving
+        const uint64_t g = begin_step();
+        if (!extra) {
+          const int partner = b ^ d;
+          A* st = reinterpret_cast<A*>(staging(r, g));
+          int64_t staged = 0;
+          for (int q = 0; q < P; q++)
+            if (holds(q, b, mask) && holds(q, partner, mask | d)) {
+              std::memcpy(st + q * E, W + q * E, len(q) * sizeof(A));
+              staged += len(q);
+            }
+          sent(staged * sizeof(A));
+          set(kPosted, g);
+          wait_all(kPosted, g, partner);
+          const A* got = reinterpret_cast<const A*>(staging(partner, g));
+          for (int q = 0; q < P; q++)
+            if (holds(q, b, mask | d)) {
+              if (b < partner)
+                combine(W + q * E, W + q * E, got + q * E, len(q));
+              else
+                combine(W + q * E, got + q * E, W + q * E, len(q));
+            }
+        } else {
+          set(kPosted, g);
+        }
+        set(kDone, g);
+        mask |= d;
+      }
+      // Rank b now holds the sums of slices b and b + P2.
+      if (!all_reduce) {
+        if (!extra) round_copy<T>(out + k * E, W + b * E, len(b));
+        if (P != P2) {
+          const uint64_t g = begin_step();
+          if (helper >= 0) {
+            round_copy<T>(reinterpret_cast<T*>(staging(r, g)), W + helper * E, len(helper));
+            sent(len(helper) * sizeof(T));
+          }
+          set(kPosted, g);
+          if (extra) {
+            wait_all(kPosted, g, b);
+            std::memcpy(out + k * E, staging(b, g), len(r) * sizeof(T));
+          }
+          set(kDone, g);
+        }
+        continue;
+      }
+      if (!extra)
+        for (int q = 0; q < P; q++)
+          if (holds(q, b, mask)) round_copy<T>(out + first(q), W + q * E, len(q));
+      for (int d = P2 / 2; d >= 1; d /= 2) {  // doubling
+        const uint64_t g = begin_step();
+        if (!extra) {
+          const int partner = b ^ d;
+          T* st = reinterpret_cast<T*>(staging(r, g));
+          int64_t staged = 0;
+          for (int q = 0; q < P; q++)
+            if (holds(q, b, mask)) {
+              std::memcpy(st + q * E, out + first(q), len(q) * sizeof(T));
+              staged += len(q);
+            }
+          sent(staged * sizeof(T));
+          set(kPosted, g);
+          wait_all(kPosted, g, partner);
+          const T* got = reinterpret_cast<const T*>(staging(partner, g));
+          for (int q = 0; q < P; q++)
+            if (holds(q, partner, mask))
+              std::memcpy(out + first(q), got + q * E, len(q) * sizeof(T));
+        } else {
+          set(kPosted, g);
+        }
+        set(kDone, g);
+        mask &= ~d;
+      }
+      if (P != P2) {  // hand the result to the extra ranks
+        const uint64_t g = begin_step();
+        if (helper >= 0) {
+          T* st = reinterpret_cast<T*>(staging(r, g));
+          for (int q = 0; q < P; q++) std::memcpy(st + q * E, out + first(q), len(q) * sizeof(T));
+          sent(total(counts, k, E) * sizeof(T));
+        }
+        set(kPosted, g);
+        if (extra) {
+          wait_all(kPosted, g, b);
+          const T* got = reinterpret_cast<const T*>(staging(b, g));
+          for (int q = 0; q < P; q++) std::memcpy(out + first(q), got + q * E, len(q) * sizeof(T));
+        }
+        set(kDone, g);
+      }
+    }
+  }
+
+  // Elements of round k over all slices.
+  static int64_t total(const std::vector<int64_t>& counts, int64_t k, int64_t E) {
+    int64_t t = 0;
+    for (auto c : counts) t += piece(c, k, E);
+    return t;
+  }
+
+  void sent(int64_t bytes) {
+    sent_.store(sent_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }
 
   // Reduce-scatter in steps: in step k, owner r's piece is elements [k*E, (k+1)*E) of its
@@ -550,14 +893,16 @@ class ShmCommunicator : public Communicator {
     for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
     const int64_t longest = *std::max_element(counts.begin(), counts.end());
     const int64_t steps = (longest + E - 1) / E;
-    std::vector<const void*> src(size_);
+    std::vector<const void*>& src = src_;
     for (int64_t k = 0; k < steps; k++) {
       const uint64_t g = begin_step();
       char* mine = staging(rank_, g);
       for (int r = 0; r < size_; r++)
-        if (r != rank_)
+        if (r != rank_) {
           std::memcpy(mine + r * E * es, at(const_cast<void*>(in), offset[r] + k * E, es),
                       piece(counts[r], k, E) * es);
+          sent(piece(counts[r], k, E) * es);
+        }
       set(kPosted, g);
       wait_all(kPosted, g);
       for (int q = 0; q < size_; q++)
@@ -567,6 +912,7 @@ class ShmCommunicator : public Communicator {
       if (gather) {
         reduce(t, at(out, offset[rank_] + k * E, es), result(g) + rank_ * E * es, src.data(), size_,
                m);
+        sent(m * es);
         set(kReduced, g);
         wait_all(kReduced, g);
         for (int r = 0; r < size_; r++)
@@ -593,6 +939,7 @@ class ShmCommunicator : public Communicator {
       const uint64_t g = begin_step();
       std::memcpy(staging(rank_, g), at(buf, offset[rank_] + k * E, es),
                   piece(counts[rank_], k, E) * es);
+      sent(piece(counts[rank_], k, E) * es);
       set(kPosted, g);
       wait_all(kPosted, g);
       for (int r = 0; r < size_; r++)
@@ -612,6 +959,7 @@ class ShmCommunicator : public Communicator {
       const int64_t m = piece(n, k, E);
       if (rank_ == root) {
         std::memcpy(staging(root, g), at(buf, k * E, es), m * es);
+        sent(m * es);
         set(kPosted, g);
       } else {
         wait_all(kPosted, g, root);
@@ -706,6 +1054,10 @@ class ShmCommunicator : public Communicator {
   int rank_, size_;
   int64_t chunk_ = 0;
   int slots_ = 0;
+  Algorithm algorithm_ = Algorithm::kAuto;
+  std::vector<double> scratch_;   // chunk_ bytes: halving-doubling's partial sums
+  std::vector<const void*> src_;  // the sources of a reduction (no allocation per step)
+  std::atomic<int64_t> sent_{0};  // bytes_sent(): written only by the running operation
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;
   Counter* control_ = nullptr;
@@ -746,3 +1098,16 @@ std::unique_ptr<Communicator> make_shm_communicator(std::unique_ptr<Communicator
 }
 
 }  // namespace kiln::detail
+
+namespace kiln {
+
+const char* const kShmAlgorithmChoices =
+    "\"auto\", \"one_shot\", \"direct\", \"ring\" or \"halving_doubling\"";
+
+bool is_shm_algorithm(const std::string& name) {
+  for (const char* a : detail::kAlgorithmNames)
+    if (name == a) return true;
+  return false;
+}
+
+}  // namespace kiln
