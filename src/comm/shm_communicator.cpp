@@ -50,6 +50,20 @@ struct alignas(kLine) Counter {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must work across processes");
 
+// Small messages travel with their flag: a line holds a step tag and 56 bytes of data, so a
+// peer that sees the tag has the data in the same cache-line transfer (NCCL's "LL" protocol).
+// Rank 0 zeroes the window's lines (MPI_Win_allocate_shared memory is zero-filled by the OS).
+struct alignas(64) Line {
+  std::atomic<uint64_t> tag;
+  char data[56];
+};
+constexpr int kInlineLines = 8;
+// Small steps have their own ring of line sets, longer than the slots': a broadcast root can run
+// this many small operations ahead of its peers (with more ranks than cores, it fills a time
+// slice instead of handing the core over after each).
+constexpr int kInlineSlots = 32;
+constexpr int64_t kInlineBytes = kInlineLines * sizeof(Line::data);  // 448
+
 // Per rank: three progress counters, the closing flag, and what a direct copy needs to know of
 // this rank's buffer (its address and the process id).
 enum Phase { kPosted = 0, kReduced = 1, kDone = 2, kClosing = 3, kAddr = 4, kPid = 5, kPhases = 6 };
@@ -264,9 +278,10 @@ class ShmCommunicator : public Communicator {
     scratch_.resize(chunk_ / sizeof(double));
     src_.resize(size_);
     const int64_t control = int64_t{size_} * kPhases * kLine;
+    const int64_t lines = int64_t{size_} * kInlineSlots * kInlineLines * sizeof(Line);
     const int64_t staging = int64_t{size_} * slots_ * chunk_;
     const int64_t result = int64_t{slots_} * chunk_;
-    const int64_t total = control + staging + result;
+    const int64_t total = control + lines + staging + result;
     window_bytes_ = total;
     run_on_mpi_thread(*mpi_, "allocation of the shared-memory window", [&](MPI_Comm comm) {
       MPI_Info info;
@@ -284,6 +299,9 @@ class ShmCommunicator : public Communicator {
         auto* c = static_cast<Counter*>(base_);
         for (int64_t i = 0; i < int64_t{size_} * kPhases; i++)
           new (&c[i].value) std::atomic<uint64_t>(0);
+        auto* l = reinterpret_cast<Line*>(static_cast<char*>(base_) + control);
+        for (int64_t i = 0; i < lines / static_cast<int64_t>(sizeof(Line)); i++)
+          new (&l[i].tag) std::atomic<uint64_t>(0);
       }
       rc = MPI_Barrier(comm);
       if (rc != MPI_SUCCESS) return rc;
@@ -305,7 +323,8 @@ class ShmCommunicator : public Communicator {
       return rc;
     });
     control_ = static_cast<Counter*>(base_);
-    staging_ = static_cast<char*>(base_) + control;
+    lines_ = reinterpret_cast<Line*>(static_cast<char*>(base_) + control);
+    staging_ = static_cast<char*>(base_) + control + lines;
     result_ = staging_ + staging;
     // More ranks than cores: a waiting rank holds the core its peer needs, so yield at once.
     oversubscribed_ = node_ranks_exceed_cores();
@@ -537,11 +556,19 @@ class ShmCommunicator : public Communicator {
 
   // Waits until every rank (or only `only`, if >= 0) has counter p at step g or later.
   void wait_all(Phase p, uint64_t g, int only = -1) {
+    wait_until(p, g, only,
+               [&](int q) { return counter(q, p).load(std::memory_order_acquire) >= g; });
+  }
+
+  // Waits until arrived(q) for every rank q (or only `only`); a timeout names the ranks whose
+  // counter p is not at g.
+  template <class Arrived>
+  void wait_until(Phase p, uint64_t g, int only, Arrived&& arrived) {
     const int lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : size_;
     double start = 0, waited = 0;
     for (int spins = 0;; spins++) {
       bool all = true;
-      for (int q = lo; q < hi && all; q++) all = counter(q, p).load(std::memory_order_acquire) >= g;
+      for (int q = lo; q < hi && all; q++) all = q == rank_ || arrived(q);
       if (all) {
         if (waited >= kSpinSeconds)
           long_waits_ = std::min(long_waits_ + 1, 16);
@@ -578,11 +605,52 @@ class ShmCommunicator : public Communicator {
   }
   char* result(uint64_t g) { return result_ + static_cast<int64_t>(g % slots_) * chunk_; }
 
-  // Starts step g: its slot is free once every rank is done with step g - slots.
-  uint64_t begin_step() {
-    const uint64_t g = ++step_;
-    if (g > static_cast<uint64_t>(slots_)) wait_all(kDone, g - slots_);
+  // Starts step g: its slot is free once every rank is done with step g - slots (a small step's
+  // lines: g - kInlineSlots). The least `done` seen last time usually answers without reading
+  // the peers' counters (cache misses).
+  uint64_t begin_step(int slots = 0) {
+    const uint64_t g = ++step_, window = slots > 0 ? slots : slots_;
+    if (g > window && g - window > known_done_) {
+      wait_all(kDone, g - window);
+      uint64_t least = g - window;
+      for (int q = 0; q < size_; q++)
+        least = std::min(least, counter(q, kDone).load(std::memory_order_relaxed));
+      known_done_ = std::max(known_done_, least);
+    }
     return g;
+  }
+
+  // ---- small messages in the lines of step g's slot (at most kInlineBytes)
+
+  Line* lines(int r, uint64_t g) {
+    return lines_ +
+           (int64_t{r} * kInlineSlots + static_cast<int64_t>(g % kInlineSlots)) * kInlineLines;
+  }
+  void post_inline(uint64_t g, const void* data, int64_t bytes) {
+    Line* l = lines(rank_, g);
+    for (int64_t off = 0, i = 0; off < bytes || i == 0; off += sizeof(Line::data), i++) {
+      std::memcpy(l[i].data, static_cast<const char*>(data) + off,
+                  std::min<int64_t>(sizeof(Line::data), bytes - off));
+      l[i].tag.store(g, std::memory_order_release);
+    }
+    sent(bytes);
+    set(kPosted, g);  // for timeouts only: peers read the tags
+  }
+  bool inline_arrived(int q, uint64_t g, int64_t bytes) {
+    const Line* l = lines(q, g);
+    const int n = static_cast<int>(std::max<int64_t>(1, (bytes + 55) / 56));
+    for (int i = n - 1; i >= 0; i--)
+      if (l[i].tag.load(std::memory_order_acquire) < g) return false;
+    return true;
+  }
+  void read_inline(int q, uint64_t g, void* to, int64_t bytes) {
+    const Line* l = lines(q, g);
+    for (int64_t off = 0, i = 0; off < bytes; off += sizeof(Line::data), i++)
+      std::memcpy(static_cast<char*>(to) + off, l[i].data,
+                  std::min<int64_t>(sizeof(Line::data), bytes - off));
+  }
+  void wait_inline(uint64_t g, int64_t bytes, int only = -1) {
+    wait_until(kPosted, g, only, [&](int q) { return inline_arrived(q, g, bytes); });
   }
 
   std::vector<int64_t> even_counts(int64_t n) const {
@@ -646,6 +714,19 @@ class ShmCommunicator : public Communicator {
   // larger), then every rank sums all of them in rank order.
   void one_shot_all_reduce(void* buf, int64_t n, DType t) {
     const int64_t es = dtype_bytes(t);
+    if (n * es <= kInlineBytes && int64_t{size_} * kInlineBytes <= chunk_) {
+      const uint64_t g = begin_step(kInlineSlots);
+      post_inline(g, buf, n * es);
+      wait_inline(g, n * es);
+      char* copies = reinterpret_cast<char*>(scratch_.data());
+      for (int q = 0; q < size_; q++) {
+        if (q != rank_) read_inline(q, g, copies + q * kInlineBytes, n * es);
+        src_[q] = q == rank_ ? buf : copies + q * kInlineBytes;
+      }
+      reduce(t, buf, nullptr, src_.data(), size_, n);
+      set(kDone, g);
+      return;
+    }
     const int64_t E = chunk_ / es;
     for (int64_t k = 0; k * E < n; k++) {
       const int64_t m = std::min(E, n - k * E);
@@ -1030,7 +1111,28 @@ class ShmCommunicator : public Communicator {
     if (rank_ == root) wait_all(kDone, g);
   }
 
+  // Small all-gather: every rank's slice in its lines.
+  void inline_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step(kInlineSlots);
+    int64_t offset = 0;
+    for (int r = 0; r < rank_; r++) offset += counts[r];
+    post_inline(g, at(buf, offset, es), counts[rank_] * es);
+    offset = 0;
+    for (int r = 0; r < size_; r++) {
+      if (r != rank_) {
+        wait_inline(g, counts[r] * es, r);
+        read_inline(r, g, at(buf, offset, es), counts[r] * es);
+      }
+      offset += counts[r];
+    }
+    set(kDone, g);
+  }
+
   void do_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    const int64_t es = dtype_bytes(t);
+    if (*std::max_element(counts.begin(), counts.end()) * es <= kInlineBytes)
+      return inline_all_gather(buf, counts, t);
     if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
       direct_all_gather(buf, counts, t);
     else
@@ -1038,6 +1140,18 @@ class ShmCommunicator : public Communicator {
   }
 
   void do_broadcast(void* buf, int64_t n, DType t, int root) {
+    const int64_t es = dtype_bytes(t);
+    if (n * es <= kInlineBytes) {  // small: the root's lines
+      const uint64_t g = begin_step(kInlineSlots);
+      if (rank_ == root) {
+        post_inline(g, buf, n * es);
+      } else {
+        wait_inline(g, n * es, root);
+        read_inline(root, g, buf, n * es);
+      }
+      set(kDone, g);
+      return;
+    }
     if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
       direct_broadcast(buf, n, t, root);
     else
@@ -1061,6 +1175,8 @@ class ShmCommunicator : public Communicator {
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;
   Counter* control_ = nullptr;
+  Line* lines_ = nullptr;
+  uint64_t known_done_ = 0;  // every rank's done counter was at least this when last read
   char* staging_ = nullptr;
   char* result_ = nullptr;
   bool oversubscribed_ = false;
