@@ -661,13 +661,22 @@ class ShmCommunicator : public Communicator {
 
   // ---- algorithms (docs/collectives.md)
 
-  // The tuner (docs/collectives.md, "The tuner"): one-shot up to shm_one_shot_bytes, direct
-  // above; ring and halving-doubling are never faster through one node's shared memory (the
-  // measurements are in the docs), so auto does not choose them.
+  // The tuner (docs/collectives.md, "The tuner"), all-reduce: one-shot for small buffers, the
+  // ring for large ones on the rank counts where it was measured faster (its larger steps need
+  // fewer synchronisations than direct's), direct between. Halving-doubling was never the
+  // fastest here, so auto does not choose it.
   Algorithm choose(int64_t bytes) const {
     if (algorithm_ != Algorithm::kAuto) return algorithm_;
-    return bytes <= std::min(opts_.shm_one_shot_bytes, chunk_) ? Algorithm::kOneShot
-                                                               : Algorithm::kDirect;
+    if (bytes <= std::min(opts_.shm_one_shot_bytes, chunk_)) return Algorithm::kOneShot;
+    if (size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_bytes) return Algorithm::kRing;
+    return Algorithm::kDirect;
+  }
+  // Reduce-scatter (bytes: the whole input): direct, or the ring from its own threshold.
+  Algorithm choose_scatter(int64_t bytes) const {
+    if (algorithm_ != Algorithm::kAuto) return algorithm_;
+    return size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_scatter_bytes
+               ? Algorithm::kRing
+               : Algorithm::kDirect;
   }
 
   void do_all_reduce(void* buf, int64_t n, DType t) {
@@ -690,7 +699,9 @@ class ShmCommunicator : public Communicator {
 
   // One-shot has no reduce-scatter of its own: it and auto use the direct one.
   void do_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
-    const Algorithm a = size_ == 1 ? Algorithm::kDirect : algorithm_;
+    const Algorithm a = size_ == 1
+                            ? Algorithm::kDirect
+                            : choose_scatter(total(counts) * static_cast<int64_t>(dtype_bytes(t)));
     if (a == Algorithm::kRing)
       with_type(t, [&](auto* tag) {
         ring<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);

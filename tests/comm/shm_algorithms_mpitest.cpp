@@ -250,6 +250,25 @@ TEST(ShmAlgorithms, BytesSentAreThoseOfTheDocumentedFormulas) {
   }
 }
 
+// The tuner's choice shows in the summation order (with 3 or more ranks; with 2 every order
+// gives the same bits): one-shot and direct sum in rank order, the ring does not.
+TEST(ShmAlgorithms, TheTunerPicksTheRingForLargeBuffersAndDirectBelow) {
+  Communicator& c = engine("auto", false);
+  const CommOptions d;
+  const int P = c.size();
+  ASSERT_LE(P, d.shm_ring_max_ranks);
+  for (int64_t bytes : {d.shm_one_shot_bytes, d.shm_ring_bytes / 2, d.shm_ring_bytes}) {
+    check_all_reduce(bytes >= d.shm_ring_bytes ? "ring" : "direct", c, bytes / 4);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (int64_t bytes : {d.shm_ring_scatter_bytes / 2, d.shm_ring_scatter_bytes + 4 * P}) {
+    const int64_t n = bytes / 4 / P * P;
+    check_reduce_scatter(n * 4 >= d.shm_ring_scatter_bytes ? "ring" : "direct", c, n,
+                         even_counts(n, P));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(ShmAlgorithms, AnUnknownAlgorithmIsAnErrorNamingTheKeyAndTheChoices) {
   CommOptions o;
   o.backend = "shm";
