@@ -36,6 +36,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_internal.h"
+#include "comm/op_desc.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -240,18 +241,6 @@ inline char* at(void* p, int64_t elems, int64_t es) {
   return static_cast<char*>(p) + elems * es;
 }
 
-// What an operation is, for error messages (formatted only when one is needed).
-struct OpDesc {
-  const char* op;
-  int64_t n;
-  int root = -1;
-  std::string str() const {
-    return root >= 0 ? fmt::format("{} of {} elements from rank {}", op, n, root)
-           : n >= 0  ? fmt::format("{} of {} elements", op, n)
-                     : std::string(op);
-  }
-};
-
 class ShmCommunicator;
 
 struct ShmWork : public Work {
@@ -383,7 +372,7 @@ class ShmCommunicator : public Communicator {
   }
   std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    return issue({"broadcast", n, root}, [=, this] { do_broadcast(buf, n, t, root); });
+    return issue({"broadcast", n, "from rank", root}, [=, this] { do_broadcast(buf, n, t, root); });
   }
   // The synchronous forms run on the calling thread when nothing is queued before them.
   void all_reduce(void* buf, int64_t n, DType t) override {
@@ -401,7 +390,7 @@ class ShmCommunicator : public Communicator {
   }
   void broadcast(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    run_now({"broadcast", n, root}, [&] { do_broadcast(buf, n, t, root); });
+    run_now({"broadcast", n, "from rank", root}, [&] { do_broadcast(buf, n, t, root); });
   }
   void barrier() override {
     run_now({"barrier", -1}, [&] { do_barrier(); });
@@ -515,8 +504,8 @@ class ShmCommunicator : public Communicator {
   template <class F>
   std::string execute(const OpDesc& desc, F& body) {
     if (broken_)
-      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_, desc.str(),
-                         broken_reason_);
+      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_,
+                         desc.text(), broken_reason_);
     current_ = &desc;
     std::string err;
     try {
@@ -594,7 +583,7 @@ class ShmCommunicator : public Communicator {
     fail(
         "rank {}: {} (step {}) timed out after {:.0f} s waiting for rank(s) {} (a peer may have "
         "died or be stuck)",
-        rank_, current_ ? current_->str() : std::string("operation"), g, opts_.timeout_seconds,
+        rank_, current_ ? current_->text() : std::string("operation"), g, opts_.timeout_seconds,
         missing);
   }
 
@@ -1081,7 +1070,7 @@ class ShmCommunicator : public Communicator {
   void direct_read(int r, void* to, uint64_t from, int64_t bytes) {
     if (!read_from(r, to, from, bytes))
       fail("rank {}: {}: cannot read rank {}'s buffer directly: {}", rank_,
-           current_ ? current_->str() : std::string("operation"), r, std::strerror(errno));
+           current_ ? current_->text() : std::string("operation"), r, std::strerror(errno));
   }
 
   // Large all-gather, one step: every rank publishes its buffer's address, then reads the
