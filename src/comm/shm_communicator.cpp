@@ -601,7 +601,7 @@ class ShmCommunicator : public Communicator {
     const uint64_t g = ++step_, window = slots > 0 ? slots : slots_;
     if (g > window && g - window > known_done_) {
       wait_all(kDone, g - window);
-      uint64_t least = g - window;
+      uint64_t least = UINT64_MAX;
       for (int q = 0; q < size_; q++)
         least = std::min(least, counter(q, kDone).load(std::memory_order_relaxed));
       known_done_ = std::max(known_done_, least);
