@@ -3,14 +3,20 @@
 // the algorithms, the bytes each moves and why the results are bitwise reproducible.
 //
 // Window layout (rank 0 allocates it all, the others map it; every piece on its own cache lines):
-//   control[r]:   three counters per rank: posted, reduced, done (the last step it reached)
+//   control[r]:   counters per rank: posted, reduced, done (the last step it reached), closing,
+//                 and the address and process of a buffer peers read directly
+//   lines[r][i]:  rank r's small-message line sets (32; 8 lines of tag + 56 bytes each)
 //   staging[r][s]: rank r's staging slot s (chunk_bytes each, `slots` of them)
-//   result[s]:    the reduced chunk of step s, each owner writing its part (all-reduce)
+//   result[s]:    the reduced chunk of step s, each owner writing its part (direct all-reduce)
+//
+// All-reduce and reduce-scatter have four algorithms (one-shot, direct, ring, halving-doubling),
+// chosen by comm.algorithm or by size and rank count (choose()); each sums in a fixed order.
 //
 // Every operation is a sequence of steps numbered identically on every rank (step_). A step uses
-// slot step % slots; before writing into a slot a rank waits until every rank is done with the
-// step that used it last, so up to `slots` steps pipeline. Counters are stored with release and
-// read with acquire, which orders the data written before a store with the reads after the load.
+// slot step % slots (a small step: line set step % 32); before writing into it a rank waits
+// until every rank is done with the step that used it last, so up to `slots` steps pipeline.
+// Counters are stored with release and read with acquire, which orders the data written before a
+// store with the reads after the load.
 //
 // Operations run in issue order on one engine thread; a caller that waits for an operation that
 // has not started yet (and is next in line) runs it itself, which saves the hand-over for the
