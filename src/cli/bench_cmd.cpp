@@ -242,6 +242,7 @@ struct BenchCommOpts {
   int ranks = 2;
   int reps = 5;
   int64_t chunk = CommOptions{}.shm_chunk_bytes;
+  int64_t direct = -1;  // -1: the engine's defaults
   bool json = false;
 };
 
@@ -270,9 +271,10 @@ void bench_comm(const BenchCommOpts& o) {
     const std::string exe = self_executable();
     if (exe.empty()) fail("bench: cannot find the kiln executable");
     std::vector<std::string> cmd = mpirun_prefix(o.ranks);
-    cmd.insert(cmd.end(), {exe, "bench", "comm", "--op", o.op, "--dtype", o.dtype, "--min", o.min,
-                           "--max", o.max, "--reps", std::to_string(o.reps), "--chunk",
-                           std::to_string(o.chunk), "--algorithm", o.algorithm});
+    cmd.insert(cmd.end(),
+               {exe, "bench", "comm", "--op", o.op, "--dtype", o.dtype, "--min", o.min, "--max",
+                o.max, "--reps", std::to_string(o.reps), "--chunk", std::to_string(o.chunk),
+                "--algorithm", o.algorithm, "--direct", std::to_string(o.direct)});
     if (o.json) cmd.push_back("--json");
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(a.data());
@@ -293,6 +295,9 @@ void bench_comm(const BenchCommOpts& o) {
   b.reps = std::max(1, o.reps);
   b.engine.backend = "shm";
   b.engine.shm_chunk_bytes = o.chunk;
+  if (o.direct >= 0)
+    b.engine.shm_direct_bytes = b.engine.shm_direct_cores_bytes =
+        b.engine.shm_direct_broadcast_bytes = o.direct;
   // "all": every algorithm that applies to the op (all-gather and broadcast have one).
   if (o.algorithm == "all") {
     if (o.op == "allreduce") b.algorithms = {"one_shot", "direct", "ring", "halving_doubling"};
@@ -432,6 +437,10 @@ void register_bench(CLI::App& app) {
   comm->add_option("--algorithm", co->algorithm,
                    "the engine's algorithm (auto, one_shot, direct, ring, halving_doubling), a "
                    "comma-separated list, or all: side by side")
+      ->capture_default_str();
+  comm->add_option("--direct", co->direct,
+                   "all-gathers and broadcasts from this many bytes read the peers' buffers "
+                   "directly (process_vm_readv; 0: never; -1: the engine's defaults)")
       ->capture_default_str();
   comm->add_option("--chunk", co->chunk, "the engine's chunk in bytes (multiple of 4096)")
       ->capture_default_str();

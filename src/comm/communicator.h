@@ -49,6 +49,12 @@ struct CommOptions {
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;
+  // ... and from this size on when the node has no more ranks than cores (a peer then runs
+  // while it is read).
+  int64_t shm_direct_cores_bytes = 64 << 10;
+  // Broadcasts read the root's buffer directly from this size on, however many ranks: the staged
+  // broadcast's speed varied 5-fold from run to run at 16-512 KiB (docs/performance.md).
+  int64_t shm_direct_broadcast_bytes = 16 << 10;
   // The engine's all-reduce and reduce-scatter algorithm (docs/collectives.md): "auto" (chosen
   // by size and rank count), "one_shot", "direct", "ring" or "halving_doubling".
   std::string algorithm = "auto";

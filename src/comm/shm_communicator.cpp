@@ -666,9 +666,11 @@ class ShmCommunicator : public Communicator {
     if (size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_bytes) return Algorithm::kRing;
     return Algorithm::kDirect;
   }
-  // Reduce-scatter (bytes: the whole input): direct, or the ring from its own threshold.
+  // Reduce-scatter (bytes: the whole input): one-shot in the lines up to 448 bytes, direct, or
+  // the ring from its own threshold.
   Algorithm choose_scatter(int64_t bytes) const {
     if (algorithm_ != Algorithm::kAuto) return algorithm_;
+    if (bytes <= kInlineBytes) return Algorithm::kOneShot;
     return size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_scatter_bytes
                ? Algorithm::kRing
                : Algorithm::kDirect;
@@ -705,8 +707,34 @@ class ShmCommunicator : public Communicator {
       with_type(t, [&](auto* tag) {
         halving_doubling<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);
       });
+    else if (a == Algorithm::kOneShot && inline_fits(total(counts), t))
+      inline_reduce_scatter(in, out, counts, t);
     else
       reduce_scatter_chunks(in, out, counts, t, /*gather=*/false);
+  }
+
+  // A small reduce-scatter: every rank posts its whole input in its lines, each sums its slice
+  // from all of them in rank order (the direct algorithm's order).
+  bool inline_fits(int64_t n, DType t) const {
+    return n * static_cast<int64_t>(dtype_bytes(t)) <= kInlineBytes &&
+           int64_t{size_} * kInlineBytes <= chunk_;
+  }
+  void inline_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                             DType t) {
+    const int64_t es = dtype_bytes(t), n = total(counts);
+    int64_t offset = 0;
+    for (int r = 0; r < rank_; r++) offset += counts[r];
+    const uint64_t g = begin_step(kInlineSlots);
+    post_inline(g, in, n * es);
+    wait_inline(g, n * es);
+    char* copies = reinterpret_cast<char*>(scratch_.data());
+    for (int q = 0; q < size_; q++) {
+      if (q != rank_) read_inline(q, g, copies + q * kInlineBytes, n * es);
+      src_[q] = q == rank_ ? static_cast<const char*>(in) + offset * es
+                           : copies + q * kInlineBytes + offset * es;
+    }
+    reduce(t, out, nullptr, src_.data(), size_, counts[rank_]);
+    set(kDone, g);
   }
 
   void do_barrier() {
@@ -720,7 +748,7 @@ class ShmCommunicator : public Communicator {
   // larger), then every rank sums all of them in rank order.
   void one_shot_all_reduce(void* buf, int64_t n, DType t) {
     const int64_t es = dtype_bytes(t);
-    if (n * es <= kInlineBytes && int64_t{size_} * kInlineBytes <= chunk_) {
+    if (inline_fits(n, t)) {
       const uint64_t g = begin_step(kInlineSlots);
       post_inline(g, buf, n * es);
       wait_inline(g, n * es);
@@ -1139,7 +1167,7 @@ class ShmCommunicator : public Communicator {
     const int64_t es = dtype_bytes(t);
     if (*std::max_element(counts.begin(), counts.end()) * es <= kInlineBytes)
       return inline_all_gather(buf, counts, t);
-    if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+    if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= direct_from())
       direct_all_gather(buf, counts, t);
     else
       all_gather_chunks(buf, counts, t);
@@ -1158,10 +1186,19 @@ class ShmCommunicator : public Communicator {
       set(kDone, g);
       return;
     }
-    if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+    if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >=
+                       std::min(direct_from(), opts_.shm_direct_broadcast_bytes))
       direct_broadcast(buf, n, t, root);
     else
       broadcast_chunks(buf, n, t, root);
+  }
+
+  // Where direct copies start: with every rank on a core of its own one copy through the kernel
+  // wins from shm_direct_cores_bytes; with more ranks than cores the staged copies win up to
+  // shm_direct_bytes (measured, docs/collectives.md).
+  int64_t direct_from() const {
+    return oversubscribed_ ? opts_.shm_direct_bytes
+                           : std::min(opts_.shm_direct_bytes, opts_.shm_direct_cores_bytes);
   }
 
   bool node_ranks_exceed_cores() const {
