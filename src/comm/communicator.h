@@ -38,14 +38,16 @@ struct CommOptions {
   // Shared-memory engine tuning (docs/collectives.md): bytes a rank stages per pipeline step,
   // steps in flight; the tuner's thresholds (algorithm "auto", measured with `kiln bench comm
   // --algorithm all`): one-shot all-reduce up to shm_one_shot_bytes, ring from
-  // shm_ring_bytes (all-reduce) and shm_ring_scatter_bytes (reduce-scatter) with 2 to
-  // shm_ring_max_ranks ranks, direct otherwise.
+  // shm_ring_bytes (all-reduce; below shm_ring_oversubscribed_below with more ranks than cores)
+  // and shm_ring_scatter_bytes (reduce-scatter) with 2 to shm_ring_max_ranks ranks, direct
+  // otherwise.
   int64_t shm_chunk_bytes = 256 << 10;
   int shm_slots = 4;
   int64_t shm_one_shot_bytes = 4 << 10;
   int64_t shm_ring_bytes = 512 << 10;
   int64_t shm_ring_scatter_bytes = 32 << 10;
   int shm_ring_max_ranks = 4;
+  int64_t shm_ring_oversubscribed_below = 4 << 20;  // more ranks than cores: ring below this only
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;

@@ -663,7 +663,12 @@ class ShmCommunicator : public Communicator {
   Algorithm choose(int64_t bytes) const {
     if (algorithm_ != Algorithm::kAuto) return algorithm_;
     if (bytes <= std::min(opts_.shm_one_shot_bytes, chunk_)) return Algorithm::kOneShot;
-    if (size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_bytes) return Algorithm::kRing;
+    // With more ranks than cores each of the ring's 2(P-1) hand-offs per round may wait for a
+    // descheduled peer; for large buffers its timings then scattered 3-fold between runs, while
+    // direct's (2 hand-offs) held.
+    if (size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_bytes &&
+        (!oversubscribed_ || bytes < opts_.shm_ring_oversubscribed_below))
+      return Algorithm::kRing;
     return Algorithm::kDirect;
   }
   // Reduce-scatter (bytes: the whole input): one-shot in the lines up to 448 bytes, direct, or
