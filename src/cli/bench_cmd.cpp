@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ void bench_train(const BenchTrainOpts& o) {
   CommOptions co;
   co.backend = cfg.comm_backend;
   co.compress = cfg.comm_compress;
+  co.algorithm = cfg.comm_algorithm;
   auto comm = make_world_communicator(co);
   const int rank = comm->rank(), world = comm->size();
   Rng rng(mix_seed(static_cast<uint64_t>(cfg.seed), static_cast<uint64_t>(rank)));
@@ -236,9 +238,11 @@ void bench_tokenizer(const std::string& input, const std::string& name, int repe
 
 struct BenchCommOpts {
   std::string op = "allreduce", dtype = "float", min = "4", max = "256M";
+  std::string algorithm = "auto";  // an engine algorithm, a comma-separated list, or "all"
   int ranks = 2;
   int reps = 5;
   int64_t chunk = CommOptions{}.shm_chunk_bytes;
+  int64_t direct = -1;  // -1: the engine's defaults
   bool json = false;
 };
 
@@ -269,7 +273,8 @@ void bench_comm(const BenchCommOpts& o) {
     std::vector<std::string> cmd = mpirun_prefix(o.ranks);
     cmd.insert(cmd.end(),
                {exe, "bench", "comm", "--op", o.op, "--dtype", o.dtype, "--min", o.min, "--max",
-                o.max, "--reps", std::to_string(o.reps), "--chunk", std::to_string(o.chunk)});
+                o.max, "--reps", std::to_string(o.reps), "--chunk", std::to_string(o.chunk),
+                "--algorithm", o.algorithm, "--direct", std::to_string(o.direct)});
     if (o.json) cmd.push_back("--json");
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(a.data());
@@ -290,6 +295,23 @@ void bench_comm(const BenchCommOpts& o) {
   b.reps = std::max(1, o.reps);
   b.engine.backend = "shm";
   b.engine.shm_chunk_bytes = o.chunk;
+  if (o.direct >= 0)
+    b.engine.shm_direct_bytes = b.engine.shm_direct_cores_bytes =
+        b.engine.shm_direct_broadcast_bytes = o.direct;
+  // "all": every algorithm that applies to the op (all-gather and broadcast have one).
+  if (o.algorithm == "all") {
+    if (o.op == "allreduce") b.algorithms = {"one_shot", "direct", "ring", "halving_doubling"};
+    if (o.op == "reduce_scatter") b.algorithms = {"direct", "ring", "halving_doubling"};
+  } else {
+    std::stringstream list(o.algorithm);
+    for (std::string a; std::getline(list, a, ',');) {
+      if (!is_shm_algorithm(a))
+        fail("--algorithm {}: expected all or a comma-separated list of {}", a,
+             kShmAlgorithmChoices);
+      b.algorithms.push_back(a);
+    }
+  }
+  if (b.algorithms.empty()) b.algorithms = {"auto"};
   std::vector<CommBenchRow> rows = run_comm_bench(b);
   const double copy_rate = concurrent_copy_rate();
   int rank = 0, world = 1;
@@ -315,8 +337,13 @@ void bench_comm(const BenchCommOpts& o) {
                               {"busbw_gbs", bw(r.bytes, t.seconds) * factor},
                               {"wrong", t.wrong}};
       };
-      j["rows"].push_back(
-          {{"bytes", r.bytes}, {"count", r.count}, {"kiln", side(r.engine)}, {"mpi", side(r.mpi)}});
+      nlohmann::json engines;
+      for (size_t k = 0; k < r.engine.size(); k++) engines[b.algorithms[k]] = side(r.engine[k]);
+      j["rows"].push_back({{"bytes", r.bytes},
+                           {"count", r.count},
+                           {"kiln", side(r.engine[0])},
+                           {"algorithms", engines},
+                           {"mpi", side(r.mpi)}});
     }
     fmt::print("{}\n", j.dump());
     return;
@@ -335,8 +362,32 @@ void bench_comm(const BenchCommOpts& o) {
       "# memory: every rank copying 64 MiB at once, {:.2f} GB/s per rank; bound on algbw for "
       "large\n# buffers (memory traffic, docs/collectives.md): {:.2f} GB/s\n",
       copy_rate / 1e9, bound);
-  fmt::print("#{:>12} {:>11} {:>6}  {:>34}  {:>34}\n", "", "", "", "kiln shm engine",
-             "plain MPI (blocking MPI call)");
+  if (b.algorithms.size() > 1) {
+    // Side by side: time and busbw of each algorithm, then MPI's, then the fastest.
+    fmt::print("#{:>12} {:>11} {:>6}", "", "", "");
+    for (auto& a : b.algorithms) fmt::print("  {:>25}", a);
+    fmt::print("  {:>25}\n", "plain MPI");
+    fmt::print("#{:>12} {:>11} {:>6}", "size", "count", "type");
+    for (size_t k = 0; k <= b.algorithms.size(); k++)
+      fmt::print("  {:>10} {:>7} {:>6}", "time(us)", "busbw", "#wrong");
+    fmt::print("  {}\n", "fastest");
+    for (auto& r : rows) {
+      fmt::print(" {:>12} {:>11} {:>6}", r.bytes, r.count, o.dtype);
+      size_t best = 0;
+      for (size_t k = 0; k < r.engine.size(); k++) {
+        const CommBenchTiming& t = r.engine[k];
+        fmt::print("  {:>10.1f} {:>7.2f} {:>6}", t.seconds * 1e6, bw(r.bytes, t.seconds) * factor,
+                   t.wrong);
+        if (t.seconds < r.engine[best].seconds) best = k;
+      }
+      fmt::print("  {:>10.1f} {:>7.2f} {:>6}", r.mpi.seconds * 1e6,
+                 bw(r.bytes, r.mpi.seconds) * factor, r.mpi.wrong);
+      fmt::print("  {}\n", r.mpi.seconds < r.engine[best].seconds ? "mpi" : b.algorithms[best]);
+    }
+    return;
+  }
+  fmt::print("#{:>12} {:>11} {:>6}  {:>34}  {:>34}\n", "", "", "",
+             fmt::format("kiln shm engine ({})", b.algorithms[0]), "plain MPI (blocking MPI call)");
   fmt::print("#{:>12} {:>11} {:>6}  {:>10} {:>7} {:>7} {:>7}  {:>10} {:>7} {:>7} {:>7}  {:>7}\n",
              "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
              "busbw", "#wrong", "speedup");
@@ -344,10 +395,10 @@ void bench_comm(const BenchCommOpts& o) {
     fmt::print(
         " {:>12} {:>11} {:>6}  {:>10.1f} {:>7.2f} {:>7.2f} {:>7}  {:>10.1f} {:>7.2f} {:>7.2f} "
         "{:>7}  {:>7.2f}\n",
-        r.bytes, r.count, o.dtype, r.engine.seconds * 1e6, bw(r.bytes, r.engine.seconds),
-        bw(r.bytes, r.engine.seconds) * factor, r.engine.wrong, r.mpi.seconds * 1e6,
+        r.bytes, r.count, o.dtype, r.engine[0].seconds * 1e6, bw(r.bytes, r.engine[0].seconds),
+        bw(r.bytes, r.engine[0].seconds) * factor, r.engine[0].wrong, r.mpi.seconds * 1e6,
         bw(r.bytes, r.mpi.seconds), bw(r.bytes, r.mpi.seconds) * factor, r.mpi.wrong,
-        r.mpi.seconds / r.engine.seconds);
+        r.mpi.seconds / r.engine[0].seconds);
 }
 
 }  // namespace
@@ -382,6 +433,14 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   comm->add_option("--dtype", co->dtype, "float or bf16")->capture_default_str();
   comm->add_option("--reps", co->reps, "timed repetitions per size (median)")
+      ->capture_default_str();
+  comm->add_option("--algorithm", co->algorithm,
+                   "the engine's algorithm (auto, one_shot, direct, ring, halving_doubling), a "
+                   "comma-separated list, or all: side by side")
+      ->capture_default_str();
+  comm->add_option("--direct", co->direct,
+                   "all-gathers and broadcasts from this many bytes read the peers' buffers "
+                   "directly (process_vm_readv; 0: never; -1: the engine's defaults)")
       ->capture_default_str();
   comm->add_option("--chunk", co->chunk, "the engine's chunk in bytes (multiple of 4096)")
       ->capture_default_str();

@@ -48,12 +48,14 @@ struct Elems {
   }
 };
 
-// Times the two implementations of one operation (each run on every rank), alternating them in
-// every repetition so that both see the same load: the median over repetitions of the slowest
+// Times the implementations of one operation (each run on every rank), alternating them in
+// every repetition so that all see the same load: the median over repetitions of the slowest
 // rank's mean time per operation.
-std::pair<double, double> time_ops(const CommBenchOptions& o, const std::function<void()> op[2]) {
-  int64_t iters[2];
-  for (int k = 0; k < 2; k++) {
+std::vector<double> time_ops(const CommBenchOptions& o,
+                             const std::vector<std::function<void()>>& op) {
+  const size_t K = op.size();
+  std::vector<int64_t> iters(K);
+  for (size_t k = 0; k < K; k++) {
     op[k]();  // warm-up: first touch of the pages, connection set-up
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now_seconds();
@@ -61,16 +63,18 @@ std::pair<double, double> time_ops(const CommBenchOptions& o, const std::functio
     const double once = max_over_ranks(now_seconds() - t0);
     iters[k] = std::clamp<int64_t>(static_cast<int64_t>(o.rep_seconds / once), 1, 20000);
   }
-  std::vector<double> reps[2];
+  std::vector<std::vector<double>> reps(K);
   for (int r = 0; r < o.reps; r++) {
-    for (int k = 0; k < 2; k++) {
+    for (size_t k = 0; k < K; k++) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now_seconds();
       for (int64_t i = 0; i < iters[k]; i++) op[k]();
       reps[k].push_back(max_over_ranks((now_seconds() - t0) / iters[k]));
     }
   }
-  return {median(reps[0]), median(reps[1])};
+  std::vector<double> med;
+  for (auto& v : reps) med.push_back(median(v));
+  return med;
 }
 
 }  // namespace
@@ -114,8 +118,15 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
   if (o.dtype == DType::F64) fail("bench comm: the dtype must be float or bf16");
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     fail("bench comm: need 1 <= --min <= --max (got {} and {})", o.min_bytes, o.max_bytes);
-  auto engine = make_world_communicator(o.engine);
-  const int R = engine->size(), me = engine->rank();
+  std::vector<std::unique_ptr<Communicator>> engines;
+  for (const std::string& a :
+       o.algorithms.empty() ? std::vector<std::string>{o.engine.algorithm} : o.algorithms) {
+    CommOptions e = o.engine;
+    e.algorithm = a;
+    engines.push_back(make_world_communicator(e));
+  }
+  const int E = static_cast<int>(engines.size());
+  const int R = engines[0]->size(), me = engines[0]->rank();
   const int64_t es = static_cast<int64_t>(dtype_bytes(o.dtype));
   const MPI_Datatype mt = detail::mpi_type(o.dtype);
   const bool sliced = o.op == "reduce_scatter" || o.op == "allgather";
@@ -130,36 +141,47 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
     std::vector<uint64_t> a((count * es + 7) / 8), b(sliced ? (slice * es + 7) / 8 : 1);
     Elems x{a.data(), o.dtype}, y{b.data(), o.dtype};
     std::vector<int64_t> counts(R, slice);
-    std::function<void()> ops[2];
+    // ops[0..E): the engines; ops[E]: MPI.
+    std::vector<std::function<void()>> ops(E + 1);
+    for (int k = 0; k < E; k++) {
+      Communicator* engine = engines[k].get();
+      if (o.op == "allreduce")
+        ops[k] = [&, engine] { engine->all_reduce(a.data(), count, o.dtype); };
+      else if (o.op == "reduce_scatter")
+        ops[k] = [&, engine] { engine->reduce_scatter(a.data(), b.data(), counts, o.dtype); };
+      else if (o.op == "allgather")
+        ops[k] = [&, engine] { engine->all_gather(a.data(), counts, o.dtype); };
+      else
+        ops[k] = [&, engine] { engine->broadcast(a.data(), count, o.dtype, 0); };
+    }
     if (o.op == "allreduce") {
-      ops[0] = [&] { engine->all_reduce(a.data(), count, o.dtype); };
-      ops[1] = [&] {
+      ops[E] = [&] {
         MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), mt, detail::sum_op(o.dtype),
                       MPI_COMM_WORLD);
       };
     } else if (o.op == "reduce_scatter") {
-      ops[0] = [&] { engine->reduce_scatter(a.data(), b.data(), counts, o.dtype); };
-      ops[1] = [&] {
+      ops[E] = [&] {
         MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(slice), mt,
                                  detail::sum_op(o.dtype), MPI_COMM_WORLD);
       };
     } else if (o.op == "allgather") {
-      ops[0] = [&] { engine->all_gather(a.data(), counts, o.dtype); };
-      ops[1] = [&] {
+      ops[E] = [&] {
         MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a.data(), static_cast<int>(slice), mt,
                       MPI_COMM_WORLD);
       };
     } else {
-      ops[0] = [&] { engine->broadcast(a.data(), count, o.dtype, 0); };
-      ops[1] = [&] { MPI_Bcast(a.data(), static_cast<int>(count), mt, 0, MPI_COMM_WORLD); };
+      ops[E] = [&] { MPI_Bcast(a.data(), static_cast<int>(count), mt, 0, MPI_COMM_WORLD); };
     }
     CommBenchRow row;
     row.bytes = count * es;
     row.count = count;
     std::memset(a.data(), 0, a.size() * 8);
-    std::tie(row.engine.seconds, row.mpi.seconds) = time_ops(o, ops);
-    for (int impl = 0; impl < 2; impl++) {
-      CommBenchTiming& tm = impl == 0 ? row.engine : row.mpi;
+    const std::vector<double> t = time_ops(o, ops);
+    row.engine.resize(E);
+    for (int k = 0; k < E; k++) row.engine[k].seconds = t[k];
+    row.mpi.seconds = t[E];
+    for (int impl = 0; impl <= E; impl++) {
+      CommBenchTiming& tm = impl < E ? row.engine[impl] : row.mpi;
       // One checked run on known values.
       for (int64_t i = 0; i < count; i++) {
         const bool mine = sliced ? i / slice == me : true;

@@ -17,6 +17,9 @@ struct CommBenchOptions {
   int reps = 5;               // timed repetitions per size (the median is reported)
   double rep_seconds = 0.05;  // each repetition runs the operation this long, at least once
   CommOptions engine;         // the engine's options (backend "shm")
+  // The engine's algorithms to time side by side (CommOptions::algorithm values), each in the
+  // same run as MPI; empty: engine.algorithm alone.
+  std::vector<std::string> algorithms;
 };
 
 struct CommBenchTiming {
@@ -25,8 +28,9 @@ struct CommBenchTiming {
 };
 
 struct CommBenchRow {
-  int64_t bytes = 0, count = 0;  // the whole buffer (nccl-tests' "size") and its elements
-  CommBenchTiming engine, mpi;
+  int64_t bytes = 0, count = 0;         // the whole buffer (nccl-tests' "size") and its elements
+  std::vector<CommBenchTiming> engine;  // one per algorithm, in the order asked for
+  CommBenchTiming mpi;
 };
 
 // The rate (bytes copied per second) at which every rank copies a 64 MiB buffer, all at once:

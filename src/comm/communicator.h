@@ -36,13 +36,30 @@ struct CommOptions {
   // counts (more than one each), MPI otherwise. See docs/collectives.md.
   std::string backend = "mpi";
   // Shared-memory engine tuning (docs/collectives.md): bytes a rank stages per pipeline step,
-  // steps in flight, and the all-reduce size up to which every rank sums the whole buffer.
+  // steps in flight; the tuner's thresholds (algorithm "auto", measured with `kiln bench comm
+  // --algorithm all`): one-shot all-reduce up to shm_one_shot_bytes, ring from
+  // shm_ring_bytes (all-reduce; below shm_ring_oversubscribed_below with more ranks than cores)
+  // and shm_ring_scatter_bytes (reduce-scatter) with 2 to shm_ring_max_ranks ranks, direct
+  // otherwise.
   int64_t shm_chunk_bytes = 256 << 10;
   int shm_slots = 4;
-  int64_t shm_one_shot_bytes = 32 << 10;
+  int64_t shm_one_shot_bytes = 4 << 10;
+  int64_t shm_ring_bytes = 512 << 10;
+  int64_t shm_ring_scatter_bytes = 32 << 10;
+  int shm_ring_max_ranks = 4;
+  int64_t shm_ring_oversubscribed_below = 4 << 20;  // more ranks than cores: ring below this only
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;
+  // ... and from this size on when the node has no more ranks than cores (a peer then runs
+  // while it is read).
+  int64_t shm_direct_cores_bytes = 64 << 10;
+  // Broadcasts read the root's buffer directly from this size on, however many ranks: the staged
+  // broadcast's speed varied 5-fold from run to run at 16-512 KiB (docs/performance.md).
+  int64_t shm_direct_broadcast_bytes = 16 << 10;
+  // The engine's all-reduce and reduce-scatter algorithm (docs/collectives.md): "auto" (chosen
+  // by size and rank count), "one_shot", "direct", "ring" or "halving_doubling".
+  std::string algorithm = "auto";
   // "bf16": the inter-node stage of "hier" sends fp32 all-reduces as bf16, with the rounding
   // error fed back locally into the next reduction of the same buffer. "none": as they are.
   std::string compress = "none";
@@ -98,10 +115,17 @@ class Communicator {
 
   // Memory this rank holds for transfers (the shared-memory engine: its share of the window).
   virtual int64_t buffer_bytes() const { return 0; }
+  // Bytes this rank has written into shared memory for its peers so far (the engine's staging
+  // and result slots: what docs/collectives.md counts as "sent"); 0 for the other backends.
+  virtual int64_t bytes_sent() const { return 0; }
 
   // Ranks with the same color form a new communicator, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
+
+// The values of CommOptions::algorithm, and the words an error message lists them with.
+bool is_shm_algorithm(const std::string& name);
+extern const char* const kShmAlgorithmChoices;  // "\"auto\", \"one_shot\", ... or ..."
 
 // True when a launcher (mpirun, srun) started this process as part of a job.
 bool launched_by_mpi();

@@ -4,29 +4,23 @@
 
 #include <atomic>
 
+#include "comm/op_desc.h"
 #include "core/clock.h"
 #include "obs/flight_recorder.h"
 #include "obs/trace.h"
 
 namespace kiln {
 
-namespace {
+std::string OpDesc::text() const {
+  CommEvent e;
+  e.kind = kind;
+  e.count = count;
+  e.peer_word = peer_word;
+  e.peer = peer;
+  return e.describe();
+}
 
-// An operation, described without formatting (no allocation or text on the hot path).
-struct OpDesc {
-  const char* kind;
-  int64_t count = 0;
-  const char* peer_word = nullptr;
-  int peer = -1;
-  std::string text() const {
-    CommEvent e;
-    e.kind = kind;
-    e.count = count;
-    e.peer_word = peer_word;
-    e.peer = peer;
-    return e.describe();
-  }
-};
+namespace {
 
 class RecordedWork : public Work {
  public:
@@ -134,6 +128,7 @@ class RecordingCommunicator : public Communicator {
     record_sync(OpDesc{"barrier", -1}, [&] { inner_->barrier(); });
   }
   int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
+  int64_t bytes_sent() const override { return inner_->bytes_sent(); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<RecordingCommunicator>(inner_->split(color, key),

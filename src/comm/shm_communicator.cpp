@@ -3,14 +3,20 @@
 // the algorithms, the bytes each moves and why the results are bitwise reproducible.
 //
 // Window layout (rank 0 allocates it all, the others map it; every piece on its own cache lines):
-//   control[r]:   three counters per rank: posted, reduced, done (the last step it reached)
+//   control[r]:   counters per rank: posted, reduced, done (the last step it reached), closing,
+//                 and the address and process of a buffer peers read directly
+//   lines[r][i]:  rank r's small-message line sets (32; 8 lines of tag + 56 bytes each)
 //   staging[r][s]: rank r's staging slot s (chunk_bytes each, `slots` of them)
-//   result[s]:    the reduced chunk of step s, each owner writing its part (all-reduce)
+//   result[s]:    the reduced chunk of step s, each owner writing its part (direct all-reduce)
+//
+// All-reduce and reduce-scatter have four algorithms (one-shot, direct, ring, halving-doubling),
+// chosen by comm.algorithm or by size and rank count (choose()); each sums in a fixed order.
 //
 // Every operation is a sequence of steps numbered identically on every rank (step_). A step uses
-// slot step % slots; before writing into a slot a rank waits until every rank is done with the
-// step that used it last, so up to `slots` steps pipeline. Counters are stored with release and
-// read with acquire, which orders the data written before a store with the reads after the load.
+// slot step % slots (a small step: line set step % 32); before writing into it a rank waits
+// until every rank is done with the step that used it last, so up to `slots` steps pipeline.
+// Counters are stored with release and read with acquire, which orders the data written before a
+// store with the reads after the load.
 //
 // Operations run in issue order on one engine thread; a caller that waits for an operation that
 // has not started yet (and is next in line) runs it itself, which saves the hand-over for the
@@ -36,6 +42,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_internal.h"
+#include "comm/op_desc.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -50,9 +57,34 @@ struct alignas(kLine) Counter {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must work across processes");
 
+// Small messages travel with their flag: a line holds a step tag and 56 bytes of data, so a
+// peer that sees the tag has the data in the same cache-line transfer (NCCL's "LL" protocol).
+// Rank 0 zeroes the window's lines (MPI_Win_allocate_shared memory is zero-filled by the OS).
+struct alignas(64) Line {
+  std::atomic<uint64_t> tag;
+  char data[56];
+};
+constexpr int kInlineLines = 8;
+// Small steps have their own ring of line sets, longer than the slots': a broadcast root can run
+// this many small operations ahead of its peers (with more ranks than cores, it fills a time
+// slice instead of handing the core over after each).
+constexpr int kInlineSlots = 32;
+constexpr int64_t kInlineBytes = kInlineLines * sizeof(Line::data);  // 448
+
 // Per rank: three progress counters, the closing flag, and what a direct copy needs to know of
 // this rank's buffer (its address and the process id).
 enum Phase { kPosted = 0, kReduced = 1, kDone = 2, kClosing = 3, kAddr = 4, kPid = 5, kPhases = 6 };
+
+// The all-reduce / reduce-scatter algorithms (docs/collectives.md); kAuto: the tuner chooses.
+enum class Algorithm { kAuto, kOneShot, kDirect, kRing, kHalvingDoubling };
+constexpr const char* kAlgorithmNames[] = {"auto", "one_shot", "direct", "ring",
+                                           "halving_doubling"};
+
+Algorithm parse_algorithm(const std::string& name) {
+  for (int i = 0; i < 5; i++)
+    if (name == kAlgorithmNames[i]) return static_cast<Algorithm>(i);
+  fail("comm.algorithm must be {}, got '{}'", kShmAlgorithmChoices, name);
+}
 
 // ---- reduction kernels: dst = src[0] + src[1] + ... in that order, accumulated in T's sum type.
 
@@ -136,6 +168,76 @@ void reduce(DType t, void* dst, void* dst2, const void* const* src, int P, int64
   }
 }
 
+// ---- typed kernels for the ring and halving-doubling algorithms, which pass partial sums
+// between ranks: partials are kept in the accumulation type A (fp32 for bf16), so that a bf16
+// result is rounded once, at the end, whatever the algorithm.
+
+template <class T>
+struct Num;
+template <>
+struct Num<float> {
+  using A = float;
+  static A wide(float x) { return x; }
+  static float round(A a) { return a; }
+};
+template <>
+struct Num<uint16_t> {  // bf16
+  using A = float;
+  static A wide(uint16_t x) { return widen(x); }
+  static uint16_t round(A a) { return narrow(a); }
+};
+template <>
+struct Num<double> {
+  using A = double;
+  static A wide(double x) { return x; }
+  static double round(A a) { return a; }
+};
+
+template <class T>
+using acc_t = typename Num<T>::A;
+
+// Calls f with a null pointer of the element type of t (for template dispatch).
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32:
+      return f(static_cast<float*>(nullptr));
+    case DType::BF16:
+      return f(static_cast<uint16_t*>(nullptr));
+    case DType::F64:
+      return f(static_cast<double*>(nullptr));
+  }
+}
+
+// dst = partial + mine (partial first), or dst = mine widened when there is no partial.
+template <class T>
+void accumulate(acc_t<T>* __restrict dst, const acc_t<T>* __restrict partial,
+                const T* __restrict mine, int64_t n) {
+  if (partial)
+    for (int64_t i = 0; i < n; i++) dst[i] = partial[i] + Num<T>::wide(mine[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = Num<T>::wide(mine[i]);
+}
+
+// dst (and dst2 if not null) = round(partial + mine): the last addition of a ring.
+template <class T>
+void finish(T* __restrict dst, T* __restrict dst2, const acc_t<T>* __restrict partial,
+            const T* __restrict mine, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = Num<T>::round(partial[i] + Num<T>::wide(mine[i]));
+  if (dst2) std::memcpy(dst2, dst, n * sizeof(T));
+}
+
+// dst = lo + hi (dst may be lo or hi).
+template <class A>
+void combine(A* dst, const A* lo, const A* hi, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = lo[i] + hi[i];
+}
+
+template <class T>
+void round_copy(T* __restrict dst, const acc_t<T>* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = Num<T>::round(src[i]);
+}
+
 // Elements [k*E, (k+1)*E) of a slice of `count` elements: how many exist.
 inline int64_t piece(int64_t count, int64_t k, int64_t E) {
   return std::clamp<int64_t>(count - k * E, 0, E);
@@ -144,18 +246,6 @@ inline int64_t piece(int64_t count, int64_t k, int64_t E) {
 inline char* at(void* p, int64_t elems, int64_t es) {
   return static_cast<char*>(p) + elems * es;
 }
-
-// What an operation is, for error messages (formatted only when one is needed).
-struct OpDesc {
-  const char* op;
-  int64_t n;
-  int root = -1;
-  std::string str() const {
-    return root >= 0 ? fmt::format("{} of {} elements from rank {}", op, n, root)
-           : n >= 0  ? fmt::format("{} of {} elements", op, n)
-                     : std::string(op);
-  }
-};
 
 class ShmCommunicator;
 
@@ -179,10 +269,14 @@ class ShmCommunicator : public Communicator {
     if (o.shm_slots < 2) fail("comm: the shared-memory engine needs at least 2 slots");
     chunk_ = o.shm_chunk_bytes;
     slots_ = o.shm_slots;
+    algorithm_ = parse_algorithm(o.algorithm);
+    scratch_.resize(chunk_ / sizeof(double));
+    src_.resize(size_);
     const int64_t control = int64_t{size_} * kPhases * kLine;
+    const int64_t lines = int64_t{size_} * kInlineSlots * kInlineLines * sizeof(Line);
     const int64_t staging = int64_t{size_} * slots_ * chunk_;
     const int64_t result = int64_t{slots_} * chunk_;
-    const int64_t total = control + staging + result;
+    const int64_t total = control + lines + staging + result;
     window_bytes_ = total;
     run_on_mpi_thread(*mpi_, "allocation of the shared-memory window", [&](MPI_Comm comm) {
       MPI_Info info;
@@ -200,6 +294,9 @@ class ShmCommunicator : public Communicator {
         auto* c = static_cast<Counter*>(base_);
         for (int64_t i = 0; i < int64_t{size_} * kPhases; i++)
           new (&c[i].value) std::atomic<uint64_t>(0);
+        auto* l = reinterpret_cast<Line*>(static_cast<char*>(base_) + control);
+        for (int64_t i = 0; i < lines / static_cast<int64_t>(sizeof(Line)); i++)
+          new (&l[i].tag) std::atomic<uint64_t>(0);
       }
       rc = MPI_Barrier(comm);
       if (rc != MPI_SUCCESS) return rc;
@@ -221,7 +318,8 @@ class ShmCommunicator : public Communicator {
       return rc;
     });
     control_ = static_cast<Counter*>(base_);
-    staging_ = static_cast<char*>(base_) + control;
+    lines_ = reinterpret_cast<Line*>(static_cast<char*>(base_) + control);
+    staging_ = static_cast<char*>(base_) + control + lines;
     result_ = staging_ + staging;
     // More ranks than cores: a waiting rank holds the core its peer needs, so yield at once.
     oversubscribed_ = node_ranks_exceed_cores();
@@ -261,6 +359,7 @@ class ShmCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "shm"; }
   int64_t buffer_bytes() const override { return window_bytes_ / size_; }
+  int64_t bytes_sent() const override { return sent_.load(std::memory_order_relaxed); }
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);
@@ -270,7 +369,7 @@ class ShmCommunicator : public Communicator {
                                              const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
     return issue({"reduce_scatter", counts[rank_]},
-                 [=, this] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+                 [=, this] { do_reduce_scatter(in, out, counts, t); });
   }
   std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
                                          DType t) override {
@@ -279,7 +378,7 @@ class ShmCommunicator : public Communicator {
   }
   std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    return issue({"broadcast", n, root}, [=, this] { do_broadcast(buf, n, t, root); });
+    return issue({"broadcast", n, "from rank", root}, [=, this] { do_broadcast(buf, n, t, root); });
   }
   // The synchronous forms run on the calling thread when nothing is queued before them.
   void all_reduce(void* buf, int64_t n, DType t) override {
@@ -289,8 +388,7 @@ class ShmCommunicator : public Communicator {
   void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
                       DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    run_now({"reduce_scatter", counts[rank_]},
-            [&] { reduce_scatter_chunks(in, out, counts, t, /*gather=*/false); });
+    run_now({"reduce_scatter", counts[rank_]}, [&] { do_reduce_scatter(in, out, counts, t); });
   }
   void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
@@ -298,7 +396,7 @@ class ShmCommunicator : public Communicator {
   }
   void broadcast(void* buf, int64_t n, DType t, int root) override {
     KILN_CHECK(root >= 0 && root < size_ && n >= 0);
-    run_now({"broadcast", n, root}, [&] { do_broadcast(buf, n, t, root); });
+    run_now({"broadcast", n, "from rank", root}, [&] { do_broadcast(buf, n, t, root); });
   }
   void barrier() override {
     run_now({"barrier", -1}, [&] { do_barrier(); });
@@ -412,8 +510,8 @@ class ShmCommunicator : public Communicator {
   template <class F>
   std::string execute(const OpDesc& desc, F& body) {
     if (broken_)
-      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_, desc.str(),
-                         broken_reason_);
+      return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_,
+                         desc.text(), broken_reason_);
     current_ = &desc;
     std::string err;
     try {
@@ -453,11 +551,19 @@ class ShmCommunicator : public Communicator {
 
   // Waits until every rank (or only `only`, if >= 0) has counter p at step g or later.
   void wait_all(Phase p, uint64_t g, int only = -1) {
+    wait_until(p, g, only,
+               [&](int q) { return counter(q, p).load(std::memory_order_acquire) >= g; });
+  }
+
+  // Waits until arrived(q) for every rank q (or only `only`); a timeout names the ranks whose
+  // counter p is not at g.
+  template <class Arrived>
+  void wait_until(Phase p, uint64_t g, int only, Arrived&& arrived) {
     const int lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : size_;
     double start = 0, waited = 0;
     for (int spins = 0;; spins++) {
       bool all = true;
-      for (int q = lo; q < hi && all; q++) all = counter(q, p).load(std::memory_order_acquire) >= g;
+      for (int q = lo; q < hi && all; q++) all = q == rank_ || arrived(q);
       if (all) {
         if (waited >= kSpinSeconds)
           long_waits_ = std::min(long_waits_ + 1, 16);
@@ -483,7 +589,7 @@ class ShmCommunicator : public Communicator {
     fail(
         "rank {}: {} (step {}) timed out after {:.0f} s waiting for rank(s) {} (a peer may have "
         "died or be stuck)",
-        rank_, current_ ? current_->str() : std::string("operation"), g, opts_.timeout_seconds,
+        rank_, current_ ? current_->text() : std::string("operation"), g, opts_.timeout_seconds,
         missing);
   }
 
@@ -494,11 +600,52 @@ class ShmCommunicator : public Communicator {
   }
   char* result(uint64_t g) { return result_ + static_cast<int64_t>(g % slots_) * chunk_; }
 
-  // Starts step g: its slot is free once every rank is done with step g - slots.
-  uint64_t begin_step() {
-    const uint64_t g = ++step_;
-    if (g > static_cast<uint64_t>(slots_)) wait_all(kDone, g - slots_);
+  // Starts step g: its slot is free once every rank is done with step g - slots (a small step's
+  // lines: g - kInlineSlots). The least `done` seen last time usually answers without reading
+  // the peers' counters (cache misses).
+  uint64_t begin_step(int slots = 0) {
+    const uint64_t g = ++step_, window = slots > 0 ? slots : slots_;
+    if (g > window && g - window > known_done_) {
+      wait_all(kDone, g - window);
+      uint64_t least = UINT64_MAX;
+      for (int q = 0; q < size_; q++)
+        least = std::min(least, counter(q, kDone).load(std::memory_order_relaxed));
+      known_done_ = std::max(known_done_, least);
+    }
     return g;
+  }
+
+  // ---- small messages in the lines of step g's slot (at most kInlineBytes)
+
+  Line* lines(int r, uint64_t g) {
+    return lines_ +
+           (int64_t{r} * kInlineSlots + static_cast<int64_t>(g % kInlineSlots)) * kInlineLines;
+  }
+  void post_inline(uint64_t g, const void* data, int64_t bytes) {
+    Line* l = lines(rank_, g);
+    for (int64_t off = 0, i = 0; off < bytes || i == 0; off += sizeof(Line::data), i++) {
+      std::memcpy(l[i].data, static_cast<const char*>(data) + off,
+                  std::min<int64_t>(sizeof(Line::data), bytes - off));
+      l[i].tag.store(g, std::memory_order_release);
+    }
+    sent(bytes);
+    set(kPosted, g);  // for timeouts only: peers read the tags
+  }
+  bool inline_arrived(int q, uint64_t g, int64_t bytes) {
+    const Line* l = lines(q, g);
+    const int n = static_cast<int>(std::max<int64_t>(1, (bytes + 55) / 56));
+    for (int i = n - 1; i >= 0; i--)
+      if (l[i].tag.load(std::memory_order_acquire) < g) return false;
+    return true;
+  }
+  void read_inline(int q, uint64_t g, void* to, int64_t bytes) {
+    const Line* l = lines(q, g);
+    for (int64_t off = 0, i = 0; off < bytes; off += sizeof(Line::data), i++)
+      std::memcpy(static_cast<char*>(to) + off, l[i].data,
+                  std::min<int64_t>(sizeof(Line::data), bytes - off));
+  }
+  void wait_inline(uint64_t g, int64_t bytes, int only = -1) {
+    wait_until(kPosted, g, only, [&](int q) { return inline_arrived(q, g, bytes); });
   }
 
   std::vector<int64_t> even_counts(int64_t n) const {
@@ -509,11 +656,90 @@ class ShmCommunicator : public Communicator {
 
   // ---- algorithms (docs/collectives.md)
 
+  // The tuner (docs/collectives.md, "The tuner"), all-reduce: one-shot for small buffers, the
+  // ring for large ones on the rank counts where it was measured faster (its larger steps need
+  // fewer synchronisations than direct's), direct between. Halving-doubling was never the
+  // fastest here, so auto does not choose it.
+  Algorithm choose(int64_t bytes) const {
+    if (algorithm_ != Algorithm::kAuto) return algorithm_;
+    if (bytes <= std::min(opts_.shm_one_shot_bytes, chunk_)) return Algorithm::kOneShot;
+    // With more ranks than cores each of the ring's 2(P-1) hand-offs per round may wait for a
+    // descheduled peer; for large buffers its timings then scattered 3-fold between runs, while
+    // direct's (2 hand-offs) held.
+    if (size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_bytes &&
+        (!oversubscribed_ || bytes < opts_.shm_ring_oversubscribed_below))
+      return Algorithm::kRing;
+    return Algorithm::kDirect;
+  }
+  // Reduce-scatter (bytes: the whole input): one-shot in the lines up to 448 bytes, direct, or
+  // the ring from its own threshold.
+  Algorithm choose_scatter(int64_t bytes) const {
+    if (algorithm_ != Algorithm::kAuto) return algorithm_;
+    if (bytes <= kInlineBytes) return Algorithm::kOneShot;
+    return size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_scatter_bytes
+               ? Algorithm::kRing
+               : Algorithm::kDirect;
+  }
+
   void do_all_reduce(void* buf, int64_t n, DType t) {
-    if (n * static_cast<int64_t>(dtype_bytes(t)) <= std::min(opts_.shm_one_shot_bytes, chunk_))
-      one_shot_all_reduce(buf, n, t);
+    if (n == 0) return;
+    switch (size_ == 1 ? Algorithm::kDirect : choose(n * static_cast<int64_t>(dtype_bytes(t)))) {
+      case Algorithm::kOneShot:
+        return one_shot_all_reduce(buf, n, t);
+      case Algorithm::kRing:
+        return with_type(t, [&](auto* tag) {
+          ring<std::remove_pointer_t<decltype(tag)>>(buf, buf, even_counts(n), true);
+        });
+      case Algorithm::kHalvingDoubling:
+        return with_type(t, [&](auto* tag) {
+          halving_doubling<std::remove_pointer_t<decltype(tag)>>(buf, buf, even_counts(n), true);
+        });
+      default:
+        return reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
+    }
+  }
+
+  // One-shot has no reduce-scatter of its own: it and auto use the direct one.
+  void do_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
+    const Algorithm a = size_ == 1
+                            ? Algorithm::kDirect
+                            : choose_scatter(total(counts) * static_cast<int64_t>(dtype_bytes(t)));
+    if (a == Algorithm::kRing)
+      with_type(t, [&](auto* tag) {
+        ring<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);
+      });
+    else if (a == Algorithm::kHalvingDoubling)
+      with_type(t, [&](auto* tag) {
+        halving_doubling<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);
+      });
+    else if (a == Algorithm::kOneShot && inline_fits(total(counts), t))
+      inline_reduce_scatter(in, out, counts, t);
     else
-      reduce_scatter_chunks(buf, buf, even_counts(n), t, /*gather=*/true);
+      reduce_scatter_chunks(in, out, counts, t, /*gather=*/false);
+  }
+
+  // A small reduce-scatter: every rank posts its whole input in its lines, each sums its slice
+  // from all of them in rank order (the direct algorithm's order).
+  bool inline_fits(int64_t n, DType t) const {
+    return n * static_cast<int64_t>(dtype_bytes(t)) <= kInlineBytes &&
+           int64_t{size_} * kInlineBytes <= chunk_;
+  }
+  void inline_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                             DType t) {
+    const int64_t es = dtype_bytes(t), n = total(counts);
+    int64_t offset = 0;
+    for (int r = 0; r < rank_; r++) offset += counts[r];
+    const uint64_t g = begin_step(kInlineSlots);
+    post_inline(g, in, n * es);
+    wait_inline(g, n * es);
+    char* copies = reinterpret_cast<char*>(scratch_.data());
+    for (int q = 0; q < size_; q++) {
+      if (q != rank_) read_inline(q, g, copies + q * kInlineBytes, n * es);
+      src_[q] = q == rank_ ? static_cast<const char*>(in) + offset * es
+                           : copies + q * kInlineBytes + offset * es;
+    }
+    reduce(t, out, nullptr, src_.data(), size_, counts[rank_]);
+    set(kDone, g);
   }
 
   void do_barrier() {
@@ -523,17 +749,254 @@ class ShmCommunicator : public Communicator {
     set(kDone, g);
   }
 
-  // Small all-reduce: every rank stages its whole buffer, then every rank sums all of them.
+  // One-shot all-reduce: every rank stages its whole buffer (a chunk at a time when it is
+  // larger), then every rank sums all of them in rank order.
   void one_shot_all_reduce(void* buf, int64_t n, DType t) {
     const int64_t es = dtype_bytes(t);
-    const uint64_t g = begin_step();
-    std::memcpy(staging(rank_, g), buf, n * es);
-    set(kPosted, g);
-    wait_all(kPosted, g);
-    std::vector<const void*> src(size_);
-    for (int q = 0; q < size_; q++) src[q] = staging(q, g);
-    reduce(t, buf, nullptr, src.data(), size_, n);
-    set(kDone, g);
+    if (inline_fits(n, t)) {
+      const uint64_t g = begin_step(kInlineSlots);
+      post_inline(g, buf, n * es);
+      wait_inline(g, n * es);
+      char* copies = reinterpret_cast<char*>(scratch_.data());
+      for (int q = 0; q < size_; q++) {
+        if (q != rank_) read_inline(q, g, copies + q * kInlineBytes, n * es);
+        src_[q] = q == rank_ ? buf : copies + q * kInlineBytes;
+      }
+      reduce(t, buf, nullptr, src_.data(), size_, n);
+      set(kDone, g);
+      return;
+    }
+    const int64_t E = chunk_ / es;
+    for (int64_t k = 0; k * E < n; k++) {
+      const int64_t m = std::min(E, n - k * E);
+      const uint64_t g = begin_step();
+      std::memcpy(staging(rank_, g), at(buf, k * E, es), m * es);
+      sent(m * es);
+      set(kPosted, g);
+      wait_all(kPosted, g);
+      for (int q = 0; q < size_; q++) src_[q] = staging(q, g);
+      reduce(t, at(buf, k * E, es), nullptr, src_.data(), size_, m);
+      set(kDone, g);
+    }
+  }
+
+  // Ring (docs/collectives.md): slices as in the direct reduce-scatter, in rounds of E elements
+  // per slice. Reduce-scatter, P-1 steps: in step s rank r adds its piece of slice r-1-s to the
+  // partial sum its left neighbour staged in step s-1 and stages the result (in the accumulation
+  // type); the last addition, of slice r, is rank r's. All-gather (all-reduce only), P-1 steps:
+  // each rank stages the finished piece it received last, its right neighbour copies it. Slice j
+  // is summed in the order j+1, j+2, ..., P-1, 0, ..., j.
+  template <class T>
+  void ring(const void* in_, void* out_, const std::vector<int64_t>& counts, bool all_reduce) {
+    using A = typename Num<T>::A;
+    const T* in = static_cast<const T*>(in_);
+    T* out = static_cast<T*>(out_);
+    const int P = size_, r = rank_, left = (r + P - 1) % P;
+    const int64_t E = chunk_ / static_cast<int64_t>(sizeof(A)) / 16 * 16;
+    std::vector<int64_t> offset(P + 1, 0);
+    for (int q = 0; q < P; q++) offset[q + 1] = offset[q] + counts[q];
+    const int64_t rounds = (*std::max_element(counts.begin(), counts.end()) + E - 1) / E;
+    auto slice = [&](int s) { return ((r - s) % P + P) % P; };
+    for (int64_t k = 0; k < rounds; k++) {
+      auto first = [&](int j) { return offset[j] + k * E; };
+      auto len = [&](int j) { return piece(counts[j], k, E); };
+      uint64_t g = 0;
+      for (int s = 0; s < P - 1; s++) {
+        const int j = slice(s + 1);
+        g = begin_step();
+        const A* partial = nullptr;
+        if (s > 0) {
+          wait_all(kPosted, g - 1, left);
+          partial = reinterpret_cast<const A*>(staging(left, g - 1));
+        }
+        accumulate<T>(reinterpret_cast<A*>(staging(r, g)), partial, in + first(j), len(j));
+        sent(len(j) * sizeof(A));
+        set(kPosted, g);
+        if (s > 0) set(kDone, g - 1);
+      }
+      wait_all(kPosted, g, left);
+      const A* partial = reinterpret_cast<const A*>(staging(left, g));
+      if (!all_reduce) {
+        finish<T>(out + k * E, nullptr, partial, in + first(r), len(r));
+        set(kDone, g);
+        continue;
+      }
+      uint64_t h = begin_step();
+      finish<T>(out + first(r), reinterpret_cast<T*>(staging(r, h)), partial, in + first(r),
+                len(r));
+      sent(len(r) * sizeof(T));
+      set(kPosted, h);
+      set(kDone, g);
+      for (int s = 1; s < P; s++) {
+        const int j = slice(s);
+        wait_all(kPosted, h, left);
+        const T* got = reinterpret_cast<const T*>(staging(left, h));
+        std::memcpy(out + first(j), got, len(j) * sizeof(T));
+        if (s < P - 1) {  // pass it on
+          const uint64_t next = begin_step();
+          std::memcpy(staging(r, next), got, len(j) * sizeof(T));
+          sent(len(j) * sizeof(T));
+          set(kPosted, next);
+          set(kDone, h);
+          h = next;
+        } else {
+          set(kDone, h);
+        }
+      }
+    }
+  }
+
+  // Recursive halving-doubling (docs/collectives.md) over the largest power of two P2 <= P
+  // ranks; a rank e >= P2 first hands its data to rank e - P2 and at the end receives the
+  // result from it. Slices as in the direct reduce-scatter, E elements of each per round; rank
+  // b of the P2 "holds" slice q when q mod P2 agrees with b on the bits handled so far. Halving,
+  // distance d = 1, 2, ..., P2/2: b and b^d each keep the slices that agree with them on bit d
+  // and sum them with what the partner staged, the lower rank's partial first. Doubling (all-
+  // reduce), d = P2/2, ..., 1: each stages the finished slices it holds, its partner copies
+  // them. Slice q is summed as a balanced tree: ((x0 + x_P2) + x1) + ... pairwise, see docs.
+  template <class T>
+  void halving_doubling(const void* in_, void* out_, const std::vector<int64_t>& counts,
+                        bool all_reduce) {
+    using A = typename Num<T>::A;
+    const T* in = static_cast<const T*>(in_);
+    T* out = static_cast<T*>(out_);
+    const int P = size_, r = rank_;
+    int P2 = 1;
+    while (P2 * 2 <= P) P2 *= 2;
+    const bool extra = r >= P2;
+    const int b = extra ? r - P2 : r;             // rank in the power-of-two group
+    const int helper = r + P2 < P ? r + P2 : -1;  // the extra rank this one stands in for
+    const int64_t E = chunk_ / (int64_t{P} * static_cast<int64_t>(sizeof(A))) / 16 * 16;
+    KILN_CHECK(E > 0);
+    std::vector<int64_t> offset(P + 1, 0);
+    for (int q = 0; q < P; q++) offset[q + 1] = offset[q] + counts[q];
+    const int64_t rounds = (*std::max_element(counts.begin(), counts.end()) + E - 1) / E;
+    A* W = reinterpret_cast<A*>(scratch_.data());  // slice q's partial at W + q * E
+    for (int64_t k = 0; k < rounds; k++) {
+      auto first = [&](int q) { return offset[q] + k * E; };
+      auto len = [&](int q) { return piece(counts[q], k, E); };
+      auto holds = [&](int q, int who, int mask) { return ((q % P2) & mask) == (who & mask); };
+      if (P != P2) {  // fold the extra ranks in
+        const uint64_t g = begin_step();
+        if (extra) {
+          A* st = reinterpret_cast<A*>(staging(r, g));
+          for (int q = 0; q < P; q++) accumulate<T>(st + q * E, nullptr, in + first(q), len(q));
+          sent(total(counts, k, E) * sizeof(A));
+          set(kPosted, g);
+        } else {
+          set(kPosted, g);
+          for (int q = 0; q < P; q++) accumulate<T>(W + q * E, nullptr, in + first(q), len(q));
+          if (helper >= 0) {
+            wait_all(kPosted, g, helper);
+            const A* got = reinterpret_cast<const A*>(staging(helper, g));
+            for (int q = 0; q < P; q++) combine(W + q * E, W + q * E, got + q * E, len(q));
+          }
+        }
+        set(kDone, g);
+      } else {
+        for (int q = 0; q < P; q++) accumulate<T>(W + q * E, nullptr, in + first(q), len(q));
+      }
+      int mask = 0;
+      for (int d = 1; d < P2; d *= 2) {  // halving
+        const uint64_t g = begin_step();
+        if (!extra) {
+          const int partner = b ^ d;
+          A* st = reinterpret_cast<A*>(staging(r, g));
+          int64_t staged = 0;
+          for (int q = 0; q < P; q++)
+            if (holds(q, b, mask) && holds(q, partner, mask | d)) {
+              std::memcpy(st + q * E, W + q * E, len(q) * sizeof(A));
+              staged += len(q);
+            }
+          sent(staged * sizeof(A));
+          set(kPosted, g);
+          wait_all(kPosted, g, partner);
+          const A* got = reinterpret_cast<const A*>(staging(partner, g));
+          for (int q = 0; q < P; q++)
+            if (holds(q, b, mask | d)) {
+              if (b < partner)
+                combine(W + q * E, W + q * E, got + q * E, len(q));
+              else
+                combine(W + q * E, got + q * E, W + q * E, len(q));
+            }
+        } else {
+          set(kPosted, g);
+        }
+        set(kDone, g);
+        mask |= d;
+      }
+      // Rank b now holds the sums of slices b and b + P2.
+      if (!all_reduce) {
+        if (!extra) round_copy<T>(out + k * E, W + b * E, len(b));
+        if (P != P2) {
+          const uint64_t g = begin_step();
+          if (helper >= 0) {
+            round_copy<T>(reinterpret_cast<T*>(staging(r, g)), W + helper * E, len(helper));
+            sent(len(helper) * sizeof(T));
+          }
+          set(kPosted, g);
+          if (extra) {
+            wait_all(kPosted, g, b);
+            std::memcpy(out + k * E, staging(b, g), len(r) * sizeof(T));
+          }
+          set(kDone, g);
+        }
+        continue;
+      }
+      if (!extra)
+        for (int q = 0; q < P; q++)
+          if (holds(q, b, mask)) round_copy<T>(out + first(q), W + q * E, len(q));
+      for (int d = P2 / 2; d >= 1; d /= 2) {  // doubling
+        const uint64_t g = begin_step();
+        if (!extra) {
+          const int partner = b ^ d;
+          T* st = reinterpret_cast<T*>(staging(r, g));
+          int64_t staged = 0;
+          for (int q = 0; q < P; q++)
+            if (holds(q, b, mask)) {
+              std::memcpy(st + q * E, out + first(q), len(q) * sizeof(T));
+              staged += len(q);
+            }
+          sent(staged * sizeof(T));
+          set(kPosted, g);
+          wait_all(kPosted, g, partner);
+          const T* got = reinterpret_cast<const T*>(staging(partner, g));
+          for (int q = 0; q < P; q++)
+            if (holds(q, partner, mask))
+              std::memcpy(out + first(q), got + q * E, len(q) * sizeof(T));
+        } else {
+          set(kPosted, g);
+        }
+        set(kDone, g);
+        mask &= ~d;
+      }
+      if (P != P2) {  // hand the result to the extra ranks
+        const uint64_t g = begin_step();
+        if (helper >= 0) {
+          T* st = reinterpret_cast<T*>(staging(r, g));
+          for (int q = 0; q < P; q++) std::memcpy(st + q * E, out + first(q), len(q) * sizeof(T));
+          sent(total(counts, k, E) * sizeof(T));
+        }
+        set(kPosted, g);
+        if (extra) {
+          wait_all(kPosted, g, b);
+          const T* got = reinterpret_cast<const T*>(staging(b, g));
+          for (int q = 0; q < P; q++) std::memcpy(out + first(q), got + q * E, len(q) * sizeof(T));
+        }
+        set(kDone, g);
+      }
+    }
+  }
+
+  // Elements of round k over all slices.
+  static int64_t total(const std::vector<int64_t>& counts, int64_t k, int64_t E) {
+    int64_t t = 0;
+    for (auto c : counts) t += piece(c, k, E);
+    return t;
+  }
+
+  void sent(int64_t bytes) {
+    sent_.store(sent_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }
 
   // Reduce-scatter in steps: in step k, owner r's piece is elements [k*E, (k+1)*E) of its
@@ -550,14 +1013,16 @@ class ShmCommunicator : public Communicator {
     for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
     const int64_t longest = *std::max_element(counts.begin(), counts.end());
     const int64_t steps = (longest + E - 1) / E;
-    std::vector<const void*> src(size_);
+    std::vector<const void*>& src = src_;
     for (int64_t k = 0; k < steps; k++) {
       const uint64_t g = begin_step();
       char* mine = staging(rank_, g);
       for (int r = 0; r < size_; r++)
-        if (r != rank_)
+        if (r != rank_) {
           std::memcpy(mine + r * E * es, at(const_cast<void*>(in), offset[r] + k * E, es),
                       piece(counts[r], k, E) * es);
+          sent(piece(counts[r], k, E) * es);
+        }
       set(kPosted, g);
       wait_all(kPosted, g);
       for (int q = 0; q < size_; q++)
@@ -567,6 +1032,7 @@ class ShmCommunicator : public Communicator {
       if (gather) {
         reduce(t, at(out, offset[rank_] + k * E, es), result(g) + rank_ * E * es, src.data(), size_,
                m);
+        sent(m * es);
         set(kReduced, g);
         wait_all(kReduced, g);
         for (int r = 0; r < size_; r++)
@@ -593,6 +1059,7 @@ class ShmCommunicator : public Communicator {
       const uint64_t g = begin_step();
       std::memcpy(staging(rank_, g), at(buf, offset[rank_] + k * E, es),
                   piece(counts[rank_], k, E) * es);
+      sent(piece(counts[rank_], k, E) * es);
       set(kPosted, g);
       wait_all(kPosted, g);
       for (int r = 0; r < size_; r++)
@@ -612,6 +1079,7 @@ class ShmCommunicator : public Communicator {
       const int64_t m = piece(n, k, E);
       if (rank_ == root) {
         std::memcpy(staging(root, g), at(buf, k * E, es), m * es);
+        sent(m * es);
         set(kPosted, g);
       } else {
         wait_all(kPosted, g, root);
@@ -641,7 +1109,7 @@ class ShmCommunicator : public Communicator {
   void direct_read(int r, void* to, uint64_t from, int64_t bytes) {
     if (!read_from(r, to, from, bytes))
       fail("rank {}: {}: cannot read rank {}'s buffer directly: {}", rank_,
-           current_ ? current_->str() : std::string("operation"), r, std::strerror(errno));
+           current_ ? current_->text() : std::string("operation"), r, std::strerror(errno));
   }
 
   // Large all-gather, one step: every rank publishes its buffer's address, then reads the
@@ -682,18 +1150,60 @@ class ShmCommunicator : public Communicator {
     if (rank_ == root) wait_all(kDone, g);
   }
 
+  // Small all-gather: every rank's slice in its lines.
+  void inline_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = begin_step(kInlineSlots);
+    int64_t offset = 0;
+    for (int r = 0; r < rank_; r++) offset += counts[r];
+    post_inline(g, at(buf, offset, es), counts[rank_] * es);
+    offset = 0;
+    for (int r = 0; r < size_; r++) {
+      if (r != rank_) {
+        wait_inline(g, counts[r] * es, r);
+        read_inline(r, g, at(buf, offset, es), counts[r] * es);
+      }
+      offset += counts[r];
+    }
+    set(kDone, g);
+  }
+
   void do_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
-    if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+    const int64_t es = dtype_bytes(t);
+    if (*std::max_element(counts.begin(), counts.end()) * es <= kInlineBytes)
+      return inline_all_gather(buf, counts, t);
+    if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= direct_from())
       direct_all_gather(buf, counts, t);
     else
       all_gather_chunks(buf, counts, t);
   }
 
   void do_broadcast(void* buf, int64_t n, DType t, int root) {
-    if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_direct_bytes)
+    const int64_t es = dtype_bytes(t);
+    if (n * es <= kInlineBytes) {  // small: the root's lines
+      const uint64_t g = begin_step(kInlineSlots);
+      if (rank_ == root) {
+        post_inline(g, buf, n * es);
+      } else {
+        wait_inline(g, n * es, root);
+        read_inline(root, g, buf, n * es);
+      }
+      set(kDone, g);
+      return;
+    }
+    if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >=
+                       std::min(direct_from(), opts_.shm_direct_broadcast_bytes))
       direct_broadcast(buf, n, t, root);
     else
       broadcast_chunks(buf, n, t, root);
+  }
+
+  // Where direct copies start: with every rank on a core of its own one copy through the kernel
+  // wins from shm_direct_cores_bytes; with more ranks than cores the staged copies win up to
+  // shm_direct_bytes (measured, docs/collectives.md).
+  int64_t direct_from() const {
+    return oversubscribed_ ? opts_.shm_direct_bytes
+                           : std::min(opts_.shm_direct_bytes, opts_.shm_direct_cores_bytes);
   }
 
   bool node_ranks_exceed_cores() const {
@@ -706,9 +1216,15 @@ class ShmCommunicator : public Communicator {
   int rank_, size_;
   int64_t chunk_ = 0;
   int slots_ = 0;
+  Algorithm algorithm_ = Algorithm::kAuto;
+  std::vector<double> scratch_;   // chunk_ bytes: halving-doubling's partial sums
+  std::vector<const void*> src_;  // the sources of a reduction (no allocation per step)
+  std::atomic<int64_t> sent_{0};  // bytes_sent(): written only by the running operation
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;
   Counter* control_ = nullptr;
+  Line* lines_ = nullptr;
+  uint64_t known_done_ = 0;  // every rank's done counter was at least this when last read
   char* staging_ = nullptr;
   char* result_ = nullptr;
   bool oversubscribed_ = false;
@@ -746,3 +1262,16 @@ std::unique_ptr<Communicator> make_shm_communicator(std::unique_ptr<Communicator
 }
 
 }  // namespace kiln::detail
+
+namespace kiln {
+
+const char* const kShmAlgorithmChoices =
+    "\"auto\", \"one_shot\", \"direct\", \"ring\" or \"halving_doubling\"";
+
+bool is_shm_algorithm(const std::string& name) {
+  for (const char* a : detail::kAlgorithmNames)
+    if (name == a) return true;
+  return false;
+}
+
+}  // namespace kiln

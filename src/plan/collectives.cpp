@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace kiln::plan {
 namespace {
 
@@ -43,11 +45,95 @@ double domain_factor(const ClusterSpec& c) {
 
 }  // namespace
 
+CollAlgorithm parse_coll_algorithm(const std::string& name) {
+  if (name == "one_shot") return CollAlgorithm::one_shot;
+  if (name == "direct") return CollAlgorithm::direct;
+  if (name == "ring") return CollAlgorithm::ring;
+  if (name == "halving_doubling") return CollAlgorithm::halving_doubling;
+  fail("unknown collective algorithm '{}': expected one_shot, direct, ring or halving_doubling",
+       name);
+}
+
+namespace {
+
+// Halving-doubling: P2 = the largest power of two <= P; rank b < P2 "holds" slice q when q mod
+// P2 agrees with b on the bits handled so far. Slices of the classes that agree with `who` on
+// `mask`, counted.
+int held_slices(int P, int P2, int who, int mask) {
+  int k = 0;
+  for (int q = 0; q < P; q++) k += ((q % P2) & mask) == (who & mask);
+  return k;
+}
+
+}  // namespace
+
+double bytes_sent(CollAlgorithm a, CollOp op, int P, int rank, double S) {
+  if (P <= 1) return 0;
+  const double slice = S / P;
+  const bool ar = op == CollOp::all_reduce;
+  switch (a) {
+    case CollAlgorithm::one_shot:  // all-reduce: stage the whole buffer; reduce-scatter: direct
+      if (ar) return S;
+      [[fallthrough]];
+    case CollAlgorithm::direct:  // stage the others' slices (+ one's own sum for the all-gather)
+      return (P - 1) * slice + (ar ? slice : 0);
+    case CollAlgorithm::ring:  // P-1 partial sums, then P-1 finished slices passed on
+      return (P - 1) * slice * (ar ? 2 : 1);
+    case CollAlgorithm::halving_doubling: {
+      int P2 = 1;
+      while (P2 * 2 <= P) P2 *= 2;
+      if (rank >= P2) return S;  // an extra rank hands its whole buffer over, sends nothing else
+      double sent = 0;
+      int mask = 0;
+      for (int d = 1; d < P2; d *= 2) {  // halving: the slices the partner keeps
+        sent += held_slices(P, P2, rank ^ d, mask | d) * slice;
+        mask |= d;
+      }
+      if (ar)
+        for (int d = P2 / 2; d >= 1; d /= 2) {  // doubling: the slices held
+          sent += held_slices(P, P2, rank, mask) * slice;
+          mask &= ~d;
+        }
+      if (rank + P2 < P) sent += ar ? S : slice;  // the result for the extra rank
+      return sent;
+    }
+  }
+  return 0;
+}
+
+double max_bytes_sent(CollAlgorithm a, CollOp op, int P, double S) {
+  double m = 0;
+  for (int r = 0; r < P; r++) m = std::max(m, bytes_sent(a, op, P, r, S));
+  return m;
+}
+
+int sync_steps(CollAlgorithm a, CollOp op, int P) {
+  if (P <= 1) return 0;
+  const bool ar = op == CollOp::all_reduce;
+  switch (a) {
+    case CollAlgorithm::one_shot:
+      return 1;
+    case CollAlgorithm::direct:
+      return ar ? 2 : 1;
+    case CollAlgorithm::ring:
+      return (P - 1) * (ar ? 2 : 1);
+    case CollAlgorithm::halving_doubling: {
+      int levels = 0, P2 = 1;
+      while (P2 * 2 <= P) P2 *= 2, levels++;
+      return levels * (ar ? 2 : 1) + (P != P2 ? 2 : 0);
+    }
+  }
+  return 0;
+}
+
+// The GPU model's ring is the ring above; its bytes go over the slowest link of the path.
 double all_reduce_s(double bytes, const GroupPath& g) {
   const int n = g.size;
   if (n <= 1 || bytes <= 0) return 0;
   const double w = bandwidth_term(bytes, g);
-  double ring = kBaseLatency + 2.0 * (n - 1) * step_latency(g) + 2.0 * (n - 1) / n * w;
+  const CollAlgorithm R = CollAlgorithm::ring;
+  double ring = kBaseLatency + sync_steps(R, CollOp::all_reduce, n) * step_latency(g) +
+                max_bytes_sent(R, CollOp::all_reduce, n, w);
   if (g.nodes <= 1) return ring;
   double tree =
       kBaseLatency +
@@ -59,7 +145,9 @@ double all_reduce_s(double bytes, const GroupPath& g) {
 double reduce_scatter_s(double bytes, const GroupPath& g) {
   const int n = g.size;
   if (n <= 1 || bytes <= 0) return 0;
-  return kBaseLatency + (n - 1) * step_latency(g) + double(n - 1) / n * bandwidth_term(bytes, g);
+  const CollAlgorithm R = CollAlgorithm::ring;
+  return kBaseLatency + sync_steps(R, CollOp::reduce_scatter, n) * step_latency(g) +
+         max_bytes_sent(R, CollOp::reduce_scatter, n, bandwidth_term(bytes, g));
 }
 
 double all_gather_s(double bytes, const GroupPath& g) {

@@ -15,11 +15,32 @@
 // S is the full buffer per rank (before a reduce-scatter, after an all-gather); α is the step
 // latency of the slowest link on the path; base is NCCL's fixed cost per collective (8.4 µs).
 // B_net is already divided by the topology's slowdown for the group (see group_path()).
+//
+// The bytes and steps of each algorithm are one formula set (docs/collectives.md, "Algorithms,
+// steps and bytes"), shared by this cost model (its ring) and by kiln's shared-memory engine,
+// whose byte counter a test checks against them.
 #pragma once
+#include <string>
+
 #include "plan/hardware.h"
 #include "plan/layout.h"
 
 namespace kiln::plan {
+
+// The algorithms of docs/collectives.md (the engine's comm.algorithm values) and the two
+// reducing operations they implement.
+enum class CollAlgorithm { one_shot, direct, ring, halving_doubling };
+enum class CollOp { all_reduce, reduce_scatter };
+CollAlgorithm parse_coll_algorithm(const std::string& name);  // "ring", ...; fails otherwise
+
+// Bytes rank `rank` of P sends its peers (writes into shared memory, or puts on a link) for the
+// op on a buffer of S bytes per rank (the whole buffer; slices S/P), counted in the buffer's
+// element type; whole rounds, even slices.
+double bytes_sent(CollAlgorithm a, CollOp op, int P, int rank, double S);
+// The most any rank sends: what sets the bandwidth term.
+double max_bytes_sent(CollAlgorithm a, CollOp op, int P, double S);
+// Hand-offs in sequence (each waits for a peer's data) per round of the algorithm.
+int sync_steps(CollAlgorithm a, CollOp op, int P);
 
 struct GroupPath {
   int size = 1;                        // n

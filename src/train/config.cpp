@@ -7,6 +7,7 @@
 #include <sstream>
 #include <variant>
 
+#include "comm/communicator.h"
 #include "core/closest_name.h"
 #include "core/error.h"
 
@@ -81,6 +82,9 @@ std::vector<Key> schema(TrainConfig& c) {
        "\"shm\" or \"hier\""},
       {"comm.compress", &c.comm_compress,
        "\"bf16\": send the inter-node all-reduce in bf16 with error feedback (\"none\": fp32)"},
+      {"comm.algorithm", &c.comm_algorithm,
+       "the shared-memory engine's all-reduce: \"auto\" (chosen by size), \"one_shot\", "
+       "\"direct\", \"ring\" or \"halving_doubling\""},
   };
 }
 
@@ -269,6 +273,8 @@ void TrainConfig::validate() const {
          comm_backend);
   if (comm_compress != "none" && comm_compress != "bf16")
     fail("{}: comm.compress must be \"none\" or \"bf16\", got '{}'", source, comm_compress);
+  if (!is_shm_algorithm(comm_algorithm))
+    fail("{}: comm.algorithm must be {}, got '{}'", source, kShmAlgorithmChoices, comm_algorithm);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (watchdog_seconds < 0) fail("{}: train.watchdog_seconds must not be negative", source);
   if (model.vocab_size > 65536)

@@ -62,6 +62,9 @@ struct TrainConfig {
   // [comm]
   std::string comm_backend = "auto";   // "auto" | "mpi" | "shm" | "hier" (docs/collectives.md)
   std::string comm_compress = "none";  // "none" | "bf16": the inter-node stage of "hier"
+  // The engine's all-reduce/reduce-scatter algorithm: "auto" (by size), "one_shot", "direct",
+  // "ring", "halving_doubling" (docs/collectives.md).
+  std::string comm_algorithm = "auto";
 
   // Resolved form, every key with its value.
   nlohmann::json to_json() const;

@@ -41,6 +41,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     CommOptions co;
     co.backend = cfg_.comm_backend;
     co.compress = cfg_.comm_compress;
+    co.algorithm = cfg_.comm_algorithm;
     comm = make_world_communicator(co);
   }
   const int world = comm->size();

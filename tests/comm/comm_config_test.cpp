@@ -17,6 +17,11 @@ TEST(CommConfig, BackendAndCompressionDefaultsAndChoices) {
     EXPECT_EQ(parse_train_config(kBase, "c.toml", {std::string("comm.backend=") + b}).comm_backend,
               b);
   EXPECT_EQ(parse_train_config(kBase, "c.toml", {"comm.compress=bf16"}).comm_compress, "bf16");
+  EXPECT_EQ(c.comm_algorithm, "auto");
+  for (const char* a : {"auto", "one_shot", "direct", "ring", "halving_doubling"})
+    EXPECT_EQ(
+        parse_train_config(kBase, "c.toml", {std::string("comm.algorithm=") + a}).comm_algorithm,
+        a);
 }
 
 TEST(CommConfig, UnknownValuesNameTheKeyAndTheChoices) {
@@ -27,6 +32,12 @@ TEST(CommConfig, UnknownValuesNameTheKeyAndTheChoices) {
       << e;
   e = testing::error_of([] { parse_train_config(kBase, "c.toml", {"comm.compress=fp8"}); });
   EXPECT_NE(e.find("comm.compress must be \"none\" or \"bf16\""), std::string::npos) << e;
+  e = testing::error_of(
+      [] { parse_train_config(kBase + "[comm]\nalgorithm = \"tree\"\n", "c.toml", {}); });
+  EXPECT_NE(e.find("c.toml: comm.algorithm must be \"auto\", \"one_shot\", \"direct\", "
+                   "\"ring\" or \"halving_doubling\", got 'tree'"),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

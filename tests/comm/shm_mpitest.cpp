@@ -25,6 +25,7 @@ CommOptions shm_options(int64_t chunk_bytes, int64_t one_shot_bytes = 32 << 10,
   o.shm_one_shot_bytes = one_shot_bytes;
   o.shm_direct_bytes = direct_bytes;
   o.shm_slots = 3;
+  o.algorithm = "direct";  // one-shot and direct (shm_algorithms_mpitest.cpp: the others)
   return o;
 }
 

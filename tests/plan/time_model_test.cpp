@@ -143,3 +143,63 @@ TEST(PlanCollectives, OversubscriptionSlowsTrafficThatLeavesALeaf) {
 
 }  // namespace
 }  // namespace kiln::plan
+
+namespace kiln::plan {
+namespace {
+
+// One formula set (docs/collectives.md, "The formula set"): the planner's ring is the engine's
+// ring, byte for byte and hand-off for hand-off; the engine's own byte counter is checked
+// against the same functions in tests/comm/shm_algorithms_mpitest.cpp.
+TEST(PlanCollectives, ThePlannersRingUsesTheEnginesFormulaSet) {
+  const double S = 3e8;
+  for (int n = 2; n <= 9; n++) {
+    GroupPath g;
+    g.size = n, g.per_node = n, g.nodes = 1;
+    g.intra_bw = 100e9, g.intra_lat = 2e-6;
+    const CollAlgorithm R = CollAlgorithm::ring;
+    EXPECT_EQ(sync_steps(R, CollOp::all_reduce, n), 2 * (n - 1));
+    EXPECT_EQ(sync_steps(R, CollOp::reduce_scatter, n), n - 1);
+    EXPECT_DOUBLE_EQ(max_bytes_sent(R, CollOp::all_reduce, n, S), 2.0 * (n - 1) / n * S);
+    EXPECT_NEAR(all_reduce_s(S, g),
+                8.4e-6 + sync_steps(R, CollOp::all_reduce, n) * 2e-6 +
+                    max_bytes_sent(R, CollOp::all_reduce, n, S) / 100e9,
+                1e-15);
+    EXPECT_NEAR(reduce_scatter_s(S, g),
+                8.4e-6 + sync_steps(R, CollOp::reduce_scatter, n) * 2e-6 +
+                    max_bytes_sent(R, CollOp::reduce_scatter, n, S) / 100e9,
+                1e-15);
+  }
+}
+
+TEST(PlanCollectives, BytesSentPerAlgorithmAsDocumented) {
+  const double S = 1200;  // divisible by 2, 3, 4
+  using A = CollAlgorithm;
+  const CollOp AR = CollOp::all_reduce, RS = CollOp::reduce_scatter;
+  for (int P : {2, 3, 4}) {
+    for (int r = 0; r < P; r++) {
+      EXPECT_DOUBLE_EQ(bytes_sent(A::one_shot, AR, P, r, S), S);
+      EXPECT_DOUBLE_EQ(bytes_sent(A::direct, AR, P, r, S), S);
+      EXPECT_DOUBLE_EQ(bytes_sent(A::direct, RS, P, r, S), (P - 1) * S / P);
+      EXPECT_DOUBLE_EQ(bytes_sent(A::one_shot, RS, P, r, S), (P - 1) * S / P);
+      EXPECT_DOUBLE_EQ(bytes_sent(A::ring, AR, P, r, S), 2.0 * (P - 1) * S / P);
+      EXPECT_DOUBLE_EQ(bytes_sent(A::ring, RS, P, r, S), (P - 1) * S / P);
+    }
+  }
+  // Powers of two: halving-doubling sends what the ring sends, in log2 P steps.
+  for (int r = 0; r < 4; r++) {
+    EXPECT_DOUBLE_EQ(bytes_sent(A::halving_doubling, AR, 4, r, S), 2.0 * 3 * S / 4);
+    EXPECT_DOUBLE_EQ(bytes_sent(A::halving_doubling, RS, 4, r, S), 3 * S / 4);
+  }
+  EXPECT_EQ(sync_steps(A::halving_doubling, AR, 4), 4);
+  EXPECT_EQ(sync_steps(A::halving_doubling, AR, 3), 4);  // one level, fold and unfold
+  // P = 3: rank 0 keeps slices 0 and 2 (q mod 2 = 0), stands in for rank 2. Halving: it stages
+  // slice 1 for rank 1; doubling: slices 0 and 2; then all of S for rank 2.
+  EXPECT_DOUBLE_EQ(bytes_sent(A::halving_doubling, AR, 3, 0, S), S / 3 + 2 * S / 3 + S);
+  EXPECT_DOUBLE_EQ(bytes_sent(A::halving_doubling, AR, 3, 1, S), 2 * S / 3 + S / 3);
+  EXPECT_DOUBLE_EQ(bytes_sent(A::halving_doubling, AR, 3, 2, S), S);
+  EXPECT_DOUBLE_EQ(bytes_sent(A::halving_doubling, RS, 3, 0, S), S / 3 + S / 3);
+  EXPECT_EQ(parse_coll_algorithm("ring"), A::ring);
+}
+
+}  // namespace
+}  // namespace kiln::plan
