@@ -1,11 +1,15 @@
 // Helpers shared by the tests: temporary directories and running the kiln binary.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -38,11 +42,10 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `kiln <args>` through the shell and captures its output.
-inline RunResult run_kiln(const std::string& args) {
-  std::string cmd = std::string(KILN_BIN) + " " + args + " 2>&1";
+// Runs a shell command and captures its output (stdout and stderr together).
+inline RunResult run_command(const std::string& cmd) {
   RunResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   std::array<char, 4096> buf;
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
@@ -51,18 +54,27 @@ inline RunResult run_kiln(const std::string& args) {
   return r;
 }
 
+// Runs `kiln <args>` through the shell and captures its output.
+inline RunResult run_kiln(const std::string& args) {
+  return run_command(std::string(KILN_BIN) + " " + args);
+}
+
 // Runs `kiln <args>` as n ranks under tests/mpirun.sh (one thread each), output captured.
 inline RunResult run_kiln_mpi(int n, const std::string& args) {
-  std::string cmd = std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
-                    " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args + " 2>&1";
-  RunResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t k;
-  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), k);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return run_command(std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +
+                     " -x OMP_NUM_THREADS=1 " + KILN_BIN + " " + args);
+}
+
+// The training loss of each step in a run's metrics.jsonl, by step.
+inline std::map<int, double> train_losses(const std::string& metrics) {
+  std::map<int, double> out;
+  std::ifstream f(metrics);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") out[j["step"].get<int>()] = j["loss"].get<double>();
+  }
+  return out;
 }
 
 // A file's bytes ("" when it cannot be read).

@@ -139,6 +139,11 @@ inline BlockRow block_row(int64_t r, int nq, int q0, int NH) {
   return x;
 }
 
+// Keys k0 .. k0+nk-1 that query t may see (those at or before it): how many, from k0.
+inline int keys_seen(int t, int k0, int nk) {
+  return std::max(0, std::min(nk, t - k0 + 1));
+}
+
 inline float sum_lanes(const float* x, int n) {
   float lane[kLanes] = {0};
   int i = 0;
@@ -189,7 +194,7 @@ void attention_forward_flash(float* out, float* lse, float* scratch, const float
       for (int64_t r = 0; r < BH * nq; r++) {
         const BlockRow w = block_row(r, nq, q0, NH);
         float* s = S + w.bh * kk + static_cast<int64_t>(w.i) * kb;
-        const int n = std::max(0, std::min(nk, w.t - k0 + 1));  // keys at or before t
+        const int n = keys_seen(w.t, k0, nk);
         for (int j = n; j < nk; j++) s[j] = 0;
         if (n == 0) continue;
         for (int j = 0; j < n; j++) s[j] *= scale;
@@ -257,7 +262,7 @@ void attention_backward_flash(float* dqkv, float* scratch, const float* dout, co
       for (int64_t r = 0; r < BH * nq; r++) {
         const BlockRow w = block_row(r, nq, q0, NH);
         float* s = S + w.bh * kk + static_cast<int64_t>(w.i) * kb;
-        const int n = std::max(0, std::min(nk, w.t - k0 + 1));
+        const int n = keys_seen(w.t, k0, nk);
         const float L = lse[w.bh * T + w.t];
         for (int j = 0; j < n; j++) s[j] = exp_vec(s[j] * scale - L);
         for (int j = n; j < nk; j++) s[j] = 0;

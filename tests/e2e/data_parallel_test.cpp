@@ -24,17 +24,7 @@ using kiln::testing::run_kiln;
 using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
 using kiln::testing::TempDir;
-
-std::map<int, double> losses(const std::string& metrics) {
-  std::map<int, double> out;
-  std::ifstream f(metrics);
-  std::string line;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == "train") out[j["step"].get<int>()] = j["loss"].get<double>();
-  }
-  return out;
-}
+using kiln::testing::train_losses;
 
 class DataParallelRun : public ::testing::Test {
  protected:
@@ -68,14 +58,14 @@ class DataParallelRun : public ::testing::Test {
 TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
   auto r = run_kiln(args(1, 0, "ref"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto ref = losses(dir_ / "ref/metrics.jsonl");
+  auto ref = train_losses(dir_ / "ref/metrics.jsonl");
   ASSERT_EQ(ref.size(), 20u);
   for (int dp : {1, 2, 4}) {
     for (int zero : {0, 1, 2, 3}) {
       std::string out = "dp" + std::to_string(dp) + "z" + std::to_string(zero);
       r = dp == 1 ? run_kiln(args(dp, zero, out)) : run_kiln_mpi(dp, args(dp, zero, out));
       ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
-      auto got = losses(dir_ / (out + "/metrics.jsonl"));
+      auto got = train_losses(dir_ / (out + "/metrics.jsonl"));
       ASSERT_EQ(got.size(), 20u) << out;
       for (auto [step, loss] : ref)
         EXPECT_NEAR(got[step], loss, 1e-5 * loss) << out << " step " << step;
@@ -86,7 +76,7 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
     std::string out = "accum" + std::to_string(zero);
     r = run_kiln_mpi(2, args(2, zero, out) + " --set train.batch_size=2 --set train.grad_accum=2");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    auto accum = losses(dir_ / (out + "/metrics.jsonl"));
+    auto accum = train_losses(dir_ / (out + "/metrics.jsonl"));
     for (auto [step, loss] : ref) EXPECT_NEAR(accum[step], loss, 1e-5 * loss) << out << " " << step;
   }
   // The same layout twice: the same bits.
@@ -106,13 +96,13 @@ TEST_F(DataParallelRun, Bf16ZeroZeroOneAndTwoAgreeWithOneProcess) {
   const std::string bf16 = " --set train.dtype=bf16 --set train.steps=10";
   auto r = run_kiln(args(1, 0, "ref") + bf16);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto ref = losses(dir_ / "ref/metrics.jsonl");
+  auto ref = train_losses(dir_ / "ref/metrics.jsonl");
   ASSERT_EQ(ref.size(), 10u);
   for (int zero : {0, 1, 2}) {
     std::string out = "z" + std::to_string(zero);
     r = run_kiln_mpi(2, args(2, zero, out) + bf16);
     ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
-    auto got = losses(dir_ / (out + "/metrics.jsonl"));
+    auto got = train_losses(dir_ / (out + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), 10u) << out;
     for (auto [step, loss] : ref)
       EXPECT_NEAR(got[step], loss, 1e-4 * loss) << out << " step " << step;
@@ -131,7 +121,7 @@ TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
   // Saved at (dp=2, zero=3), continued at (dp=1, zero=0), (dp=4, zero=1) and (dp=2, zero=2).
   auto r = run_kiln_mpi(2, args(2, 3, "src"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto uninterrupted = losses(dir_ / "src/metrics.jsonl");
+  auto uninterrupted = train_losses(dir_ / "src/metrics.jsonl");
   for (auto [dp, zero] : {std::pair{1, 0}, std::pair{4, 1}, std::pair{2, 2}}) {
     std::string out = "resumed" + std::to_string(dp);
     fs::create_directories(dir_ / (out + "/checkpoints"));
@@ -140,7 +130,7 @@ TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
     std::string a = args(dp, zero, out) + " --resume";
     r = dp == 1 ? run_kiln(a) : run_kiln_mpi(dp, a);
     ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
-    auto got = losses(dir_ / (out + "/metrics.jsonl"));
+    auto got = train_losses(dir_ / (out + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), 10u) << out;
     for (int step = 11; step <= 20; step++)
       EXPECT_NEAR(got[step], uninterrupted[step], 1e-5 * uninterrupted[step]) << out << " " << step;

@@ -19,17 +19,6 @@
 namespace kiln {
 namespace {
 
-testing::RunResult run_shell(const std::string& cmd) {
-  testing::RunResult r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
@@ -43,9 +32,9 @@ class SimulatedCluster {
     env_ = "KILNSIM_PREFIX=kt" + std::to_string(getpid() % 100000) + "n ";
     script_ = testing::source_path("scripts/netns-cluster.sh");
   }
-  ~SimulatedCluster() { run_shell(env_ + script_ + " down"); }
+  ~SimulatedCluster() { testing::run_command(env_ + script_ + " down"); }
   testing::RunResult operator()(const std::string& args) {
-    return run_shell(env_ + script_ + " " + args);
+    return testing::run_command(env_ + script_ + " " + args);
   }
 
  private:
@@ -54,7 +43,7 @@ class SimulatedCluster {
 
 TEST(MultiNode, CollectivesAcrossTwoSimulatedHostsUseTheHierarchy) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (run_shell("ip netns list").exit_code != 0)
+  if (testing::run_command("ip netns list").exit_code != 0)
     GTEST_SKIP() << "needs iproute2 with network namespaces (ip netns)";
   SimulatedCluster cluster;
   auto up = cluster("up 2");
@@ -68,23 +57,12 @@ TEST(MultiNode, CollectivesAcrossTwoSimulatedHostsUseTheHierarchy) {
   }
 }
 
-std::map<int, double> losses(const std::string& metrics) {
-  std::map<int, double> out;
-  std::ifstream f(metrics);
-  std::string line;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == "train") out[j["step"].get<int>()] = j["loss"].get<double>();
-  }
-  return out;
-}
-
 // Data-parallel training on 2 hosts × 2 ranks (hierarchical all-reduce for zero = 0, MPI's
 // reduce-scatter and all-gather for zero = 1) trains the same model as one process, and
 // repeats itself to the bit.
 TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (run_shell("ip netns list").exit_code != 0)
+  if (testing::run_command("ip netns list").exit_code != 0)
     GTEST_SKIP() << "needs iproute2 with network namespaces (ip netns)";
   testing::TempDir dir;
   std::string text;
@@ -106,7 +84,7 @@ TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
   };
   r = testing::run_kiln(args(8, 0, "ref"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto ref = losses(dir / "ref/metrics.jsonl");
+  const auto ref = testing::train_losses(dir / "ref/metrics.jsonl");
   ASSERT_EQ(ref.size(), 12u);
   SimulatedCluster cluster;
   auto up = cluster("up 2");
@@ -118,7 +96,7 @@ TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
       r = cluster("run -- -np 4 -x OMP_NUM_THREADS=1 " + std::string(KILN_BIN) + " " +
                   args(2, zero, out));
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      auto got = losses(dir / (out + "/metrics.jsonl"));
+      auto got = testing::train_losses(dir / (out + "/metrics.jsonl"));
       ASSERT_EQ(got.size(), 12u) << out;
       for (auto [step, loss] : ref)
         EXPECT_NEAR(got[step], loss, 1e-5 * loss) << out << " step " << step;
@@ -137,8 +115,8 @@ TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
   r = cluster("run -- -np 4 -x OMP_NUM_THREADS=1 " + std::string(KILN_BIN) + " " +
               args(2, 0, "bf16") + " --set comm.compress=bf16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto got = losses(dir / "bf16/metrics.jsonl");
-  const auto fp32 = losses(dir / "z0run0/metrics.jsonl");
+  auto got = testing::train_losses(dir / "bf16/metrics.jsonl");
+  const auto fp32 = testing::train_losses(dir / "z0run0/metrics.jsonl");
   ASSERT_EQ(got.size(), 12u);
   double most = 0;
   for (auto [step, loss] : ref) {

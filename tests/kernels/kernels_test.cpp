@@ -120,6 +120,14 @@ class ThreadCount {
   int saved_;
 };
 
+// run(threads) gives a kernel's outputs on that many threads: two runs on 2 threads and one on 1
+// must give the same bits.
+void ExpectSameBitsOnOneAndTwoThreads(const std::function<Vec(int)>& run) {
+  const Vec a = run(2), b = run(2), c = run(1);
+  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
+  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+}
+
 // ---- float64 references -----------------------------------------------------------------------
 
 Vec64 RefEncoder(const std::vector<int32_t>& inp, const Vec64& wte, const Vec64& wpe, int B, int T,
@@ -283,9 +291,7 @@ TEST(KernelEncoder, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
     dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
     return dwte;
   };
-  const Vec a = run(2), b = run(2), c = run(1);
-  EXPECT_TRUE(SameBits(a, b));
-  EXPECT_TRUE(SameBits(a, c));
+  ExpectSameBitsOnOneAndTwoThreads(run);
 }
 
 // ---- layernorm --------------------------------------------------------------------------------
@@ -363,9 +369,7 @@ TEST(KernelLayernorm, BackwardIsBitwiseIdenticalAcrossRunsAndThreadCounts) {
     dinp.insert(dinp.end(), db.begin(), db.end());
     return dinp;
   };
-  const Vec a = run(2), b2 = run(2), c = run(1);
-  EXPECT_TRUE(SameBits(a, b2)) << "two runs with 2 threads differ";
-  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+  ExpectSameBitsOnOneAndTwoThreads(run);
 }
 
 // ---- GELU -------------------------------------------------------------------------------------
@@ -449,9 +453,7 @@ TEST(KernelAttention, ForwardAndBackwardAreBitwiseIdenticalAcrossRunsAndThreadCo
       out.insert(out.end(), dqkv.begin(), dqkv.end());
       return out;
     };
-    const Vec a = run(2), b = run(2), c = run(1);
-    EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
-    EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+    ExpectSameBitsOnOneAndTwoThreads(run);
   }
 }
 
@@ -554,9 +556,7 @@ TEST(KernelAttentionFlash, SameBitsAcrossRunsAndThreadCounts) {
       out.insert(out.end(), dqkv.begin(), dqkv.end());
       return out;
     };
-    const Vec a = run(2), b = run(2), c = run(1);
-    EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
-    EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+    ExpectSameBitsOnOneAndTwoThreads(run);
   }
 }
 
@@ -874,9 +874,7 @@ TEST(KernelMatmulBf16, SameBitsAcrossRunsAndThreadCounts) {
     y.insert(y.end(), dw.begin(), dw.end());
     return y;
   };
-  const Vec a = run(2), b = run(2), c = run(1);
-  EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
-  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+  ExpectSameBitsOnOneAndTwoThreads(run);
 }
 
 // The two layouts the model uses, each forward with its backward built from transposed
