@@ -272,11 +272,15 @@ class ShmCommunicator : public Communicator {
     algorithm_ = parse_algorithm(o.algorithm);
     scratch_.resize(chunk_ / sizeof(double));
     src_.resize(size_);
-    const int64_t control = int64_t{size_} * kPhases * kLine;
-    const int64_t lines = int64_t{size_} * kInlineSlots * kInlineLines * sizeof(Line);
+    // MPI's window starts a few bytes into a page (osc/sm puts a header first), so the parts are
+    // placed at page boundaries past it: with the staging 8 bytes off a cache line every vector
+    // store split across two lines (and some across two pages), and in about half of all
+    // launches three of the four slots took 4-5x longer to fill (docs/performance.md).
+    const int64_t control = align_page(int64_t{size_} * kPhases * kLine);
+    const int64_t lines = align_page(int64_t{size_} * kInlineSlots * kInlineLines * sizeof(Line));
     const int64_t staging = int64_t{size_} * slots_ * chunk_;
     const int64_t result = int64_t{slots_} * chunk_;
-    const int64_t total = control + lines + staging + result;
+    const int64_t total = control + lines + staging + result + kPage;
     window_bytes_ = total;
     run_on_mpi_thread(*mpi_, "allocation of the shared-memory window", [&](MPI_Comm comm) {
       MPI_Info info;
@@ -290,6 +294,9 @@ class ShmCommunicator : public Communicator {
       int disp = 0;
       rc = MPI_Win_shared_query(win_, 0, &bytes, &disp, &base_);
       if (rc != MPI_SUCCESS) return rc;
+      // Every process maps the window at the same offset within a page, so all of them find
+      // the same aligned start.
+      base_ = reinterpret_cast<void*>(align_page(reinterpret_cast<int64_t>(base_)));
       if (rank_ == 0) {
         auto* c = static_cast<Counter*>(base_);
         for (int64_t i = 0; i < int64_t{size_} * kPhases; i++)
@@ -548,6 +555,8 @@ class ShmCommunicator : public Communicator {
     }
   }
   static constexpr double kSpinSeconds = 100e-6, kYieldSeconds = 2e-3;
+  static constexpr int64_t kPage = 4096;
+  static int64_t align_page(int64_t x) { return (x + kPage - 1) / kPage * kPage; }
 
   // Waits until every rank (or only `only`, if >= 0) has counter p at step g or later.
   void wait_all(Phase p, uint64_t g, int only = -1) {
