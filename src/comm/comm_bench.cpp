@@ -1,5 +1,7 @@
 #include "comm/comm_bench.h"
 
+#include "core/buffer.h"
+
 #include <mpi.h>
 
 #include <algorithm>
@@ -138,7 +140,9 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
     if (count == last) continue;
     last = count;
     const int64_t slice = count / R;
-    std::vector<uint64_t> a((count * es + 7) / 8), b(sliced ? (slice * es + 7) / 8 : 1);
+    // 64-byte aligned, as the trainer's gradient buffers are (core/buffer.h); both sides get
+    // the same buffers.
+    Buffer<uint64_t> a((count * es + 7) / 8), b(sliced ? (slice * es + 7) / 8 : 1);
     Elems x{a.data(), o.dtype}, y{b.data(), o.dtype};
     std::vector<int64_t> counts(R, slice);
     // ops[0..E): the engines; ops[E]: MPI.
