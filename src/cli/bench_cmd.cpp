@@ -243,6 +243,7 @@ struct BenchCommOpts {
   int reps = 5;
   int64_t chunk = CommOptions{}.shm_chunk_bytes;
   int64_t direct = -1;  // -1: the engine's defaults
+  int64_t inline_bytes = CommOptions{}.shm_inline_bytes;
   bool json = false;
 };
 
@@ -268,13 +269,32 @@ int64_t parse_bytes(const std::string& s, const char* flag) {
 void bench_comm(const BenchCommOpts& o) {
   if (!launched_by_mpi()) {
     if (o.ranks < 2) fail("bench comm: -n must be at least 2");
+    if (o.inline_bytes < 0 || o.inline_bytes > 448)
+      fail("--inline {}: expected 0 to 448 bytes (what a rank's lines carry)", o.inline_bytes);
     const std::string exe = self_executable();
     if (exe.empty()) fail("bench: cannot find the kiln executable");
     std::vector<std::string> cmd = mpirun_prefix(o.ranks);
-    cmd.insert(cmd.end(),
-               {exe, "bench", "comm", "--op", o.op, "--dtype", o.dtype, "--min", o.min, "--max",
-                o.max, "--reps", std::to_string(o.reps), "--chunk", std::to_string(o.chunk),
-                "--algorithm", o.algorithm, "--direct", std::to_string(o.direct)});
+    cmd.insert(cmd.end(), {exe,
+                           "bench",
+                           "comm",
+                           "--op",
+                           o.op,
+                           "--dtype",
+                           o.dtype,
+                           "--min",
+                           o.min,
+                           "--max",
+                           o.max,
+                           "--reps",
+                           std::to_string(o.reps),
+                           "--chunk",
+                           std::to_string(o.chunk),
+                           "--algorithm",
+                           o.algorithm,
+                           "--direct",
+                           std::to_string(o.direct),
+                           "--inline",
+                           std::to_string(o.inline_bytes)});
     if (o.json) cmd.push_back("--json");
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(a.data());
@@ -295,6 +315,7 @@ void bench_comm(const BenchCommOpts& o) {
   b.reps = std::max(1, o.reps);
   b.engine.backend = "shm";
   b.engine.shm_chunk_bytes = o.chunk;
+  b.engine.shm_inline_bytes = o.inline_bytes;
   if (o.direct >= 0)
     b.engine.shm_direct_bytes = b.engine.shm_direct_cores_bytes =
         b.engine.shm_direct_broadcast_bytes = o.direct;
@@ -441,6 +462,10 @@ void register_bench(CLI::App& app) {
   comm->add_option("--direct", co->direct,
                    "all-gathers and broadcasts from this many bytes read the peers' buffers "
                    "directly (process_vm_readv; 0: never; -1: the engine's defaults)")
+      ->capture_default_str();
+  comm->add_option("--inline", co->inline_bytes,
+                   "all-reduces, reduce-scatters and all-gathers up to this many bytes travel in "
+                   "the ranks' cache lines (0-448; broadcasts up to 448 always do)")
       ->capture_default_str();
   comm->add_option("--chunk", co->chunk, "the engine's chunk in bytes (multiple of 4096)")
       ->capture_default_str();

@@ -48,6 +48,10 @@ struct CommOptions {
   int64_t shm_ring_scatter_bytes = 32 << 10;
   int shm_ring_max_ranks = 4;
   int64_t shm_ring_oversubscribed_below = 4 << 20;  // more ranks than cores: ring below this only
+  // All-reduces, reduce-scatters (the input) and all-gathers (the largest slice) up to this many
+  // bytes travel in the ranks' 64-byte lines rather than the staging slots (at most 448);
+  // broadcasts up to 448 bytes always do, so a root can run up to 32 of them ahead.
+  int64_t shm_inline_bytes = 128;
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;

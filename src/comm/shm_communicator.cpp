@@ -267,6 +267,10 @@ class ShmCommunicator : public Communicator {
       fail("comm: the shared-memory chunk ({} bytes) must be a positive multiple of 4096",
            o.shm_chunk_bytes);
     if (o.shm_slots < 2) fail("comm: the shared-memory engine needs at least 2 slots");
+    if (o.shm_inline_bytes < 0 || o.shm_inline_bytes > kInlineBytes)
+      fail("comm: shm_inline_bytes = {} is outside 0..{} (the bytes a rank's lines carry)",
+           o.shm_inline_bytes, kInlineBytes);
+    inline_max_ = o.shm_inline_bytes;
     chunk_ = o.shm_chunk_bytes;
     slots_ = o.shm_slots;
     algorithm_ = parse_algorithm(o.algorithm);
@@ -640,12 +644,12 @@ class ShmCommunicator : public Communicator {
     sent(bytes);
     set(kPosted, g);  // for timeouts only: peers read the tags
   }
+  // The lines are posted in order, each tag with release order, so the last line's tag, once
+  // seen (acquire), makes the earlier lines visible too: one line to poll, and the others are
+  // then read in parallel rather than one cross-core transfer after another.
   bool inline_arrived(int q, uint64_t g, int64_t bytes) {
-    const Line* l = lines(q, g);
     const int n = static_cast<int>(std::max<int64_t>(1, (bytes + 55) / 56));
-    for (int i = n - 1; i >= 0; i--)
-      if (l[i].tag.load(std::memory_order_acquire) < g) return false;
-    return true;
+    return lines(q, g)[n - 1].tag.load(std::memory_order_acquire) >= g;
   }
   void read_inline(int q, uint64_t g, void* to, int64_t bytes) {
     const Line* l = lines(q, g);
@@ -684,7 +688,7 @@ class ShmCommunicator : public Communicator {
   // the ring from its own threshold.
   Algorithm choose_scatter(int64_t bytes) const {
     if (algorithm_ != Algorithm::kAuto) return algorithm_;
-    if (bytes <= kInlineBytes) return Algorithm::kOneShot;
+    if (bytes <= inline_max_) return Algorithm::kOneShot;
     return size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_scatter_bytes
                ? Algorithm::kRing
                : Algorithm::kDirect;
@@ -730,7 +734,7 @@ class ShmCommunicator : public Communicator {
   // A small reduce-scatter: every rank posts its whole input in its lines, each sums its slice
   // from all of them in rank order (the direct algorithm's order).
   bool inline_fits(int64_t n, DType t) const {
-    return n * static_cast<int64_t>(dtype_bytes(t)) <= kInlineBytes &&
+    return n * static_cast<int64_t>(dtype_bytes(t)) <= inline_max_ &&
            int64_t{size_} * kInlineBytes <= chunk_;
   }
   void inline_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
@@ -1179,7 +1183,7 @@ class ShmCommunicator : public Communicator {
 
   void do_all_gather(void* buf, const std::vector<int64_t>& counts, DType t) {
     const int64_t es = dtype_bytes(t);
-    if (*std::max_element(counts.begin(), counts.end()) * es <= kInlineBytes)
+    if (*std::max_element(counts.begin(), counts.end()) * es <= inline_max_)
       return inline_all_gather(buf, counts, t);
     if (direct_ && total(counts) * static_cast<int64_t>(dtype_bytes(t)) >= direct_from())
       direct_all_gather(buf, counts, t);
@@ -1237,7 +1241,8 @@ class ShmCommunicator : public Communicator {
   char* staging_ = nullptr;
   char* result_ = nullptr;
   bool oversubscribed_ = false;
-  int long_waits_ = 0;  // recent waits that outlasted the spin (see backoff)
+  int long_waits_ = 0;      // recent waits that outlasted the spin (see backoff)
+  int64_t inline_max_ = 0;  // shm_inline_bytes, at most kInlineBytes
   int64_t window_bytes_ = 0;
   bool direct_ = false;  // every rank may read its peers' memory (process_vm_readv)
   uint64_t step_ = 0;    // steps taken; identical on every rank between operations
