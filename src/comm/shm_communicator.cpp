@@ -1135,13 +1135,17 @@ class ShmCommunicator : public Communicator {
     counter(rank_, kPid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
     set(kPosted, g);
     wait_all(kPosted, g);
-    int64_t offset = 0;
-    for (int r = 0; r < size_; r++) {
-      if (r != rank_ && counts[r] > 0)
-        direct_read(r, at(buf, offset, es),
-                    counter(r, kAddr).load(std::memory_order_relaxed) + offset * es,
+    std::vector<int64_t>& offset = offsets_;  // of each rank's slice
+    offset.assign(size_ + 1, 0);
+    for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
+    // Rank q reads q+1, q+2, ...: at any time each buffer has one reader, so the readers do
+    // not contend for the same process's page tables.
+    for (int i = 1; i < size_; i++) {
+      const int r = (rank_ + i) % size_;
+      if (counts[r] > 0)
+        direct_read(r, at(buf, offset[r], es),
+                    counter(r, kAddr).load(std::memory_order_relaxed) + offset[r] * es,
                     counts[r] * es);
-      offset += counts[r];
     }
     set(kDone, g);
     wait_all(kDone, g);
@@ -1232,6 +1236,7 @@ class ShmCommunicator : public Communicator {
   Algorithm algorithm_ = Algorithm::kAuto;
   std::vector<double> scratch_;   // chunk_ bytes: halving-doubling's partial sums
   std::vector<const void*> src_;  // the sources of a reduction (no allocation per step)
+  std::vector<int64_t> offsets_;  // scratch for slice offsets (no allocation per operation)
   std::atomic<int64_t> sent_{0};  // bytes_sent(): written only by the running operation
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;
