@@ -244,6 +244,7 @@ struct BenchCommOpts {
   int64_t chunk = CommOptions{}.shm_chunk_bytes;
   int64_t direct = -1;  // -1: the engine's defaults
   int64_t inline_bytes = CommOptions{}.shm_inline_bytes;
+  bool shared = false;
   bool json = false;
 };
 
@@ -296,6 +297,7 @@ void bench_comm(const BenchCommOpts& o) {
                            "--inline",
                            std::to_string(o.inline_bytes)});
     if (o.json) cmd.push_back("--json");
+    if (o.shared) cmd.push_back("--shared");
     std::vector<char*> argv;
     for (auto& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -316,6 +318,7 @@ void bench_comm(const BenchCommOpts& o) {
   b.engine.backend = "shm";
   b.engine.shm_chunk_bytes = o.chunk;
   b.engine.shm_inline_bytes = o.inline_bytes;
+  b.shared = o.shared;
   if (o.direct >= 0)
     b.engine.shm_direct_bytes = b.engine.shm_direct_cores_bytes =
         b.engine.shm_direct_broadcast_bytes = o.direct;
@@ -469,6 +472,9 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   comm->add_option("--chunk", co->chunk, "the engine's chunk in bytes (multiple of 4096)")
       ->capture_default_str();
+  comm->add_flag("--shared", co->shared,
+                 "buffers from the engine's shared memory (alloc_shared: its all-reduce reads "
+                 "them in place), as the trainer's gradient buckets; MPI uses the same buffers");
   comm->add_flag("--json", co->json, "print one JSON object");
   comm->callback([co]() { bench_comm(*co); });
 

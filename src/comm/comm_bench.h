@@ -20,6 +20,9 @@ struct CommBenchOptions {
   // The engine's algorithms to time side by side (CommOptions::algorithm values), each in the
   // same run as MPI; empty: engine.algorithm alone.
   std::vector<std::string> algorithms;
+  // Buffers from the engine's alloc_shared (its all-reduce then reads them in place) instead of
+  // ordinary 64-byte aligned memory; MPI uses the same buffers either way.
+  bool shared = false;
 };
 
 struct CommBenchTiming {

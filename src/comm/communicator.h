@@ -52,6 +52,9 @@ struct CommOptions {
   // bytes travel in the ranks' 64-byte lines rather than the staging slots (at most 448);
   // broadcasts up to 448 bytes always do, so a root can run up to 32 of them ahead.
   int64_t shm_inline_bytes = 128;
+  // All-reduces ("auto") of at least this many bytes whose buffers lie in alloc_shared memory
+  // on every rank read the peers' buffers in place instead of staging them.
+  int64_t shm_shared_bytes = 2 << 20;
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;
@@ -67,6 +70,19 @@ struct CommOptions {
   // "bf16": the inter-node stage of "hier" sends fp32 all-reduces as bf16, with the rounding
   // error fed back locally into the next reduction of the same buffer. "none": as they are.
   std::string compress = "none";
+};
+
+// Memory from Communicator::alloc_shared: 64-byte aligned, zeroed, owned; freed when destroyed
+// (after the last collective that uses it).
+class SharedMemory {
+ public:
+  virtual ~SharedMemory() = default;
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ protected:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
 };
 
 class Communicator {
@@ -116,6 +132,13 @@ class Communicator {
     all_reduce(&v, 1, DType::F64);
     return v;
   }
+
+  // Memory for buffers that collectives use again and again (gradient buckets). The shared-
+  // memory engine maps it into every rank of the node, so that an all-reduce of a buffer inside
+  // it reads the peers' buffers where they lie, with no staging copies (docs/collectives.md,
+  // "Shared buffers"); the other backends return ordinary memory. Collective: every rank calls
+  // it, in the same order, with the same size.
+  virtual std::unique_ptr<SharedMemory> alloc_shared(int64_t bytes);
 
   // Memory this rank holds for transfers (the shared-memory engine: its share of the window).
   virtual int64_t buffer_bytes() const { return 0; }

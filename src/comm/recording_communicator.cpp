@@ -127,6 +127,9 @@ class RecordingCommunicator : public Communicator {
   void barrier() override {
     record_sync(OpDesc{"barrier", -1}, [&] { inner_->barrier(); });
   }
+  std::unique_ptr<SharedMemory> alloc_shared(int64_t bytes) override {
+    return inner_->alloc_shared(bytes);
+  }
   int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
   int64_t bytes_sent() const override { return inner_->bytes_sent(); }
 

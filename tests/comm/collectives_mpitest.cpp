@@ -51,6 +51,20 @@ TEST(Collectives, AllReduceMatchesSerialSumOnAwkwardSizes) {
   }
 }
 
+// Every backend's alloc_shared gives 64-byte aligned, zeroed memory that collectives use like
+// any other (the shared-memory engine reads it in place: tests/comm/shm_algorithms_mpitest.cpp).
+TEST(Collectives, AllocSharedGivesAlignedZeroedMemoryForCollectives) {
+  const int64_t n = 100003;
+  auto mem = world().alloc_shared(n * sizeof(float));
+  ASSERT_EQ(mem->bytes(), n * static_cast<int64_t>(sizeof(float)));
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(mem->data()) % 64, 0u);
+  float* x = static_cast<float*>(mem->data());
+  for (int64_t i = 0; i < n; i++) ASSERT_EQ(x[i], 0.0f) << i;
+  for (int64_t i = 0; i < n; i++) x[i] = value(world().rank(), i);
+  world().all_reduce(x, n, DType::F32);
+  for (int64_t i = 0; i < n; i++) ASSERT_EQ(x[i], reference_sum(i)) << i;
+}
+
 TEST(Collectives, Bf16AllReduceSumsInFloatAndRounds) {
   for (int64_t n : {1, 7, 1023}) {
     std::vector<uint16_t> x(n);

@@ -36,6 +36,10 @@ Communicator& engine(const std::string& algorithm, bool small_chunk) {
     o.timeout_seconds = 60;
     o.backend = "shm";
     o.algorithm = algorithm;
+    if (algorithm == "shared") {  // auto, reading alloc_shared buffers in place at every size
+      o.algorithm = "auto";
+      o.shm_shared_bytes = 1;
+    }
     o.shm_slots = small_chunk ? 2 : 4;
     if (small_chunk) o.shm_chunk_bytes = 4096;
     c = make_world_communicator(o);
@@ -225,6 +229,72 @@ TEST(ShmAlgorithms, AsyncOperationsOfMixedAlgorithmsInterleave) {
     for (size_t i = 0; i < bufs[k].size(); i++)
       ASSERT_EQ(bufs[k][i], reference("ring", P, owner[i], i)) << k;
   }
+}
+
+// All-reduces of buffers in alloc_shared memory read the peers' buffers in place (docs/
+// collectives.md, "Shared buffers"), summing in rank order: the direct algorithm's bits, on
+// every size, fp32 and bf16, from a different offset on each rank, and nothing past the end
+// changes. The bytes a rank writes for its peers are its own slice's sums only, which shows the
+// staging was skipped.
+TEST(ShmShared, AllReduceInPlaceMatchesRankOrderOnEverySize) {
+  std::vector<int64_t> ns = sizes();
+  ns.push_back(300007);
+  ns.push_back(int64_t{1} << 20);
+  for (bool small : {true, false}) {
+    Communicator& c = engine("shared", small);
+    const int P = c.size(), me = c.rank();
+    auto mem = c.alloc_shared(((int64_t{1} << 20) + 64) * sizeof(float));
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(mem->data()) % 64, 0u);
+    float* f = static_cast<float*>(mem->data()) + 3 * me;
+    uint16_t* h = static_cast<uint16_t*>(mem->data()) + 5 * me;
+    for (int64_t n : ns) {
+      const std::vector<int64_t> counts = even_counts(n, P);
+      const std::vector<int> owner = owners(counts);
+      for (int64_t i = 0; i < n; i++) f[i] = value(me, i);
+      f[n] = -5.0f;
+      const int64_t before = c.bytes_sent();
+      c.all_reduce(f, n, DType::F32);
+      EXPECT_EQ(c.bytes_sent() - before, counts[me] * 4) << "n=" << n;
+      for (int64_t i = 0; i < n; i++)
+        ASSERT_EQ(f[i], reference("direct", P, owner[i], i)) << "n=" << n << " i=" << i;
+      ASSERT_EQ(f[n], -5.0f) << "wrote past the buffer, n=" << n;
+      for (int64_t i = 0; i < n; i++) h[i] = float_to_bf16(value(me, i));
+      h[n] = 0x7777;
+      c.all_reduce(h, n, DType::BF16);
+      for (int64_t i = 0; i < n; i++)
+        ASSERT_EQ(h[i], reference_bf16("direct", P, owner[i], i)) << "bf16 n=" << n << " i=" << i;
+      ASSERT_EQ(h[n], 0x7777) << "wrote past the buffer, n=" << n;
+    }
+  }
+}
+
+// If one rank's buffer is not in shared memory, every rank stages (they decide together), and
+// async operations on shared buffers queue behind others as usual.
+TEST(ShmShared, APlainBufferOnOneRankFallsBackToStagingOnAll) {
+  Communicator& c = engine("shared", true);
+  const int P = c.size(), me = c.rank();
+  const int64_t n = 5000;  // direct (rank order) when staged
+  auto mem = c.alloc_shared(n * sizeof(float));
+  std::vector<float> plain(n);
+  float* x = me == 0 ? plain.data() : static_cast<float*>(mem->data());
+  for (int64_t i = 0; i < n; i++) x[i] = value(me, i);
+  const int64_t before = c.bytes_sent();
+  c.all_reduce(x, n, DType::F32);
+  EXPECT_EQ(c.bytes_sent() - before, n * 4);  // direct: (P-1)/P n staged, n/P result
+  const std::vector<int> owner = owners(even_counts(n, P));
+  for (int64_t i = 0; i < n; i++) ASSERT_EQ(x[i], reference("direct", P, owner[i], i)) << i;
+
+  float* y = static_cast<float*>(mem->data());
+  for (int64_t i = 0; i < n; i++) y[i] = value(me, i);
+  std::vector<float> z(777);
+  for (int64_t i = 0; i < 777; i++) z[i] = value(me, i);
+  auto wz = c.all_reduce_async(z.data(), 777, DType::F32);
+  auto wy = c.all_reduce_async(y, n, DType::F32);
+  wy->wait();
+  wz->wait();
+  for (int64_t i = 0; i < n; i++) ASSERT_EQ(y[i], reference("direct", P, owner[i], i)) << i;
+  const std::vector<int> owner_z = owners(even_counts(777, P));
+  for (int64_t i = 0; i < 777; i++) ASSERT_EQ(z[i], reference("direct", P, owner_z[i], i)) << i;
 }
 
 // The bytes each rank writes for its peers are the ones docs/collectives.md and the planner
