@@ -55,7 +55,7 @@ struct Elems {
 // rank's mean time per operation.
 std::vector<double> time_ops(const CommBenchOptions& o,
                              const std::vector<std::function<void()>>& op) {
-  const size_t K = getenv("KILN_NO_MPI") ? op.size() - 1 : op.size();
+  const size_t K = op.size();
   std::vector<int64_t> iters(K);
   for (size_t k = 0; k < K; k++) {
     op[k]();  // warm-up: first touch of the pages, connection set-up
@@ -76,7 +76,6 @@ std::vector<double> time_ops(const CommBenchOptions& o,
   }
   std::vector<double> med;
   for (auto& v : reps) med.push_back(median(v));
-  if (K < op.size()) med.push_back(1);
   return med;
 }
 
