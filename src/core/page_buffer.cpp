@@ -24,8 +24,13 @@ PageBuffer::PageBuffer(size_t n) : size_(n) {
   data_ = static_cast<float*>(p);
 }
 
+PageBuffer::PageBuffer(float* data, size_t n, std::shared_ptr<void> owner)
+    : data_(data), size_(n), owner_(std::move(owner)) {
+  mapped_ = (n * sizeof(float) + page_size() - 1) / page_size() * page_size();
+}
+
 PageBuffer::~PageBuffer() {
-  if (data_) munmap(data_, mapped_);
+  if (data_ && !owner_) munmap(data_, mapped_);
 }
 
 void PageBuffer::release(size_t begin, size_t end) {
@@ -35,7 +40,7 @@ void PageBuffer::release(size_t begin, size_t end) {
   size_t b = begin * sizeof(float), e = end * sizeof(float);
   size_t pb = (b + ps - 1) / ps * ps, pe = e / ps * ps;
   if (end == size_) pe = mapped_;  // the last page is ours alone
-  if (pb >= pe) {
+  if (pb >= pe || owner_) {
     std::memset(base + b, 0, e - b);
     return;
   }

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 namespace kiln {
@@ -13,6 +14,9 @@ class PageBuffer {
  public:
   PageBuffer() = default;
   explicit PageBuffer(size_t n);
+  // Memory someone else mapped (a communicator's shared memory, Communicator::alloc_shared),
+  // kept alive by `owner`; release() then zeroes without returning pages.
+  PageBuffer(float* data, size_t n, std::shared_ptr<void> owner);
   ~PageBuffer();
   PageBuffer(const PageBuffer&) = delete;
   PageBuffer& operator=(const PageBuffer&) = delete;
@@ -21,6 +25,7 @@ class PageBuffer {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
     std::swap(mapped_, o.mapped_);
+    std::swap(owner_, o.owner_);
     return *this;
   }
 
@@ -40,6 +45,7 @@ class PageBuffer {
  private:
   float* data_ = nullptr;
   size_t size_ = 0, mapped_ = 0;
+  std::shared_ptr<void> owner_;  // set: the memory is not ours to unmap or hand back
 };
 
 }  // namespace kiln

@@ -70,7 +70,15 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   dp_ = std::make_unique<DataParallel>(*comm_, n, offsets, cfg_.zero,
                                        static_cast<int64_t>(cfg_.bucket_mb * 1e6));
   params_ = PageBuffer(n);
-  grads_ = PageBuffer(n);
+  if (cfg_.zero == 0 && comm_->size() > 1) {
+    // All-reduced gradient buckets live in the communicator's shared memory: the shared-memory
+    // engine then reads the peers' buckets in place (docs/collectives.md, "Shared buffers").
+    std::shared_ptr<SharedMemory> mem =
+        comm_->alloc_shared(n * static_cast<int64_t>(sizeof(float)));
+    grads_ = PageBuffer(static_cast<float*>(mem->data()), n, mem);
+  } else {
+    grads_ = PageBuffer(n);
+  }
   m_.resize(dp_->shard_end() - dp_->shard_begin());
   v_.resize(dp_->shard_end() - dp_->shard_begin());
   inputs_.resize(static_cast<size_t>(B) * T);
