@@ -60,7 +60,7 @@ struct CommOptions {
   int64_t shm_direct_bytes = 1 << 20;
   // ... and from this size on when the node has no more ranks than cores (a peer then runs
   // while it is read).
-  int64_t shm_direct_cores_bytes = 64 << 10;
+  int64_t shm_direct_cores_bytes = 32 << 10;
   // Broadcasts read the root's buffer directly from this size on, however many ranks: the staged
   // broadcast's speed varied 5-fold from run to run at 16-512 KiB (docs/performance.md).
   int64_t shm_direct_broadcast_bytes = 16 << 10;
