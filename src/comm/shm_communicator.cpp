@@ -1404,7 +1404,18 @@ class ShmCommunicator : public Communicator {
       set(kPosted, g);
     } else {
       wait_all(kPosted, g, root);
-      direct_read(root, buf, counter(root, kAddr).load(std::memory_order_relaxed), n * es);
+      // Reader j of the P-1 starts at part j and wraps around: at any time they read different
+      // parts of the root's buffer (as the direct all-gather's rotated order). Parts of at least
+      // 256 KiB: each is a system call.
+      const uint64_t from = counter(root, kAddr).load(std::memory_order_relaxed);
+      const int parts = static_cast<int>(
+          std::clamp<int64_t>(n * es / (256 << 10), 1, static_cast<int64_t>(size_ - 1)));
+      const int j = (rank_ - root + size_) % size_ - 1;
+      for (int i = 0; i < parts; i++) {
+        const int part = (j + i) % parts;
+        const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
+        if (hi > lo) direct_read(root, at(buf, lo, es), from + lo * es, (hi - lo) * es);
+      }
     }
     set(kDone, g);
     if (rank_ == root) wait_all(kDone, g);
