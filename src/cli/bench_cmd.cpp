@@ -337,7 +337,7 @@ void bench_comm(const BenchCommOpts& o) {
   }
   if (b.algorithms.empty()) b.algorithms = {"auto"};
   std::vector<CommBenchRow> rows = run_comm_bench(b);
-  const double copy_rate = concurrent_copy_rate();
+  const double stream_rate = concurrent_stream_rate();
   int rank = 0, world = 1;
   {
     auto c = make_world_communicator();
@@ -346,14 +346,19 @@ void bench_comm(const BenchCommOpts& o) {
   }
   if (rank != 0) return;
   const double factor = bus_factor(o.op, world);
-  const double bound = memory_bound_algbw(o.op, world, copy_rate) / 1e9;
+  const double traffic = memory_traffic(o.op, world, o.shared);
+  const double bound = stream_rate / traffic / 1e9;
   auto bw = [](int64_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0.0; };
   if (o.json) {
     nlohmann::json j = {{"op", o.op},
                         {"ranks", world},
                         {"dtype", o.dtype},
                         {"bus_factor", factor},
-                        {"chunk_bytes", o.chunk}};
+                        {"chunk_bytes", o.chunk},
+                        {"shared", o.shared},
+                        {"memory_gbs", stream_rate / 1e9},
+                        {"traffic_per_byte", traffic},
+                        {"bound_algbw_gbs", bound}};
     for (auto& r : rows) {
       auto side = [&](const CommBenchTiming& t) {
         return nlohmann::json{{"time_us", t.seconds * 1e6},
@@ -383,9 +388,10 @@ void bench_comm(const BenchCommOpts& o) {
                             : "(n-1)/n",
       o.reps);
   fmt::print(
-      "# memory: every rank copying 64 MiB at once, {:.2f} GB/s per rank; bound on algbw for "
-      "large\n# buffers (memory traffic, docs/collectives.md): {:.2f} GB/s\n",
-      copy_rate / 1e9, bound);
+      "# memory: every rank adding one 64 MiB array into another at once moves {:.2f} GB/s per "
+      "rank;\n# the op needs {:.2f} bytes of traffic per byte of buffer{}, so large buffers' "
+      "algbw <= {:.2f} GB/s\n# (docs/collectives.md, \"The memory-traffic bound\")\n",
+      stream_rate / 1e9, traffic, o.shared ? " (shared buffers)" : "", bound);
   if (b.algorithms.size() > 1) {
     // Side by side: time and busbw of each algorithm, then MPI's, then the fastest.
     fmt::print("#{:>12} {:>11} {:>6}", "", "", "");

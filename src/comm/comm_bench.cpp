@@ -99,30 +99,34 @@ class Words {
   Buffer<uint64_t> plain_;
 };
 
-double concurrent_copy_rate() {
-  const size_t bytes = 64 << 20;
-  std::vector<char> a(bytes, 1), b(bytes, 2);
+double concurrent_stream_rate() {
+  const int64_t n = 16 << 20;  // 64 MiB of floats in each array, past the 32 MiB L3
+  Buffer<float> a(n), b(n);
+  for (int64_t i = 0; i < n; i++) b[i] = 1.0f;
   std::vector<double> times;
   for (int r = 0; r < 6; r++) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now_seconds();
-    std::memcpy(b.data(), a.data(), bytes);
+    float* __restrict x = a.data();
+    const float* __restrict y = b.data();
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
     const double t = max_over_ranks(now_seconds() - t0);
     if (r > 0) times.push_back(t);
   }
-  return bytes / median(times);
+  return 3.0 * n * sizeof(float) / median(times);  // read a and b, write a
 }
 
 // Per rank and byte of the buffer, the bytes the algorithm reads and writes in memory that is
-// not cache-resident (a written line not read first is also read, for ownership), against a
-// copy's 2 (read + non-temporal write).
-double memory_bound_algbw(const std::string& op, int ranks, double copy_rate) {
+// not cache-resident; a written line not read before is read too, for ownership.
+double memory_traffic(const std::string& op, int ranks, bool shared) {
   const double P = ranks;
-  double traffic = 2;                                        // allreduce: read n, write n
-  if (op == "reduce_scatter") traffic = 1 + 2 / P;           // read n, write n/P (+ RFO)
-  if (op == "allgather") traffic = 1 / P + 2 * (P - 1) / P;  // read n/P, write the rest (+ RFO)
-  if (op == "broadcast") traffic = 2;                        // a non-root writes n (+ RFO)
-  return copy_rate * 2 / traffic;
+  if (op == "reduce_scatter") return 1 + 2 / P;           // read n, write n/P (+ RFO)
+  if (op == "allgather") return 1 / P + 2 * (P - 1) / P;  // read n/P, write the rest (+ RFO)
+  if (op == "broadcast") return 2;                        // a non-root writes n (+ RFO)
+  // All-reduce in place. Staged: read n, write n (the slots stay in cache). In place from the
+  // peers' buffers: own slice read and written, the peers' pieces of it read, the other slices
+  // read from their owners and written here (+ RFO): (2 + 4(P-1)) / P.
+  return shared ? (2 + 4 * (P - 1)) / P : 2;
 }
 
 double bus_factor(const std::string& op, int ranks) {

@@ -36,12 +36,14 @@ struct CommBenchRow {
   CommBenchTiming mpi;
 };
 
-// The rate (bytes copied per second) at which every rank copies a 64 MiB buffer, all at once:
-// median of 5, the slowest rank each time.
-double concurrent_copy_rate();
+// Memory traffic per second and rank while every rank adds one 64 MiB array into another at
+// once (read 2, write 1: an in-place reduction's pattern): median of 5, the slowest rank each time.
+double concurrent_stream_rate();
 
-// The memory-traffic bound on algbw for the op, given that rate (docs/collectives.md).
-double memory_bound_algbw(const std::string& op, int ranks, double copy_rate);
+// Bytes of memory traffic per byte of buffer and rank that the op needs at least, for large
+// buffers (docs/collectives.md, "The memory-traffic bound"); `shared`: an all-reduce of
+// alloc_shared buffers, read in place. The bound on algbw is the stream rate divided by this.
+double memory_traffic(const std::string& op, int ranks, bool shared);
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor, algbw = bytes / time.
 double bus_factor(const std::string& op, int ranks);

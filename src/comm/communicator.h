@@ -52,9 +52,11 @@ struct CommOptions {
   // bytes travel in the ranks' 64-byte lines rather than the staging slots (at most 448);
   // broadcasts up to 448 bytes always do, so a root can run up to 32 of them ahead.
   int64_t shm_inline_bytes = 128;
-  // All-reduces ("auto") of at least this many bytes whose buffers lie in alloc_shared memory
-  // on every rank read the peers' buffers in place instead of staging them.
+  // All-reduces ("auto") of at least shm_shared_bytes and below shm_shared_below whose buffers
+  // lie in alloc_shared memory on every rank read the peers' buffers in place instead of staging
+  // them (from 256 MiB the ring was twice as fast in every run here; cause not found).
   int64_t shm_shared_bytes = 2 << 20;
+  int64_t shm_shared_below = 256 << 20;
   // All-gathers and broadcasts from this size on copy straight from the peers' buffers
   // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
   int64_t shm_direct_bytes = 1 << 20;

@@ -855,8 +855,9 @@ class ShmCommunicator : public Communicator {
 
   void do_all_reduce(void* buf, int64_t n, DType t) {
     if (n == 0) return;
+    const int64_t bytes = n * static_cast<int64_t>(dtype_bytes(t));
     if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared_allocs_ > 0 &&
-        n * static_cast<int64_t>(dtype_bytes(t)) >= opts_.shm_shared_bytes &&
+        bytes >= opts_.shm_shared_bytes && bytes < opts_.shm_shared_below &&
         shared_all_reduce(buf, n, t))
       return;
     switch (size_ == 1 ? Algorithm::kDirect : choose(n * static_cast<int64_t>(dtype_bytes(t)))) {
