@@ -150,6 +150,12 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
     engines.push_back(make_world_communicator(e));
   }
   const int E = static_cast<int>(engines.size());
+  // --shared: the buffers come from the "auto" engine if there is one (only auto reads shared
+  // buffers in place; the registry lets the others see them as ordinary memory).
+  Communicator* shared_by = engines[0].get();
+  for (int k = 0; k < E; k++)
+    if ((o.algorithms.empty() ? o.engine.algorithm : o.algorithms[k]) == "auto")
+      shared_by = engines[k].get();
   const int R = engines[0]->size(), me = engines[0]->rank();
   const int64_t es = static_cast<int64_t>(dtype_bytes(o.dtype));
   const MPI_Datatype mt = detail::mpi_type(o.dtype);
@@ -164,8 +170,7 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
     const int64_t slice = count / R;
     // 64-byte aligned, as the trainer's gradient buffers are; both sides get the same buffers.
     const int64_t a_words = (count * es + 7) / 8, b_words = sliced ? (slice * es + 7) / 8 : 1;
-    Words a(a_words, o.shared ? engines[0].get() : nullptr),
-        b(b_words, o.shared ? engines[0].get() : nullptr);
+    Words a(a_words, o.shared ? shared_by : nullptr), b(b_words, o.shared ? shared_by : nullptr);
     Elems x{a.data(), o.dtype}, y{b.data(), o.dtype};
     std::vector<int64_t> counts(R, slice);
     // ops[0..E): the engines; ops[E]: MPI.

@@ -74,8 +74,8 @@ struct CommOptions {
   std::string compress = "none";
 };
 
-// Memory from Communicator::alloc_shared: 64-byte aligned, zeroed, owned; freed when destroyed
-// (after the last collective that uses it).
+// Memory from Communicator::alloc_shared: 64-byte aligned, zeroed, owned, freed when destroyed;
+// destroy it only once every collective on it has finished (as any buffer).
 class SharedMemory {
  public:
   virtual ~SharedMemory() = default;

@@ -26,6 +26,7 @@
 #include <mpi.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <random>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -278,14 +280,16 @@ inline char* at(void* p, int64_t elems, int64_t es) {
 
 class SharedRegistry {
  public:
-  static SharedRegistry& instance() {
-    static SharedRegistry r;
-    return r;
+  static SharedRegistry& instance() {  // never destroyed: memory may outlive static objects
+    static SharedRegistry* r = new SharedRegistry;
+    return *r;
   }
   uint32_t add_own(char* base, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    own_.push_back({getpid(), next_id_, base, bytes});
-    return next_id_++;
+    const uint32_t id = next_id_;
+    next_id_ = next_id_ + 1 < (1u << 24) ? next_id_ + 1 : 1;  // ids travel in 24 bits
+    own_.push_back({getpid(), id, base, bytes});
+    return id;
   }
   void add_peer(pid_t pid, uint32_t id, const char* base, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -328,7 +332,9 @@ class SharedRegistry {
   };
   std::mutex mu_;
   std::vector<Region> own_, peers_;
-  uint32_t next_id_ = 1;
+  // Ids start at a random point (below 2^23; they travel in 24 bits), so that a process that
+  // reuses an earlier peer's pid does not also reuse its region ids.
+  uint32_t next_id_ = 1 + std::random_device{}() % (1u << 22);
 };
 
 // This rank's region and its mappings of its peers' (unmapped when destroyed).
@@ -479,7 +485,10 @@ class ShmCommunicator : public Communicator {
 
   std::shared_ptr<Work> all_reduce_async(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);
-    return issue({"all_reduce", n}, [=, this] { do_all_reduce(buf, n, t); });
+    // Whether shared buffers may be in play is decided when the operation is issued, in issue
+    // order like alloc_shared itself, so every rank decides alike.
+    const bool shared = shared_allocs_.load(std::memory_order_relaxed) > 0;
+    return issue({"all_reduce", n}, [=, this] { do_all_reduce(buf, n, t, shared); });
   }
   std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
                                              const std::vector<int64_t>& counts, DType t) override {
@@ -499,7 +508,8 @@ class ShmCommunicator : public Communicator {
   // The synchronous forms run on the calling thread when nothing is queued before them.
   void all_reduce(void* buf, int64_t n, DType t) override {
     KILN_CHECK(n >= 0);
-    run_now({"all_reduce", n}, [&] { do_all_reduce(buf, n, t); });
+    const bool shared = shared_allocs_.load(std::memory_order_relaxed) > 0;
+    run_now({"all_reduce", n}, [&] { do_all_reduce(buf, n, t, shared); });
   }
   void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
                       DType t) override {
@@ -538,52 +548,71 @@ class ShmCommunicator : public Communicator {
   // as ordinary memory and all-reduces of it are staged.
   std::unique_ptr<SharedMemory> alloc_shared(int64_t bytes) override {
     KILN_CHECK(bytes >= 0);
+    SharedRegistry& reg = SharedRegistry::instance();
     const int64_t mapped = align_page(std::max<int64_t>(bytes, 1));
-    const int fd = memfd_create("kiln-shared", MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, mapped) != 0)
-      fail("rank {}: cannot create {} bytes of shared memory: {}", rank_, mapped,
-           std::strerror(errno));
-    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      close(fd);
-      fail("rank {}: cannot map {} bytes of shared memory: {}", rank_, mapped,
-           std::strerror(errno));
+    // A rank that cannot make its memfd still takes part, with region id 0, and then every rank
+    // keeps ordinary memory.
+    int fd = memfd_create("kiln-shared", MFD_CLOEXEC);
+    void* base = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, mapped) == 0)
+      base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    std::unique_ptr<MappedShared> mem;
+    uint32_t id = 0;
+    if (base != MAP_FAILED) {
+      mem = std::make_unique<MappedShared>(static_cast<char*>(base), bytes, mapped);
+      id = reg.add_own(static_cast<char*>(base), mapped);
     }
-    auto mem = std::make_unique<MappedShared>(static_cast<char*>(base), bytes, mapped);
-    const uint32_t id = SharedRegistry::instance().add_own(static_cast<char*>(base), mapped);
-    // Every rank's (pid, fd, region id), exactly representable as doubles.
-    std::vector<double> who(3 * size_, 0.0);
-    who[3 * rank_] = getpid();
-    who[3 * rank_ + 1] = fd;
-    who[3 * rank_ + 2] = id;
-    mpi_->all_gather(who.data(), std::vector<int64_t>(size_, 3), DType::F64);
-    double ok = 1;
+    // Every rank's (pid, fd, region id, mapped bytes, the memfd's inode), exactly representable
+    // as doubles (inode numbers of memfds are small).
+    struct stat st {};
+    if (mem && fstat(fd, &st) != 0) st.st_ino = 0;
+    std::vector<double> who(5 * size_, 0.0);
+    who[5 * rank_] = getpid();
+    who[5 * rank_ + 1] = fd;
+    who[5 * rank_ + 2] = id;
+    who[5 * rank_ + 3] = static_cast<double>(mapped);
+    who[5 * rank_ + 4] = static_cast<double>(st.st_ino);
+    mpi_->all_gather(who.data(), std::vector<int64_t>(size_, 5), DType::F64);
+    double ok = mem ? 1 : 0;
     for (int q = 0; q < size_ && ok == 1; q++) {
       if (q == rank_) continue;
-      const auto pid = static_cast<pid_t>(who[3 * q]);
-      const std::string path = fmt::format("/proc/{}/fd/{}", pid, static_cast<int>(who[3 * q + 1]));
+      const auto pid = static_cast<pid_t>(who[5 * q]);
+      const auto peer_id = static_cast<uint32_t>(who[5 * q + 2]);
+      const auto peer_bytes = static_cast<int64_t>(who[5 * q + 3]);
+      if (peer_id == 0) {
+        ok = 0;
+        break;
+      }
+      const std::string path = fmt::format("/proc/{}/fd/{}", pid, static_cast<int>(who[5 * q + 1]));
       const int pfd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      void* p = pfd < 0 ? MAP_FAILED : mmap(nullptr, mapped, PROT_READ, MAP_SHARED, pfd, 0);
+      // The file must be the peer's memfd (not another process's file behind a reused pid or in
+      // another pid namespace), and as long as the peer said.
+      struct stat ps {};
+      const bool same = pfd >= 0 && fstat(pfd, &ps) == 0 && ps.st_ino != 0 &&
+                        static_cast<double>(ps.st_ino) == who[5 * q + 4] &&
+                        ps.st_size >= peer_bytes;
+      void* p = same ? mmap(nullptr, peer_bytes, PROT_READ, MAP_SHARED, pfd, 0) : MAP_FAILED;
       if (pfd >= 0) close(pfd);
       if (p == MAP_FAILED) {
         ok = 0;
         break;
       }
-      mem->peers_.push_back({static_cast<const char*>(p), mapped});
-      SharedRegistry::instance().add_peer(pid, static_cast<uint32_t>(who[3 * q + 2]),
-                                          static_cast<const char*>(p), mapped);
+      mem->peers_.push_back({static_cast<const char*>(p), peer_bytes});
+      reg.add_peer(pid, peer_id, static_cast<const char*>(p), peer_bytes);
     }
     ok = mpi_->all_reduce_scalar(ok) == size_ ? 1 : 0;  // also: every peer has opened the fd
-    close(fd);
+    if (fd >= 0) close(fd);
+    if (!mem) return Communicator::alloc_shared(bytes);
     if (ok != 1) {  // ordinary memory on every rank
       for (auto& [p, b] : mem->peers_) {
-        SharedRegistry::instance().remove(p);
+        reg.remove(p);
         munmap(const_cast<char*>(p), b);
       }
       mem->peers_.clear();
-      SharedRegistry::instance().remove(static_cast<char*>(base));
+      reg.remove(static_cast<char*>(base));
+    } else {
+      shared_allocs_++;
     }
-    shared_allocs_++;
     return mem;
   }
 
@@ -853,12 +882,12 @@ class ShmCommunicator : public Communicator {
                : Algorithm::kDirect;
   }
 
-  void do_all_reduce(void* buf, int64_t n, DType t) {
+  // shared: alloc_shared had succeeded on this communicator when the operation was issued.
+  void do_all_reduce(void* buf, int64_t n, DType t, bool shared) {
     if (n == 0) return;
     const int64_t bytes = n * static_cast<int64_t>(dtype_bytes(t));
-    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared_allocs_ > 0 &&
-        bytes >= opts_.shm_shared_bytes && bytes < opts_.shm_shared_below &&
-        shared_all_reduce(buf, n, t))
+    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm_shared_bytes &&
+        bytes < opts_.shm_shared_below && shared_all_reduce(buf, n, t))
       return;
     switch (size_ == 1 ? Algorithm::kDirect : choose(n * static_cast<int64_t>(dtype_bytes(t)))) {
       case Algorithm::kOneShot:
@@ -1493,8 +1522,9 @@ class ShmCommunicator : public Communicator {
   std::vector<const void*> src_;         // the sources of a reduction (no allocation per step)
   std::vector<int64_t> offsets_;         // scratch for slice offsets (no allocation per operation)
   std::vector<const void*> shared_src_;  // the ranks' buffers in a shared all-reduce
-  uint64_t chunk_seq_ = 0;        // chunks summed in shared all-reduces so far (kChunk counts on)
-  int shared_allocs_ = 0;         // alloc_shared calls so far (collective: the same on every rank)
+  uint64_t chunk_seq_ = 0;  // chunks summed in shared all-reduces so far (kChunk counts on)
+  // Successful alloc_shared calls so far: collective and agreed, so the same on every rank.
+  std::atomic<int> shared_allocs_{0};
   std::atomic<int64_t> sent_{0};  // bytes_sent(): written only by the running operation
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 namespace kiln {
@@ -26,6 +27,7 @@ PageBuffer::PageBuffer(size_t n) : size_(n) {
 
 PageBuffer::PageBuffer(float* data, size_t n, std::shared_ptr<void> owner)
     : data_(data), size_(n), owner_(std::move(owner)) {
+  if (!owner_) throw std::invalid_argument("PageBuffer: adopted memory needs its owner");
   mapped_ = (n * sizeof(float) + page_size() - 1) / page_size() * page_size();
 }
 

@@ -36,7 +36,7 @@ Communicator& engine(const std::string& algorithm, bool small_chunk) {
     o.timeout_seconds = 60;
     o.backend = "shm";
     o.algorithm = algorithm;
-    if (algorithm == "shared") {  // auto, reading alloc_shared buffers in place at every size
+    if (algorithm == "shared" || algorithm == "shared_fresh") {  // auto, in place at any size
       o.algorithm = "auto";
       o.shm_shared_bytes = 1;
     }
@@ -260,7 +260,9 @@ TEST(ShmShared, AllReduceInPlaceMatchesRankOrderOnEverySize) {
       ASSERT_EQ(f[n], -5.0f) << "wrote past the buffer, n=" << n;
       for (int64_t i = 0; i < n; i++) h[i] = float_to_bf16(value(me, i));
       h[n] = 0x7777;
+      const int64_t before_bf16 = c.bytes_sent();
       c.all_reduce(h, n, DType::BF16);
+      EXPECT_EQ(c.bytes_sent() - before_bf16, counts[me] * 2) << "bf16 n=" << n;
       for (int64_t i = 0; i < n; i++)
         ASSERT_EQ(h[i], reference_bf16("direct", P, owner[i], i)) << "bf16 n=" << n << " i=" << i;
       ASSERT_EQ(h[n], 0x7777) << "wrote past the buffer, n=" << n;
@@ -288,13 +290,41 @@ TEST(ShmShared, APlainBufferOnOneRankFallsBackToStagingOnAll) {
   for (int64_t i = 0; i < n; i++) y[i] = value(me, i);
   std::vector<float> z(777);
   for (int64_t i = 0; i < 777; i++) z[i] = value(me, i);
+  const int64_t before_async = c.bytes_sent();
   auto wz = c.all_reduce_async(z.data(), 777, DType::F32);
   auto wy = c.all_reduce_async(y, n, DType::F32);
   wy->wait();
   wz->wait();
+  // z: one-shot, staged whole; y: in place, this rank's slice only.
+  EXPECT_EQ(c.bytes_sent() - before_async, 777 * 4 + even_counts(n, P)[me] * 4);
   for (int64_t i = 0; i < n; i++) ASSERT_EQ(y[i], reference("direct", P, owner[i], i)) << i;
   const std::vector<int> owner_z = owners(even_counts(777, P));
   for (int64_t i = 0; i < 777; i++) ASSERT_EQ(z[i], reference("direct", P, owner_z[i], i)) << i;
+}
+
+// An all-reduce issued before the communicator's first alloc_shared stages, even if it runs
+// after it (the choice is made at issue, alike on every rank); the next one reads in place.
+TEST(ShmShared, TheChoiceIsMadeWhenTheOperationIsIssued) {
+  Communicator& c = engine("shared_fresh", true);
+  const int P = c.size(), me = c.rank();
+  const int64_t n = 5000;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; i++) x[i] = value(me, i);
+  const int64_t before = c.bytes_sent();
+  auto wx = c.all_reduce_async(x.data(), n, DType::F32);
+  auto mem = c.alloc_shared(n * sizeof(float));
+  wx->wait();
+  EXPECT_EQ(c.bytes_sent() - before, n * 4);  // direct, staged
+  float* y = static_cast<float*>(mem->data());
+  for (int64_t i = 0; i < n; i++) y[i] = value(me, i);
+  const int64_t before_y = c.bytes_sent();
+  c.all_reduce(y, n, DType::F32);
+  EXPECT_EQ(c.bytes_sent() - before_y, even_counts(n, P)[me] * 4);  // in place
+  const std::vector<int> owner = owners(even_counts(n, P));
+  for (int64_t i = 0; i < n; i++) {
+    ASSERT_EQ(x[i], reference("direct", P, owner[i], i)) << i;
+    ASSERT_EQ(y[i], reference("direct", P, owner[i], i)) << i;
+  }
 }
 
 // The bytes each rank writes for its peers are the ones docs/collectives.md and the planner
