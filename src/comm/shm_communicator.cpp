@@ -889,7 +889,7 @@ class ShmCommunicator : public Communicator {
     if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm_shared_bytes &&
         bytes < opts_.shm_shared_below && shared_all_reduce(buf, n, t))
       return;
-    switch (size_ == 1 ? Algorithm::kDirect : choose(n * static_cast<int64_t>(dtype_bytes(t)))) {
+    switch (size_ == 1 ? Algorithm::kDirect : choose(bytes)) {
       case Algorithm::kOneShot:
         return one_shot_all_reduce(buf, n, t);
       case Algorithm::kRing:
