@@ -493,8 +493,9 @@ class ShmCommunicator : public Communicator {
   std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out,
                                              const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
+    const bool shared = shared_allocs_.load(std::memory_order_relaxed) > 0;
     return issue({"reduce_scatter", counts[rank_]},
-                 [=, this] { do_reduce_scatter(in, out, counts, t); });
+                 [=, this] { do_reduce_scatter(in, out, counts, t, shared); });
   }
   std::shared_ptr<Work> all_gather_async(void* buf, const std::vector<int64_t>& counts,
                                          DType t) override {
@@ -514,7 +515,9 @@ class ShmCommunicator : public Communicator {
   void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
                       DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
-    run_now({"reduce_scatter", counts[rank_]}, [&] { do_reduce_scatter(in, out, counts, t); });
+    const bool shared = shared_allocs_.load(std::memory_order_relaxed) > 0;
+    run_now({"reduce_scatter", counts[rank_]},
+            [&] { do_reduce_scatter(in, out, counts, t, shared); });
   }
   void all_gather(void* buf, const std::vector<int64_t>& counts, DType t) override {
     KILN_CHECK(static_cast<int>(counts.size()) == size_);
@@ -906,10 +909,14 @@ class ShmCommunicator : public Communicator {
   }
 
   // One-shot has no reduce-scatter of its own: it and auto use the direct one.
-  void do_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t) {
-    const Algorithm a = size_ == 1
-                            ? Algorithm::kDirect
-                            : choose_scatter(total(counts) * static_cast<int64_t>(dtype_bytes(t)));
+  // shared: as for do_all_reduce.
+  void do_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
+                         bool shared) {
+    const int64_t bytes = total(counts) * static_cast<int64_t>(dtype_bytes(t));
+    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm_shared_bytes &&
+        bytes < opts_.shm_shared_below && shared_reduce_scatter(in, out, counts, t))
+      return;
+    const Algorithm a = size_ == 1 ? Algorithm::kDirect : choose_scatter(bytes);
     if (a == Algorithm::kRing)
       with_type(t, [&](auto* tag) {
         ring<std::remove_pointer_t<decltype(tag)>>(in, out, counts, false);
@@ -955,36 +962,33 @@ class ShmCommunicator : public Communicator {
     set(kDone, g);
   }
 
-  // All-reduce of buffers in shared memory (docs/collectives.md, "Shared buffers"). Two rounds
-  // decide, alike on every rank, whether every buffer is shared and readable by every rank;
-  // if not, it returns false and the staged algorithms run. Otherwise, a chunk of E elements
-  // of each slice at a time: the owner of slice q sums it from every rank's buffer, rank order,
-  // into its own buffer and counts the chunk (kChunk); one chunk behind, every rank copies the
-  // finished chunks of the other slices from their owners' buffers. A rank overwrites slice q's
-  // chunk only after q has counted it, i.e. read it; it returns once every rank is done, so no
-  // peer reads its buffer afterwards.
-  bool shared_all_reduce(void* buf, int64_t n, DType t) {
-    const int64_t es = dtype_bytes(t);
+  // Two steps that decide, alike on every rank, whether every rank's [buf, buf + bytes) lies in
+  // shared memory that every rank can read (docs/collectives.md, "Shared buffers"). On yes it
+  // returns the step to finish with (done, then wait for every rank's done, so that nobody
+  // reads a buffer after its owner returns) and shared_src_[q] is rank q's buffer; on no, 0.
+  uint64_t agree_shared(const void* buf, int64_t bytes) {
     SharedRegistry& reg = SharedRegistry::instance();
     uint32_t id = 0;
     int64_t offset = 0;
-    const bool mine = reg.find_own(buf, n * es, &id, &offset) && offset < (int64_t{1} << 40);
+    const bool mine = reg.find_own(buf, bytes, &id, &offset) && offset < (int64_t{1} << 40);
     uint64_t g = begin_step();
     counter(rank_, kShared)
         .store(mine ? (uint64_t{id} << 40) | static_cast<uint64_t>(offset) : 0,
                std::memory_order_relaxed);
     set(kPosted, g);
     wait_all(kPosted, g);
+    std::vector<const void*>& base = shared_src_;
+    base.assign(size_, nullptr);
     bool readable = mine;
     for (int q = 0; q < size_ && readable; q++) {
       const uint64_t v = counter(q, kShared).load(std::memory_order_relaxed);
-      src_[q] = q == rank_ ? buf
+      base[q] = q == rank_ ? buf
                 : v == 0   ? nullptr
                            : reg.find_peer(
                                  static_cast<pid_t>(counter(q, kPid).load(std::memory_order_relaxed)),
                                  static_cast<uint32_t>(v >> 40),
-                                 static_cast<int64_t>(v & ((uint64_t{1} << 40) - 1)), n * es);
-      readable = src_[q] != nullptr;
+                                 static_cast<int64_t>(v & ((uint64_t{1} << 40) - 1)), bytes);
+      readable = base[q] != nullptr;
     }
     set(kDone, g);
     g = begin_step();
@@ -996,10 +1000,43 @@ class ShmCommunicator : public Communicator {
       all = all && counter(q, kSharedOk).load(std::memory_order_relaxed) == 1;
     if (!all) {
       set(kDone, g);
-      return false;
+      return 0;
     }
-    std::vector<const void*>& base = shared_src_;
-    base.assign(src_.begin(), src_.end());
+    return g;
+  }
+
+  // Reduce-scatter of inputs in shared memory: each rank sums its slice straight from every
+  // rank's input, rank order (the direct algorithm's), into its output. Nothing is staged or
+  // written for the peers.
+  bool shared_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                             DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = agree_shared(in, total(counts) * es);
+    if (g == 0) return false;
+    int64_t offset = 0;
+    for (int q = 0; q < rank_; q++) offset += counts[q];
+    const int64_t E = chunk_ / es;
+    for (int64_t k = 0; k < counts[rank_]; k += E) {
+      for (int q = 0; q < size_; q++)
+        src_[q] = static_cast<const char*>(shared_src_[q]) + (offset + k) * es;
+      reduce(t, at(out, k, es), nullptr, src_.data(), size_, std::min(E, counts[rank_] - k));
+    }
+    set(kDone, g);
+    wait_all(kDone, g);
+    return true;
+  }
+
+  // All-reduce of buffers in shared memory (docs/collectives.md, "Shared buffers"): if
+  // agree_shared says no, it returns false and the staged algorithms run. Otherwise, a chunk of
+  // E elements of each slice at a time: the owner of slice q sums it from every rank's buffer,
+  // rank order, into its own buffer and counts the chunk (kChunk); one chunk behind, every rank
+  // copies the finished chunks of the other slices from their owners' buffers. A rank
+  // overwrites slice q's chunk only after q has counted it, i.e. read it.
+  bool shared_all_reduce(void* buf, int64_t n, DType t) {
+    const int64_t es = dtype_bytes(t);
+    const uint64_t g = agree_shared(buf, n * es);
+    if (g == 0) return false;
+    const std::vector<const void*>& base = shared_src_;
     const int64_t P = size_, r = rank_;
     auto first = [&](int64_t q) { return q * (n / P) + std::min(q, n % P); };
     auto count = [&](int64_t q) { return n / P + (q < n % P ? 1 : 0); };

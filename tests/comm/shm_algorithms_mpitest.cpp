@@ -270,6 +270,40 @@ TEST(ShmShared, AllReduceInPlaceMatchesRankOrderOnEverySize) {
   }
 }
 
+// Reduce-scatters of inputs in alloc_shared memory sum each slice straight from every rank's
+// input, rank order, writing nothing for the peers: every size, even and uneven counts (an
+// empty rank), fp32 and bf16, inputs unchanged, nothing past the slice.
+TEST(ShmShared, ReduceScatterFromThePeersInputsMatchesRankOrder) {
+  Communicator& c = engine("shared", true);
+  const int P = c.size(), me = c.rank();
+  std::vector<int64_t> ns = sizes();
+  ns.push_back(300007);
+  auto mem = c.alloc_shared((300007 + 64) * sizeof(float));
+  float* in = static_cast<float*>(mem->data()) + me;
+  uint16_t* hin = static_cast<uint16_t*>(mem->data()) + 2 * me;
+  int salt = 0;
+  for (int64_t n : ns) {
+    for (const std::vector<int64_t>& counts : {even_counts(n, P), uneven_counts(n, P, salt++)}) {
+      const int64_t off = std::accumulate(counts.begin(), counts.begin() + me, int64_t{0});
+      for (int64_t i = 0; i < n; i++) in[i] = value(me, i);
+      std::vector<float> out(counts[me] + 1, -7.0f);
+      const int64_t before = c.bytes_sent();
+      c.reduce_scatter(in, out.data(), counts, DType::F32);
+      EXPECT_EQ(c.bytes_sent(), before) << "n=" << n;  // staged, it would have sent
+      for (int64_t i = 0; i < counts[me]; i++)
+        ASSERT_EQ(out[i], reference("direct", P, me, off + i)) << "n=" << n << " i=" << i;
+      ASSERT_EQ(out[counts[me]], -7.0f) << "wrote past its slice, n=" << n;
+      for (int64_t i = 0; i < n; i++) ASSERT_EQ(in[i], value(me, i)) << "changed its input";
+      for (int64_t i = 0; i < n; i++) hin[i] = float_to_bf16(value(me, i));
+      std::vector<uint16_t> hout(counts[me] + 1, 0x7777);
+      c.reduce_scatter(hin, hout.data(), counts, DType::BF16);
+      for (int64_t i = 0; i < counts[me]; i++)
+        ASSERT_EQ(hout[i], reference_bf16("direct", P, me, off + i)) << "bf16 n=" << n << " " << i;
+      ASSERT_EQ(hout[counts[me]], 0x7777) << "wrote past its slice, n=" << n;
+    }
+  }
+}
+
 // If one rank's buffer is not in shared memory, every rank stages (they decide together), and
 // async operations on shared buffers queue behind others as usual.
 TEST(ShmShared, APlainBufferOnOneRankFallsBackToStagingOnAll) {
