@@ -473,8 +473,8 @@ void register_bench(CLI::App& app) {
                    "directly (process_vm_readv; 0: never; -1: the engine's defaults)")
       ->capture_default_str();
   comm->add_option("--inline", co->inline_bytes,
-                   "all-reduces, reduce-scatters and all-gathers up to this many bytes travel in "
-                   "the ranks' cache lines (0-448; broadcasts up to 448 always do)")
+                   "collectives up to this many bytes travel in the ranks' cache lines (0-448; "
+                   "with more ranks than cores, broadcasts up to 448)")
       ->capture_default_str();
   comm->add_option("--chunk", co->chunk, "the engine's chunk in bytes (multiple of 4096)")
       ->capture_default_str();

@@ -48,9 +48,10 @@ struct CommOptions {
   int64_t shm_ring_scatter_bytes = 32 << 10;
   int shm_ring_max_ranks = 4;
   int64_t shm_ring_oversubscribed_below = 4 << 20;  // more ranks than cores: ring below this only
-  // All-reduces, reduce-scatters (the input) and all-gathers (the largest slice) up to this many
-  // bytes travel in the ranks' 64-byte lines rather than the staging slots (at most 448);
-  // broadcasts up to 448 bytes always do, so a root can run up to 32 of them ahead.
+  // Collectives up to this many bytes (a reduce-scatter's input, an all-gather's largest slice)
+  // travel in the ranks' 64-byte lines rather than the staging slots (at most 448). With more
+  // ranks than cores broadcasts use the lines up to 448 bytes, so a root can run up to 32 of
+  // them ahead of peers that are not running.
   int64_t shm_inline_bytes = 128;
   // All-reduces ("auto") of at least shm_shared_bytes and below shm_shared_below whose buffers
   // lie in alloc_shared memory on every rank read the peers' buffers in place instead of staging

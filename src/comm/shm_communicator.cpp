@@ -1524,7 +1524,9 @@ class ShmCommunicator : public Communicator {
 
   void do_broadcast(void* buf, int64_t n, DType t, int root) {
     const int64_t es = dtype_bytes(t);
-    if (n * es <= kInlineBytes) {  // small: the root's lines
+    // Small: the root's lines. With more ranks than cores up to their 448 bytes, so that the
+    // root can run ahead of peers that are not running; otherwise as the other operations.
+    if (n * es <= (oversubscribed_ ? kInlineBytes : inline_max_)) {
       const uint64_t g = begin_step(kInlineSlots);
       if (rank_ == root) {
         post_inline(g, buf, n * es);
