@@ -45,6 +45,17 @@ Engine& engine() {
   return e;
 }
 
+// Accumulate into C (C += A·B): oneDNN's sum post-op; otherwise C is overwritten.
+dnnl::primitive_attr sum_attr(bool accumulate) {
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
 Primitive make_primitive(Engine& e, const MatmulShape& s, bool bf16_operands) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
@@ -52,12 +63,7 @@ Primitive make_primitive(Engine& e, const MatmulShape& s, bool bf16_operands) {
   dnnl::memory::desc a_md(dims{s.M, s.K}, in, s.trans_a ? dims{1, s.M} : dims{s.K, 1});
   dnnl::memory::desc b_md(dims{s.K, s.N}, in, s.trans_b ? dims{1, s.K} : dims{s.N, 1});
   dnnl::memory::desc c_md(dims{s.M, s.N}, dt::f32, dims{s.N, 1});
-  dnnl::primitive_attr attr;
-  if (s.accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
+  const dnnl::primitive_attr attr = sum_attr(s.accumulate);
   Primitive p;
   if (s.bias) {
     dnnl::memory::desc bias_md(dims{1, s.N}, dt::f32, dims{s.N, 1});
@@ -85,12 +91,7 @@ Primitive make_strided_primitive(Engine& e, const StridedMatmul& s) {
     return dnnl::memory::desc(dims{s.batch0, s.batch1, rows, cols}, dt::f32,
                               dims{st[0], st[1], st[2], st[3]});
   };
-  dnnl::primitive_attr attr;
-  if (s.accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
+  const dnnl::primitive_attr attr = sum_attr(s.accumulate);
   Primitive p;
   p.pd = dnnl::matmul::primitive_desc(
       dnnl::matmul::desc(md(s.M, s.K, s.a, s), md(s.K, s.N, s.b, s), md(s.M, s.N, s.c, s)), attr,
