@@ -82,10 +82,14 @@ class SharedMemory {
   virtual ~SharedMemory() = default;
   void* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
+  // True when data() starts a page-aligned shared mapping whose whole pages can be handed back
+  // with madvise(MADV_REMOVE) (they read as zero after); false for ordinary memory.
+  bool removable() const { return removable_; }
 
  protected:
   void* data_ = nullptr;
   int64_t bytes_ = 0;
+  bool removable_ = false;
 };
 
 class Communicator {

@@ -343,6 +343,7 @@ class MappedShared : public SharedMemory {
   MappedShared(char* base, int64_t bytes, int64_t mapped) : mapped_(mapped) {
     data_ = base;
     bytes_ = bytes;
+    removable_ = true;  // a memfd mapping, page-aligned, whole pages
   }
   ~MappedShared() override {
     for (auto& [base, bytes] : peers_) {

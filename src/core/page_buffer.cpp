@@ -25,8 +25,8 @@ PageBuffer::PageBuffer(size_t n) : size_(n) {
   data_ = static_cast<float*>(p);
 }
 
-PageBuffer::PageBuffer(float* data, size_t n, std::shared_ptr<void> owner)
-    : data_(data), size_(n), owner_(std::move(owner)) {
+PageBuffer::PageBuffer(float* data, size_t n, std::shared_ptr<void> owner, bool removable)
+    : data_(data), size_(n), owner_(std::move(owner)), removable_(removable) {
   if (!owner_) throw std::invalid_argument("PageBuffer: adopted memory needs its owner");
   mapped_ = (n * sizeof(float) + page_size() - 1) / page_size() * page_size();
 }
@@ -42,13 +42,16 @@ void PageBuffer::release(size_t begin, size_t end) {
   size_t b = begin * sizeof(float), e = end * sizeof(float);
   size_t pb = (b + ps - 1) / ps * ps, pe = e / ps * ps;
   if (end == size_) pe = mapped_;  // the last page is ours alone
-  if (pb >= pe || owner_) {
+  if (pb >= pe || (owner_ && !removable_)) {
     std::memset(base + b, 0, e - b);
     return;
   }
   std::memset(base + b, 0, pb - b);  // partial pages at the edges are zeroed by hand
   if (e > pe) std::memset(base + pe, 0, e - pe);
-  madvise(base + pb, pe - pb, MADV_DONTNEED);  // private anonymous: reads back as zero
+  // Private anonymous memory reads back as zero after MADV_DONTNEED; a shared mapping keeps its
+  // pages in the file unless they are removed from it.
+  if (madvise(base + pb, pe - pb, removable_ ? MADV_REMOVE : MADV_DONTNEED) != 0)
+    std::memset(base + pb, 0, pe - pb);
 }
 
 void PageBuffer::zero() {

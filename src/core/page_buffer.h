@@ -15,8 +15,9 @@ class PageBuffer {
   PageBuffer() = default;
   explicit PageBuffer(size_t n);
   // Memory someone else mapped (a communicator's shared memory, Communicator::alloc_shared),
-  // kept alive by `owner`; release() then zeroes without returning pages.
-  PageBuffer(float* data, size_t n, std::shared_ptr<void> owner);
+  // kept alive by `owner`. `removable`: data starts a page-aligned shared mapping of whole
+  // pages, which release() hands back with MADV_REMOVE; otherwise release() only zeroes.
+  PageBuffer(float* data, size_t n, std::shared_ptr<void> owner, bool removable);
   ~PageBuffer();
   PageBuffer(const PageBuffer&) = delete;
   PageBuffer& operator=(const PageBuffer&) = delete;
@@ -26,6 +27,7 @@ class PageBuffer {
     std::swap(size_, o.size_);
     std::swap(mapped_, o.mapped_);
     std::swap(owner_, o.owner_);
+    std::swap(removable_, o.removable_);
     return *this;
   }
 
@@ -45,7 +47,8 @@ class PageBuffer {
  private:
   float* data_ = nullptr;
   size_t size_ = 0, mapped_ = 0;
-  std::shared_ptr<void> owner_;  // set: the memory is not ours to unmap or hand back
+  std::shared_ptr<void> owner_;  // set: the memory is not ours to unmap
+  bool removable_ = false;       // adopted memory whose pages MADV_REMOVE hands back
 };
 
 }  // namespace kiln

@@ -70,16 +70,16 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   dp_ = std::make_unique<DataParallel>(*comm_, n, offsets, cfg_.zero,
                                        static_cast<int64_t>(cfg_.bucket_mb * 1e6));
   params_ = PageBuffer(n);
-  if (cfg_.zero <= 1 && comm_->size() > 1) {
-    // Gradient buckets live in the communicator's shared memory: the shared-memory engine then
-    // all-reduces (ZeRO 0) or reduce-scatters (ZeRO 1) them reading the peers' buckets in place
-    // (docs/collectives.md, "Shared buffers"). ZeRO 2 releases their pages as it goes, which a
-    // shared mapping cannot do the same way.
+  grads_ = PageBuffer(n);
+  if (comm_->size() > 1 && comm_->backend() == "shm") {
+    // Gradient buckets live in the engine's shared memory: it then all-reduces (ZeRO 0) or
+    // reduce-scatters (ZeRO 1, 2) them reading the peers' buckets in place (docs/collectives.md,
+    // "Shared buffers"). ZeRO 2 hands pages back as it goes (MADV_REMOVE); if a rank could not
+    // make shared memory, it keeps its own mapping for that.
     std::shared_ptr<SharedMemory> mem =
         comm_->alloc_shared(n * static_cast<int64_t>(sizeof(float)));
-    grads_ = PageBuffer(static_cast<float*>(mem->data()), n, mem);
-  } else {
-    grads_ = PageBuffer(n);
+    if (cfg_.zero <= 1 || mem->removable())
+      grads_ = PageBuffer(static_cast<float*>(mem->data()), n, mem, mem->removable());
   }
   m_.resize(dp_->shard_end() - dp_->shard_begin());
   v_.resize(dp_->shard_end() - dp_->shard_begin());
