@@ -859,6 +859,14 @@ class ShmCommunicator : public Communicator {
     wait_until(kPosted, g, only, [&](int q) { return inline_arrived(q, g, bytes); });
   }
 
+  // Where each rank's slice starts (offset[r]) and the total (offset[size_]), in a scratch
+  // vector of the communicator: one operation runs at a time, and nothing is allocated per step.
+  const std::vector<int64_t>& offsets_of(const std::vector<int64_t>& counts) {
+    offsets_.assign(size_ + 1, 0);
+    for (int r = 0; r < size_; r++) offsets_[r + 1] = offsets_[r] + counts[r];
+    return offsets_;
+  }
+
   std::vector<int64_t> even_counts(int64_t n) const {
     std::vector<int64_t> c(size_);
     for (int r = 0; r < size_; r++) c[r] = n / size_ + (r < n % size_ ? 1 : 0);
@@ -1123,8 +1131,7 @@ class ShmCommunicator : public Communicator {
     T* out = static_cast<T*>(out_);
     const int P = size_, r = rank_, left = (r + P - 1) % P;
     const int64_t E = chunk_ / static_cast<int64_t>(sizeof(A)) / 16 * 16;
-    std::vector<int64_t> offset(P + 1, 0);
-    for (int q = 0; q < P; q++) offset[q + 1] = offset[q] + counts[q];
+    const std::vector<int64_t>& offset = offsets_of(counts);
     const int64_t rounds = (*std::max_element(counts.begin(), counts.end()) + E - 1) / E;
     auto slice = [&](int s) { return ((r - s) % P + P) % P; };
     for (int64_t k = 0; k < rounds; k++) {
@@ -1198,8 +1205,7 @@ class ShmCommunicator : public Communicator {
     const int helper = r + P2 < P ? r + P2 : -1;  // the extra rank this one stands in for
     const int64_t E = chunk_ / (int64_t{P} * static_cast<int64_t>(sizeof(A))) / 16 * 16;
     KILN_CHECK(E > 0);
-    std::vector<int64_t> offset(P + 1, 0);
-    for (int q = 0; q < P; q++) offset[q + 1] = offset[q] + counts[q];
+    const std::vector<int64_t>& offset = offsets_of(counts);
     const int64_t rounds = (*std::max_element(counts.begin(), counts.end()) + E - 1) / E;
     A* W = reinterpret_cast<A*>(scratch_.data());  // slice q's partial at W + q * E
     for (int64_t k = 0; k < rounds; k++) {
@@ -1339,8 +1345,7 @@ class ShmCommunicator : public Communicator {
     const int64_t es = dtype_bytes(t);
     const int64_t E = chunk_ / (int64_t{size_} * es) / 16 * 16;  // elements per owner per step
     KILN_CHECK(E > 0);
-    std::vector<int64_t> offset(size_ + 1, 0);
-    for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
+    const std::vector<int64_t>& offset = offsets_of(counts);
     const int64_t longest = *std::max_element(counts.begin(), counts.end());
     const int64_t steps = (longest + E - 1) / E;
     std::vector<const void*>& src = src_;
@@ -1381,8 +1386,7 @@ class ShmCommunicator : public Communicator {
   void all_gather_chunks(void* buf, const std::vector<int64_t>& counts, DType t) {
     const int64_t es = dtype_bytes(t);
     const int64_t E = chunk_ / es;
-    std::vector<int64_t> offset(size_ + 1, 0);
-    for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
+    const std::vector<int64_t>& offset = offsets_of(counts);
     const int64_t longest = *std::max_element(counts.begin(), counts.end());
     const int64_t steps = (longest + E - 1) / E;
     for (int64_t k = 0; k < steps; k++) {
@@ -1452,9 +1456,7 @@ class ShmCommunicator : public Communicator {
     counter(rank_, kPid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
     set(kPosted, g);
     wait_all(kPosted, g);
-    std::vector<int64_t>& offset = offsets_;  // of each rank's slice
-    offset.assign(size_ + 1, 0);
-    for (int r = 0; r < size_; r++) offset[r + 1] = offset[r] + counts[r];
+    const std::vector<int64_t>& offset = offsets_of(counts);
     // Rank q reads q+1, q+2, ...: at any time each buffer has one reader, so the readers do
     // not contend for the same process's page tables.
     for (int i = 1; i < size_; i++) {
