@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "comm/communicator.h"
+#include "comm/counts.h"
 #include "core/error.h"
 #include "parallel/grid.h"
 
@@ -79,8 +80,7 @@ TEST(Collectives, Bf16AllReduceSumsInFloatAndRounds) {
 TEST(Collectives, ReduceScatterAndAllGatherWithUnevenCounts) {
   const int R = world().size(), me = world().rank();
   for (int64_t n : {1, 7, 1023}) {
-    std::vector<int64_t> counts(R);
-    for (int r = 0; r < R; r++) counts[r] = n / R + (r < n % R ? 1 : 0);
+    const std::vector<int64_t> counts = test::even_counts(n, R);
     int64_t offset = std::accumulate(counts.begin(), counts.begin() + me, int64_t{0});
     std::vector<float> in(n), out(std::max<int64_t>(1, counts[me]));
     for (int64_t i = 0; i < n; i++) in[i] = value(me, i);

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "comm/communicator.h"
+#include "comm/counts.h"
 #include "core/error.h"
 #include "plan/collectives.h"
 
@@ -87,25 +88,8 @@ uint16_t reference_bf16(const std::string& a, int P, int q, int64_t i) {
       ordered_sum(a, P, q, [&](int r) { return bf16_to_float(float_to_bf16(value(r, i))); }));
 }
 
-std::vector<int64_t> even_counts(int64_t n, int P) {
-  std::vector<int64_t> c(P);
-  for (int r = 0; r < P; r++) c[r] = n / P + (r < n % P ? 1 : 0);
-  return c;
-}
-
-// Uneven counts summing to n: rank `salt % P` gets none, the rest unequal shares.
-std::vector<int64_t> uneven_counts(int64_t n, int P, int salt) {
-  std::vector<int64_t> c(P, 0);
-  const int empty = salt % P, last = empty == P - 1 ? P - 2 : P - 1;
-  int64_t left = n;
-  for (int r = 0; r < P; r++) {
-    if (r == empty || r == last) continue;
-    c[r] = std::min(left, left / 3 + r);
-    left -= c[r];
-  }
-  c[last] = left;
-  return c;
-}
+using test::even_counts;
+using test::uneven_counts;
 
 // The slice (owner) of each element for the given counts.
 std::vector<int> owners(const std::vector<int64_t>& counts) {

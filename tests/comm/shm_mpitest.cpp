@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "comm/communicator.h"
+#include "comm/counts.h"
 #include "core/error.h"
 
 namespace kiln {
@@ -72,21 +73,6 @@ std::vector<int64_t> sizes() {
   return s;
 }
 
-// Uneven counts summing to n: rank `salt % R` gets none, the others unequal shares.
-std::vector<int64_t> uneven(int64_t n, int R, int salt) {
-  std::vector<int64_t> c(R, 0);
-  const int empty = salt % R;
-  const int last = empty == R - 1 ? R - 2 : R - 1;  // takes what is left
-  int64_t left = n;
-  for (int r = 0; r < R; r++) {
-    if (r == empty || r == last) continue;
-    c[r] = std::min(left, left / 3 + r);
-    left -= c[r];
-  }
-  c[last] = left;
-  return c;
-}
-
 TEST(ShmEngine, AllReduceMatchesSerialReferenceOnEverySize) {
   ASSERT_TRUE(launched_by_mpi()) << "run this binary under mpirun";
   for (Communicator* c : {&small_chunks(), &big_chunks()}) {
@@ -127,11 +113,8 @@ TEST(ShmEngine, ReduceScatterAndAllGatherWithUnevenCounts) {
     int salt = 0;
     for (int64_t n : sizes()) {
       for (bool even : {true, false}) {
-        std::vector<int64_t> counts(R);
-        if (even)
-          for (int r = 0; r < R; r++) counts[r] = n / R + (r < n % R ? 1 : 0);
-        else
-          counts = uneven(n, R, salt++);
+        const std::vector<int64_t> counts =
+            even ? test::even_counts(n, R) : test::uneven_counts(n, R, salt++);
         ASSERT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), n);
         const int64_t off = std::accumulate(counts.begin(), counts.begin() + me, int64_t{0});
         std::vector<float> in(n), out(counts[me] + 1, -7.0f);

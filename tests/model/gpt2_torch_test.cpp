@@ -181,6 +181,17 @@ StepOutput RunMode(const Gpt2Config& cfg, int B, int T, const ModelOptions& opts
   return out;
 }
 
+// The four precision / attention modes the bit-identity tests walk: bit 0 bf16, bit 1 flash.
+ModelOptions mode_options(int mode) {
+  ModelOptions o;
+  o.bf16 = mode & 1;
+  o.flash_attention = mode & 2;
+  return o;
+}
+std::string mode_name(int mode) {
+  return std::string(mode & 1 ? "bf16" : "fp32") + (mode & 2 ? ", flash attention" : "");
+}
+
 bool SameBits(const StepOutput& a, const StepOutput& b) {
   return std::memcmp(&a.loss, &b.loss, sizeof(double)) == 0 && a.grads.size() == b.grads.size() &&
          std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)) == 0;
@@ -219,11 +230,8 @@ TEST_F(Gpt2VsTorch, FlashAttentionLossAndGradientsMatchPyTorch) {
 
 TEST_F(Gpt2VsTorch, RecomputeGivesTheSameBitsAsKeepingEverything) {
   for (int mode = 0; mode < 4; mode++) {
-    const bool bf16 = mode & 1, flash = mode & 2;
-    SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (flash ? ", flash attention" : ""));
-    ModelOptions o;
-    o.bf16 = bf16;
-    o.flash_attention = flash;
+    SCOPED_TRACE(mode_name(mode));
+    ModelOptions o = mode_options(mode);
     const StepOutput base = RunMode(cfg_, B_, T_, o, params_.data(), inputs_, targets_);
     for (Recompute r : {Recompute::attention, Recompute::full}) {
       o.recompute = r;
@@ -252,11 +260,8 @@ TEST_F(Gpt2VsTorch, Bf16GivesTheSameBitsAcrossRunsAndThreadCounts) {
 // give (compared as values: a zero may change sign), in every mode.
 TEST_F(Gpt2VsTorch, WritingGradientsEqualsAccumulatingIntoZeros) {
   for (int mode = 0; mode < 4; mode++) {
-    const bool bf16 = mode & 1, flash = mode & 2;
-    SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (flash ? ", flash attention" : ""));
-    ModelOptions o;
-    o.bf16 = bf16;
-    o.flash_attention = flash;
+    SCOPED_TRACE(mode_name(mode));
+    ModelOptions o = mode_options(mode);
     Gpt2 model(cfg_, B_, T_, o);
     model.set_weights(params_.data());
     auto twice = [&](float fill, bool write_first) {
