@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev             # oneDNN: matrix products
+  ocl-icd-opencl-dev      # oneDNN's CMake config requires OpenCL (libdnnl-dev only recommends it)
   nlohmann-json3-dev      # JSON: metrics, checkpoints, safetensors headers
   libcli11-dev            # command line
   libtomlplusplus-dev     # TOML configs

@@ -4,6 +4,8 @@
 // so all stop at the same step even when the signal reached only some of them.
 #pragma once
 
+#include "core/exit_codes.h"
+
 namespace kiln {
 
 // Installs the handlers (idempotent).
@@ -11,9 +13,5 @@ void install_stop_handlers();
 // The signal that asked this process to stop, or 0.
 int stop_signal();
 void clear_stop_signal();
-
-// `kiln train` exits with this code after a requested stop (BSD's EX_TEMPFAIL: "try again
-// later"): the job script requeues the job, which resumes from the checkpoint.
-constexpr int kExitStoppedForRequeue = 75;
 
 }  // namespace kiln
