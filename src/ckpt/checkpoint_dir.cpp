@@ -1,12 +1,18 @@
 #include "ckpt/checkpoint_dir.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/process.h"
 
 namespace fs = std::filesystem;
 
@@ -48,11 +54,58 @@ std::optional<CheckpointRef> latest_checkpoint(const std::string& root) {
   return all.back();
 }
 
-void remove_stale_checkpoint_temps(const std::string& root) {
+namespace {
+// ".tmp-step_00000100.<host>.<pid>": the writer's host and pid; nullopt for other names (an older
+// kiln's ".tmp-step_N-<pid>", which carried no host).
+std::optional<std::pair<std::string, long>> temp_writer(const std::string& name) {
+  const auto first = name.find('.', 5), last = name.rfind('.');  // host names may hold dots
+  if (name.rfind(".tmp-step_", 0) != 0 || first == std::string::npos || last <= first + 1)
+    return std::nullopt;
+  std::string pid = name.substr(last + 1);
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::pair{name.substr(first + 1, last - first - 1), std::stol(pid)};
+}
+
+bool alive_here(const std::pair<std::string, long>& w) {
+  if (w.first != host_name() || w.second == static_cast<long>(::getpid())) return false;
+  return ::kill(static_cast<pid_t>(w.second), 0) == 0 || errno == EPERM;
+}
+}  // namespace
+
+std::vector<std::string> recover_checkpoint_dir(const std::string& root) {
+  std::vector<std::string> notes;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return;
+  if (!fs::is_directory(root, ec)) return notes;
+  std::vector<fs::path> temps;
   for (const auto& e : fs::directory_iterator(root, ec))
-    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) temps.push_back(e.path());
+  std::sort(temps.begin(), temps.end());
+  for (const auto& t : temps) {
+    const std::string name = t.filename().string();
+    if (name.rfind(".tmp-old-", 0) == 0) {
+      // A complete checkpoint moved aside to be replaced: if its replacement never arrived, it is
+      // the only copy of that step.
+      const fs::path final_dir = fs::path(root) / name.substr(9);
+      if (!fs::exists(final_dir, ec)) {
+        fs::rename(t, final_dir, ec);
+        if (ec) fail("cannot restore {} to {}: {}", t.string(), final_dir.string(), ec.message());
+        notes.push_back(fmt::format("restored {} from {} (a rewrite of it was interrupted)",
+                                    final_dir.string(), name));
+        continue;
+      }
+    } else if (auto w = temp_writer(name); w && alive_here(*w)) {
+      notes.push_back(fmt::format(
+          "kept {}: its writer, pid {} on this host, is still running (not a kiln run holding "
+          "this directory's lock; stop it if it is a leftover)",
+          t.string(), w->second));
+      continue;
+    }
+    fs::remove_all(t, ec);
+    if (ec) fail("cannot remove the unfinished checkpoint {}: {}", t.string(), ec.message());
+    notes.push_back(fmt::format("removed the unfinished checkpoint {}", t.string()));
+  }
+  return notes;
 }
 
 std::string commit_checkpoint(const std::string& root, int64_t step,
@@ -60,7 +113,8 @@ std::string commit_checkpoint(const std::string& root, int64_t step,
                               int keep_last) {
   fs::create_directories(root);
   std::string name = checkpoint_name(step);
-  std::string tmp = (fs::path(root) / (".tmp-" + name + "-" + std::to_string(::getpid()))).string();
+  std::string tmp =
+      (fs::path(root) / fmt::format(".tmp-{}.{}.{}", name, host_name(), ::getpid())).string();
   std::string final_dir = (fs::path(root) / name).string();
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -68,13 +122,21 @@ std::string commit_checkpoint(const std::string& root, int64_t step,
     write(tmp);
     fsync_path(tmp);
     if (fs::exists(final_dir)) {
-      // The same step written again (a resumed run): move the old copy aside first, so that at
-      // every instant one complete step_N exists.
-      std::string old = (fs::path(root) / (".tmp-old-" + name)).string();
-      fs::remove_all(old);
-      fs::rename(final_dir, old);
-      fs::rename(tmp, final_dir);
-      fs::remove_all(old);
+      // The same step written again (a resumed run). One atomic swap where the filesystem has
+      // it; otherwise the old copy moves aside first, so that at every instant one complete copy
+      // exists under a name recover_checkpoint_dir knows.
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+        fsync_path(root);
+        fs::remove_all(tmp);
+      } else {
+        std::string old = (fs::path(root) / (".tmp-old-" + name)).string();
+        fs::remove_all(old);
+        fs::rename(final_dir, old);
+        fsync_path(root);
+        fs::rename(tmp, final_dir);
+        fsync_path(root);
+        fs::remove_all(old);
+      }
     } else {
       fs::rename(tmp, final_dir);
     }

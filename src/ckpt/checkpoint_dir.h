@@ -1,6 +1,9 @@
 // Checkpoint directories under a root: `<root>/step_00000100/`. A checkpoint is written into
-// `<root>/.tmp-step_00000100/`, every file fsynced, then the directory is renamed into place, so a
-// directory named step_* is always complete and a crash mid-write never damages an older one.
+// `<root>/.tmp-step_00000100.<host>.<pid>/`, every file fsynced, then the directory is renamed
+// into place, so a directory named step_* is always complete and a crash mid-write never damages
+// an older one. Rewriting a step that exists swaps the two directories in one atomic rename
+// (RENAME_EXCHANGE) where the filesystem has it; elsewhere the old copy is first moved to
+// `.tmp-old-step_N`, which recover_checkpoint_dir puts back if a crash came between the renames.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,7 +31,11 @@ struct CheckpointRef {
 std::vector<CheckpointRef> list_checkpoints(const std::string& root);
 std::optional<CheckpointRef> latest_checkpoint(const std::string& root);
 
-// Removes temporary directories a crashed writer left behind.
-void remove_stale_checkpoint_temps(const std::string& root);
+// Called by the run directory's lock holder before it reads or writes checkpoints: puts back a
+// complete old copy (`.tmp-old-step_N`) whose step_N is missing, and removes the temporary
+// directories of writers that are gone. Holding the lock proves no other kiln run writes here;
+// a temporary named after a process that is still alive on this host is kept all the same.
+// Returns one line per action taken, for the log.
+std::vector<std::string> recover_checkpoint_dir(const std::string& root);
 
 }  // namespace kiln

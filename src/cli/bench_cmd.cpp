@@ -74,6 +74,7 @@ void bench_train(const BenchTrainOpts& o) {
   TrainConfig cfg = load_train_config(o.config, o.sets);
   TrainerOptions opts;
   opts.quiet = true;
+  opts.claim_run_dir = false;  // writes nothing in train.out_dir
   CommOptions co;
   co.backend = cfg.comm_backend;
   co.compress = cfg.comm_compress;

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const kiln::ExitCodeError& e) {
+    fmt::print(stderr, "kiln: error: {}\n", e.what());
+    if (kiln::launched_by_mpi()) kiln::abort_job(e.code());
+    return e.code();
   } catch (const std::exception& e) {
     fmt::print(stderr, "kiln: error: {}\n", e.what());
     // In a multi-process job the other ranks may be waiting for this one in a collective.

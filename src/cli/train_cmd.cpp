@@ -14,6 +14,7 @@ void register_train(CLI::App& app) {
     std::string config;
     std::vector<std::string> sets;
     bool resume = false;
+    bool overwrite = false;
     std::string init_from;
     int metrics_port = -1;
     std::string metrics_host = "127.0.0.1";
@@ -25,6 +26,9 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--resume", o->resume,
                 "continue from the newest complete checkpoint in <out_dir>/checkpoints "
                 "(an error if there is none; train.resume = \"auto\" starts fresh instead)");
+  cmd->add_flag("--overwrite", o->overwrite,
+                "start over in an out_dir that holds an earlier run, deleting its checkpoints and "
+                "metrics (train.overwrite = true; without it such a start is refused)");
   cmd->add_option("--init-from", o->init_from,
                   "start from GPT-2 weights in a Hugging Face safetensors file");
   cmd->add_option("--metrics-port", o->metrics_port,
@@ -41,6 +45,7 @@ void register_train(CLI::App& app) {
   cmd->callback([o]() {
     std::vector<std::string> sets = o->sets;
     if (o->resume) sets.push_back("train.resume=must");
+    if (o->overwrite) sets.push_back("train.overwrite=true");
     if (!o->init_from.empty()) sets.push_back("train.init_from=" + o->init_from);
     TrainConfig cfg = load_train_config(o->config, sets);
     TrainerOptions opts;

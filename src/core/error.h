@@ -13,6 +13,17 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An error that ends the command with a particular exit code (core/exit_codes.h), for the
+// failures a launcher must tell apart (e.g. a diverged run is not retried).
+class ExitCodeError : public Error {
+ public:
+  ExitCodeError(int code, const std::string& what) : Error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

@@ -38,7 +38,20 @@ struct Engine {
   std::map<Key, Primitive> cache;
   std::map<StridedKey, Primitive> strided;
   std::mutex mu;
+  // CPUs without avx512_bf16 or AMX: oneDNN has no bf16 matmul there, so the bf16 operands are
+  // widened to fp32 (exactly) and multiplied in fp32 — the same mixed-precision arithmetic
+  // (bf16-rounded operands, fp32 accumulation), at fp32 speed.
+  int bf16_native = -1;  // unknown until the first bf16 product
+  std::vector<float> wide_a, wide_b;
 };
+
+void widen(const void* src, int64_t n, std::vector<float>& dst) {
+  dst.resize(static_cast<size_t>(n));
+  const bf16* s = static_cast<const bf16*>(src);
+  float* d = dst.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) d[i] = bf16_to_float(s[i]);
+}
 
 Engine& engine() {
   static Engine e;
@@ -111,6 +124,22 @@ void run(const MatmulShape& s, bool bf16_operands, const void* a, const void* b,
   Key key{s.M, s.N, s.K, s.trans_a, s.trans_b, s.accumulate, s.bias, bf16_operands};
   // The lock covers the call: the cached memory objects are shared state.
   std::lock_guard<std::mutex> lock(e.mu);
+  if (bf16_operands && e.bf16_native < 0) {
+    try {
+      make_primitive(e, s, true);
+      e.bf16_native = 1;
+    } catch (const dnnl::error&) {
+      e.bf16_native = 0;
+    }
+  }
+  if (bf16_operands && e.bf16_native == 0) {
+    widen(a, s.M * s.K, e.wide_a);
+    widen(b, s.K * s.N, e.wide_b);
+    a = e.wide_a.data();
+    b = e.wide_b.data();
+    bf16_operands = false;
+    std::get<7>(key) = false;
+  }
   auto it = e.cache.find(key);
   if (it == e.cache.end()) it = e.cache.emplace(key, make_primitive(e, s, bf16_operands)).first;
   Primitive& p = it->second;
@@ -145,6 +174,20 @@ void matmul(const MatmulShape& s, const float* a, const float* b, float* c, cons
 
 void matmul_bf16(const MatmulShape& s, const bf16* a, const bf16* b, float* c, const float* bias) {
   run(s, true, a, b, c, bias);
+}
+
+bool matmul_bf16_native() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.bf16_native < 0) {
+    try {
+      make_primitive(e, MatmulShape{64, 64, 64}, true);
+      e.bf16_native = 1;
+    } catch (const dnnl::error&) {
+      e.bf16_native = 0;
+    }
+  }
+  return e.bf16_native == 1;
 }
 
 void set_num_threads(int n) {

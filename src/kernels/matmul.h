@@ -24,9 +24,14 @@ struct MatmulShape {
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c,
             const float* bias = nullptr);
 
-// The same product with bf16 operands, accumulated and written in fp32 (bias in fp32).
+// The same product with bf16 operands, accumulated and written in fp32 (bias in fp32). On a CPU
+// without avx512_bf16 or AMX the operands are widened to fp32 and multiplied there: the same
+// arithmetic, fp32's speed, and fp32's determinism (same bits for the same thread count; the
+// native bf16 kernels also give the same bits for any thread count).
 void matmul_bf16(const MatmulShape& s, const bf16* a, const bf16* b, float* c,
                  const float* bias = nullptr);
+// Whether bf16 products run on the CPU's own bf16 instructions (see above).
+bool matmul_bf16_native();
 
 // A batch of fp32 products over two batch dimensions, every operand addressed by explicit
 // strides in elements (batch 0, batch 1, row, column), so that heads can be read in place from

@@ -1,6 +1,7 @@
 // metrics.jsonl: one JSON object per line, flushed as written, so a crash loses at most the line
 // being written and `tail -f` shows progress.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,10 +16,16 @@ class MetricsLog {
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
+  // Appends one record. A failed write (a full disk) does not stop training: the first one is
+  // reported on stderr, every one is counted, and the next record starts on a fresh line.
   void write(const nlohmann::json& entry);
+  int64_t write_errors() const { return errors_; }
 
  private:
   std::FILE* f_ = nullptr;
+  std::string path_;
+  int64_t errors_ = 0;
+  bool torn_ = false;  // the last write may have left a partial line
 };
 
 // "1h02m", "3m05s", "12s"

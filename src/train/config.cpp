@@ -58,6 +58,9 @@ std::vector<Key> schema(TrainConfig& c) {
        "gradient bucket size in MB for the data-parallel reduction"},
       {"train.resume", &c.resume,
        "\"none\", \"auto\" (newest complete checkpoint if any) or \"must\""},
+      {"train.overwrite", &c.overwrite,
+       "a fresh run (train.resume = \"none\") in an out_dir that holds an earlier run deletes that "
+       "run's checkpoints and metrics (false: it is refused)"},
       {"train.init_from", &c.init_from, "start from GPT-2 weights in a safetensors file"},
       {"train.out_dir", &c.out_dir, "run directory (metrics, checkpoints)"},
       {"train.val_every", &c.val_every, "validation every N steps (0: never)"},
@@ -69,6 +72,9 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.watchdog_seconds", &c.watchdog_seconds,
        "end the job when a rank makes no progress (no step, no collective) for this long, "
        "naming the ranks that did not arrive (0: off)"},
+      {"train.nonfinite_limit", &c.nonfinite_limit,
+       "stop with an error after this many consecutive steps with a non-finite loss or gradient "
+       "norm (each is skipped, no update made; 0: never stop)"},
       {"data.train", &c.train_data, "training shards: a file or a glob"},
       {"data.val", &c.val_data, "validation shards: a file or a glob"},
       {"data.shuffle", &c.shuffle, "visit sequences in a seeded random order per epoch"},
@@ -277,6 +283,9 @@ void TrainConfig::validate() const {
     fail("{}: comm.algorithm must be {}, got '{}'", source, kShmAlgorithmChoices, comm_algorithm);
   if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
   if (watchdog_seconds < 0) fail("{}: train.watchdog_seconds must not be negative", source);
+  if (nonfinite_limit < 0)
+    fail("{}: train.nonfinite_limit must not be negative (0: never stop), got {}", source,
+         nonfinite_limit);
   if (model.vocab_size > 65536)
     fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);
 }

@@ -36,8 +36,10 @@ struct TrainConfig {
   int threads = 0;                     // 0: all cores
   int zero = 0;  // ZeRO stage: 0 replicated, 1 optimizer state, 2 + gradients, 3 + parameters
   double bucket_mb = 25;        // gradient bucket size for the data-parallel reduction
-  std::string resume = "none";  // "none" | "auto"
-  std::string init_from;        // a safetensors file with GPT-2 weights
+  std::string resume = "none";  // "none" | "auto" | "must"
+  bool overwrite =
+      false;              // a fresh run deletes an earlier run's checkpoints and metrics in out_dir
+  std::string init_from;  // a safetensors file with GPT-2 weights
   std::string out_dir = "runs/default";
   int val_every = 0;  // 0: never
   int val_batches = 4;
@@ -45,6 +47,7 @@ struct TrainConfig {
   int sample_tokens = 0;          // print a sample of this many tokens at each validation (0: none)
   std::string sample_prompt;      // text the sample continues (default: end-of-text)
   double watchdog_seconds = 300;  // hang detection (0: off); see obs/watchdog.h
+  int nonfinite_limit = 10;       // stop after this many consecutive non-finite steps (0: never)
 
   // [data]
   std::string train_data;  // data.train: a shard or glob

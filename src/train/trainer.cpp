@@ -13,6 +13,7 @@
 #include "ckpt/safetensors.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/file.h"
 #include "core/process.h"
 #include "kernels/kernels.h"
@@ -47,6 +48,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   const int world = comm->size();
   grid_ = std::make_unique<Grid>(std::move(comm), GridShape{world, 1, 1});
   comm_ = &grid_->dp_group();
+  if (opts_.claim_run_dir) claim_run_directory();
   // train.threads = 0: all cores, shared out among the ranks this machine runs.
   int threads = cfg_.threads;
   if (threads == 0) {
@@ -104,7 +106,6 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   gpt2_init(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
   std::optional<CheckpointRef> ck;
   if (cfg_.resume != "none") {
-    remove_stale_checkpoint_temps(checkpoint_root());
     ck = latest_checkpoint(checkpoint_root());
     if (!ck && cfg_.resume == "must")
       fail(
@@ -144,6 +145,53 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   }
 }
 
+// Rank 0 takes the run directory for this run before anyone reads or writes in it; every rank
+// learns the outcome, so a refusal ends all of them with rank 0's reason, not a hang.
+void Trainer::claim_run_directory() {
+  std::string error;
+  if (comm_->rank() == 0) {
+    try {
+      run_lock_ = std::make_unique<RunDirLock>(cfg_.out_dir);
+      if (const auto& h = run_lock_->stale())
+        fmt::print(stderr,
+                   "kiln: note: {} was held by kiln pid {} on host {}, which ended without "
+                   "releasing it (killed or crashed); this run takes it over\n",
+                   run_lock_->path(), h->pid, h->host);
+      for (const auto& note : recover_checkpoint_dir(checkpoint_root()))
+        fmt::print(stderr, "kiln: note: {}\n", note);
+      if (cfg_.resume == "none") {
+        std::string earlier = earlier_run_in(cfg_.out_dir);
+        if (!earlier.empty() && !cfg_.overwrite)
+          fail(
+              "{}: train.out_dir {} holds an earlier run ({}); a fresh run there would mix with "
+              "it and prune its checkpoints. Continue it with --resume, start over with "
+              "--overwrite (deletes its checkpoints and metrics), or set another train.out_dir",
+              cfg_.source, cfg_.out_dir, earlier);
+        if (!earlier.empty()) {
+          remove_earlier_run(cfg_.out_dir);
+          fmt::print(stderr, "kiln: note: train.overwrite: removed the earlier run in {} ({})\n",
+                     cfg_.out_dir, earlier);
+        }
+      }
+    } catch (const Error& e) {
+      error = e.what();
+      run_lock_.reset();
+    }
+  }
+  if (comm_->size() > 1 && comm_->all_reduce_scalar(error.empty() ? 0.0 : 1.0) > 0 && error.empty())
+    fail("rank {}: rank 0 refused train.out_dir {} (its message says why)", comm_->rank(),
+         cfg_.out_dir);
+  if (!error.empty()) throw Error(error);
+}
+
+bool Trainer::params_finite() {
+  const float* p = zero3() ? master_.data() : params_.data();
+  const int64_t n = zero3() ? dp_->shard_end() - dp_->shard_begin() : params_.size();
+  double bad = std::isfinite(sum_squares(p, n)) ? 0.0 : 1.0;
+  if (comm_->size() > 1) bad = comm_->all_reduce_scalar(bad);
+  return bad == 0;
+}
+
 void Trainer::declare_metrics() {
   using T = MetricsRegistry::Type;
   MetricsRegistry& m = *registry_;
@@ -167,6 +215,8 @@ void Trainer::declare_metrics() {
             "largest is the straggler.");
   m.declare("kiln_tokens_total", T::Counter, "Tokens trained on, whole job, since step 0.");
   m.declare("kiln_skipped_steps_total", T::Counter, "Steps skipped for a non-finite loss or norm.");
+  m.declare("kiln_metrics_write_errors_total", T::Counter,
+            "Records of metrics.jsonl that could not be written (e.g. a full disk).");
   m.declare("kiln_memory_bytes", T::Gauge, "Rank 0's memory by kind, bytes.");
   m.declare("kiln_checkpoint_duration_seconds", T::Gauge, "Time to write the last checkpoint.");
   m.declare("kiln_checkpoint_last_timestamp_seconds", T::Gauge,
@@ -393,7 +443,9 @@ StepResult Trainer::step() {
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     r.skipped = true;
     skipped_steps_++;
+    nonfinite_in_a_row_++;
   } else {
+    nonfinite_in_a_row_ = 0;
     // torch.nn.utils.clip_grad_norm_ semantics.
     float scale = 1.0f;
     if (cfg_.grad_clip > 0) {
@@ -452,15 +504,27 @@ double Trainer::validate() {
 }
 
 std::string Trainer::save_checkpoint() {
-  nlohmann::json state = {
-      {"step", step_},
-      {"adam_steps", step_ - skipped_steps_},
-      {"skipped_steps", skipped_steps_},
-      {"data", {{"train_position", train_loader_ ? train_loader_->position() : 0}}},
-      {"rng_state", rng_.state()},
-      {"config", cfg_.to_json()},
-      {"kiln_version", KILN_VERSION},
-  };
+  // A checkpoint is a promise that training can go on from it: weights that are not finite
+  // would resume into nothing but skipped steps, and keep_last would prune the good ones.
+  if (!params_finite()) {
+    auto last = latest_checkpoint(checkpoint_root());
+    throw ExitCodeError(
+        kExitNonFinite,
+        fmt::format("step {}: the weights are not finite (NaN or inf); no checkpoint is written, "
+                    "so the newest stays {}. Lower train.lr or raise train.warmup_steps, then "
+                    "resume",
+                    step_, last ? last->dir : std::string("(none)")));
+  }
+  TrainerState st;
+  st.step = step_;
+  st.adam_steps = step_ - skipped_steps_;
+  st.skipped_steps = skipped_steps_;
+  st.train_position = train_loader_ ? train_loader_->position() : 0;
+  st.train_sequences = st.train_position * static_cast<uint64_t>(comm_->size()) * cfg_.batch_size;
+  st.rng_state = rng_.state();
+  st.config = cfg_.to_json();
+  st.train_tokens = train_loader_ ? static_cast<uint64_t>(train_shards_.num_tokens()) : 0;
+  nlohmann::json state = trainer_state_to_json(st);
   // The AdamW state of all shards, whole (every rank takes part in gathering it).
   Buffer<float> full_m, full_v;
   const float* m = m_.data();
@@ -505,24 +569,48 @@ std::string Trainer::write_checkpoint(const nlohmann::json& state, const float* 
 void Trainer::resume_from(const std::string& dir) {
   auto p = fs::path(dir);
   std::string state_path = (p / "trainer_state.json").string();
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(read_file(state_path, "trainer state"));
-  } catch (const nlohmann::json::exception& e) {
+  TrainerState st = parse_trainer_state(read_file(state_path, "trainer state"), state_path);
+  TrainConfig saved = train_config_from_json(st.config, state_path + " (config)");
+  ResumeDiff diff = compare_resume_config(saved, cfg_);
+  if (!diff.refused.empty()) {
+    std::string keys;
+    for (const auto& r : diff.refused) keys += "\n  " + r;
     fail(
-        "{}: damaged trainer state ({}); remove the checkpoint directory {} to resume from an "
-        "older one",
-        state_path, e.what(), dir);
+        "cannot resume from {}: the config changes what the checkpoint means:{}\nRestore those "
+        "keys, or start a new run from its weights (--init-from {})",
+        dir, keys, (p / "model.safetensors").string());
   }
-  TrainConfig saved = train_config_from_json(state.at("config"), state_path);
-  for (auto [key, a, b] : {std::tuple{"model.n_layer", saved.model.n_layer, cfg_.model.n_layer},
-                           {"model.n_head", saved.model.n_head, cfg_.model.n_head},
-                           {"model.n_embd", saved.model.n_embd, cfg_.model.n_embd},
-                           {"model.block_size", saved.model.block_size, cfg_.model.block_size},
-                           {"model.vocab_size", saved.model.vocab_size, cfg_.model.vocab_size}})
-    if (a != b)
-      fail("cannot resume from {}: it was trained with {} = {}, the config says {}", dir, key, a,
-           b);
+  // The data: the same dataset (its token count) and a position that maps onto this layout.
+  const uint64_t saved_tokens = st.train_tokens;
+  if (train_loader_ && saved_tokens > 0 &&
+      saved_tokens != static_cast<uint64_t>(train_shards_.num_tokens()))
+    fail(
+        "cannot resume from {}: it was trained on data.train with {} tokens, the config's "
+        "data.train ({}) has {}; the data position would point into other data. Use the same "
+        "dataset, or start a new run from its weights (--init-from {})",
+        dir, saved_tokens, cfg_.train_data, train_shards_.num_tokens(),
+        (p / "model.safetensors").string());
+  uint64_t position = st.train_position;
+  const uint64_t per_micro = static_cast<uint64_t>(comm_->size()) * cfg_.batch_size;
+  if (st.train_sequences > 0) {
+    if (st.train_sequences % per_micro != 0)
+      fail(
+          "cannot resume from {}: it consumed {} sequences of data.train, not a whole number of "
+          "this layout's micro-batches ({} ranks x train.batch_size {}); choose a layout whose "
+          "ranks x batch_size divides it",
+          dir, st.train_sequences, comm_->size(), cfg_.batch_size);
+    position = st.train_sequences / per_micro;
+    if (st.step > 0) {
+      const uint64_t was = st.train_sequences / static_cast<uint64_t>(st.step);
+      const uint64_t now = per_micro * static_cast<uint64_t>(cfg_.grad_accum);
+      if (was != now)
+        diff.changed.push_back(fmt::format("global batch: {} -> {} sequences per step", was, now));
+    }
+  }
+  for (const auto& c : diff.changed)
+    fmt::print(stderr, "kiln: note: resuming {} with a changed {}\n", dir, c);
+  config_changes_ = diff.changed;
+
   const auto& layout = model_->layout();
   SafeTensorsReader model_file((p / "model.safetensors").string());
   gpt2_load_tensors(model_file, layout, cfg_.model, params_.data());
@@ -539,11 +627,17 @@ void Trainer::resume_from(const std::string& dir) {
     gpt2_load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
     std::copy(full.data() + sb, full.data() + se, dst->data());
   }
-  step_ = state.at("step").get<int64_t>();
-  skipped_steps_ = state.value("skipped_steps", int64_t{0});
-  rng_.set_state(state.at("rng_state").get<uint64_t>());
-  if (train_loader_)
-    train_loader_->set_position(state.at("data").at("train_position").get<uint64_t>());
+  if (!std::isfinite(sum_squares(params_.data(), params_.size())) ||
+      !std::isfinite(sum_squares(m_.data(), se - sb)) ||
+      !std::isfinite(sum_squares(v_.data(), se - sb)))
+    fail(
+        "cannot resume from {}: its weights or AdamW state are not finite (NaN or inf); every "
+        "step would be skipped. Remove that checkpoint directory to resume from an older one",
+        dir);
+  step_ = st.step;
+  skipped_steps_ = st.skipped_steps;
+  rng_.set_state(st.rng_state);
+  if (train_loader_) train_loader_->set_position(position);
   if (!opts_.quiet) fmt::print("resumed from {} (step {})\n", dir, step_);
   resumed_from_ = dir;
 }
@@ -601,6 +695,8 @@ void Trainer::log_step(const StepResult& r) {
       m.set("kiln_rank_compute_seconds", r.rank_compute_seconds[i], {{"rank", std::to_string(i)}});
     m.set("kiln_tokens_total", static_cast<double>(step_ * tokens));
     m.set("kiln_skipped_steps_total", static_cast<double>(skipped_steps_));
+    if (metrics_)
+      m.set("kiln_metrics_write_errors_total", static_cast<double>(metrics_->write_errors()));
   }
   if (opts_.quiet || (step_ % cfg_.log_every != 0 && step_ != cfg_.steps)) return;
   double per_step = (now_seconds() - run_start_) / std::max<int64_t>(1, step_ - run_first_step_);
@@ -637,6 +733,34 @@ void Trainer::save_checkpoint_logged() {
   if (watchdog_) watchdog_->set_phase("train");
 }
 
+// Skipped steps change nothing, so a run that only skips would go on (and exit 0) without
+// training: after train.nonfinite_limit in a row, or when every step of the run was skipped, it
+// stops. Every rank sees the same all-reduced loss and norm, so all stop at the same step.
+void Trainer::check_divergence(bool last_step) {
+  const int64_t run_steps = step_ - run_first_step_;
+  const bool limit = cfg_.nonfinite_limit > 0 && nonfinite_in_a_row_ >= cfg_.nonfinite_limit;
+  const bool all = last_step && run_steps > 0 && nonfinite_in_a_row_ >= run_steps;
+  if (!limit && !all) return;
+  if (metrics_)
+    metrics_->write({{"type", "diverged"},
+                     {"step", step_},
+                     {"nonfinite_steps", nonfinite_in_a_row_},
+                     {"time", unix_seconds()}});
+  watchdog_.reset();
+  std::string last = latest_checkpoint(checkpoint_root())
+                         ? latest_checkpoint(checkpoint_root())->dir
+                         : std::string("none");
+  throw ExitCodeError(
+      kExitNonFinite,
+      fmt::format("{}: training diverged: the last {} steps (to step {}) had a non-finite loss or "
+                  "gradient norm and were skipped ({}). No checkpoint is written; the newest is "
+                  "{}. Lower train.lr, raise train.warmup_steps or check the data, then resume",
+                  cfg_.source, nonfinite_in_a_row_, step_,
+                  limit ? fmt::format("train.nonfinite_limit = {}", cfg_.nonfinite_limit)
+                        : std::string("every step of this run"),
+                  last));
+}
+
 bool Trainer::run() {
   install_stop_handlers();
   if (!opts_.quiet) {
@@ -669,6 +793,7 @@ bool Trainer::run() {
                      {"slurm_job_id", job_env().job_id},
                      {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr)
                                                             : nlohmann::json(resumed_from_)},
+                     {"config_changes", config_changes_},
                      {"config", cfg_.to_json()}});
   if (cfg_.watchdog_seconds > 0) {
     WatchdogOptions w;
@@ -700,6 +825,7 @@ bool Trainer::run() {
       memory_shown = true;
     }
     log_step(r);
+    check_divergence(step_ == cfg_.steps);
     if (r.stop_requested) {
       save_checkpoint_logged();
       if (metrics_)

@@ -23,6 +23,8 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "train/config.h"
+#include "train/run_directory.h"
+#include "train/trainer_state.h"
 
 namespace kiln {
 
@@ -58,6 +60,9 @@ struct TrainerOptions {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   std::string trace_path;  // when set, a Chrome trace of the run is written here at the end
+  // Take train.out_dir for this run (its lock, recovery of interrupted checkpoint writes, the
+  // refusal to mix with an earlier run). Off for benchmarks, which write nothing there.
+  bool claim_run_dir = true;
 };
 
 // Memory held per kind, in bytes.
@@ -106,7 +111,10 @@ class Trainer {
   int metrics_port() const { return server_ ? server_->port() : -1; }
 
  private:
+  void claim_run_directory();
+  void check_divergence(bool last_step);  // throws ExitCodeError(kExitNonFinite)
   void resume_from(const std::string& dir);
+  bool params_finite();  // every rank's parameters (or ZeRO-3 shard) are finite, job-wide
   void check_manifest(const std::string& first_shard) const;
   bool zero3() const { return dp_->zero() == 3; }
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
@@ -123,6 +131,7 @@ class Trainer {
 
   TrainConfig cfg_;
   TrainerOptions opts_;
+  std::unique_ptr<RunDirLock> run_lock_;  // rank 0, for the Trainer's life
   std::unique_ptr<Grid> grid_;
   Communicator* comm_;  // the data-parallel group of grid_
   std::unique_ptr<DataParallel> dp_;
@@ -137,6 +146,7 @@ class Trainer {
   Rng rng_;  // saved and restored with checkpoints, for stochastic layers to come
   int64_t step_ = 0;
   int64_t skipped_steps_ = 0;
+  int64_t nonfinite_in_a_row_ = 0;  // consecutive skipped steps (train.nonfinite_limit)
   // Per-rank compute times of the last step, and the all-gather's counts (one per rank).
   std::vector<double> rank_compute_;
   std::vector<int64_t> ones_;
@@ -150,8 +160,9 @@ class Trainer {
   std::shared_ptr<MetricsRegistry> registry_;
   std::unique_ptr<MetricsServer> server_;
   double last_checkpoint_unix_ = 0;
-  std::unique_ptr<Watchdog> watchdog_;  // while run() runs
-  std::string resumed_from_;            // the checkpoint this run started from, if any
+  std::unique_ptr<Watchdog> watchdog_;       // while run() runs
+  std::string resumed_from_;                 // the checkpoint this run started from, if any
+  std::vector<std::string> config_changes_;  // keys the resume changed (run_start record)
 };
 
 }  // namespace kiln

