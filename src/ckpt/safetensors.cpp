@@ -114,7 +114,9 @@ void SafeTensorsReader::parse_header() {
   const size_t data_bytes = size - 8 - hlen;
   nlohmann::json h = parse_header_json(map + 8, hlen, path);
   if (!h.is_object()) fail("{}: broken safetensors header: not a JSON object", path);
-  for (auto& [name, v] : h.items()) {
+  for (auto& item : h.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& v = item.value();
     if (name == "__metadata__") {
       if (!v.is_object())
         fail("{}: broken safetensors header: __metadata__ must map strings to strings", path);
