@@ -19,6 +19,7 @@ PACKAGES=(
   chromium libpng-dev     # tests: kiln report's page rendered in headless Chromium, its screenshot read
   iproute2 util-linux     # ip netns, tc, unshare: the simulated cluster (scripts/netns-cluster.sh)
   clang-format
+  clang libclang-rt-14-dev  # fuzz targets: libFuzzer, AddressSanitizer, UBSan (scripts/fuzz.sh)
   libcpp-httplib-dev      # HTTP server for the Prometheus /metrics endpoint
   prometheus              # promtool and a real server for the metrics tests
   slurmctld slurmd slurm-client munge  # a real one-node Slurm for the scheduler tests

@@ -1,12 +1,10 @@
 #include "ckpt/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -52,80 +50,149 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 int64_t SafeTensorEntry::numel() const {
   int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      fail("shape {} has no valid element count", shape_str(shape));
   return n;
 }
 
-SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("cannot open safetensors file {}: {}", path, std::strerror(errno));
-  struct stat st;
-  fstat(fd, &st);
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd);
-    fail("{} is not a safetensors file: {} bytes, too short for the header length", path, size_);
-  }
-  void* m = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) fail("cannot mmap {}: {}", path, std::strerror(errno));
-  map_ = static_cast<const uint8_t*>(m);
+namespace {
 
+// The header's JSON parsed with every object's keys checked for duplicates (the format forbids
+// them; a plain parse would keep the last one silently).
+nlohmann::json parse_header_json(const uint8_t* p, size_t n, const std::string& path) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  auto cb = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (ev == E::object_start) {
+      keys.emplace_back();
+    } else if (ev == E::object_end) {
+      keys.pop_back();
+    } else if (ev == E::key && !keys.back().insert(parsed.get<std::string>()).second) {
+      fail("{}: broken safetensors header: the key '{}' appears twice in one object", path,
+           parsed.get<std::string>());
+    }
+    return true;
+  };
   try {
-    uint64_t hlen;
-    std::memcpy(&hlen, map_, 8);
-    if (hlen > size_ - 8)
-      fail("{}: broken safetensors header: it claims {} bytes, the file has {} after the length",
-           path, hlen, size_ - 8);
-    data_ = map_ + 8 + hlen;
-    size_t data_bytes = size_ - 8 - hlen;
-    nlohmann::json h;
-    try {
-      h = nlohmann::json::parse(map_ + 8, map_ + 8 + hlen);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: broken safetensors header (not valid JSON): {}", path, e.what());
-    }
-    if (!h.is_object()) fail("{}: broken safetensors header: not a JSON object", path);
-    for (auto& [name, v] : h.items()) {
-      if (name == "__metadata__") {
-        if (v.is_object())
-          for (auto& [k, mv] : v.items())
-            if (mv.is_string()) metadata_[k] = mv.get<std::string>();
-        continue;
-      }
-      try {
-        SafeTensorEntry e;
-        e.dtype = v.at("dtype").get<std::string>();
-        e.shape = v.at("shape").get<std::vector<int64_t>>();
-        auto off = v.at("data_offsets").get<std::vector<size_t>>();
-        if (off.size() != 2) fail("data_offsets must have two numbers");
-        e.begin = off[0];
-        e.end = off[1];
-        size_t es = dtype_size(e.dtype);
-        if (es == 0) fail("unknown dtype '{}'", e.dtype);
-        for (auto d : e.shape)
-          if (d < 0) fail("negative dimension in shape {}", shape_str(e.shape));
-        if (e.begin > e.end || e.end > data_bytes)
-          fail("data_offsets [{}, {}] lie outside the {} data bytes of the file", e.begin, e.end,
-               data_bytes);
-        if (e.end - e.begin != static_cast<size_t>(e.numel()) * es)
-          fail("shape {} of {} needs {} bytes, data_offsets give {}", shape_str(e.shape), e.dtype,
-               e.numel() * es, e.end - e.begin);
-        entries_[name] = e;
-      } catch (const nlohmann::json::exception& ex) {
-        fail("{}: broken safetensors header entry for tensor '{}': {}", path, name, ex.what());
-      } catch (const Error& ex) {
-        fail("{}: broken safetensors header entry for tensor '{}': {}", path, name, ex.what());
-      }
-    }
-  } catch (...) {
-    munmap(const_cast<uint8_t*>(map_), size_);
-    throw;
+    return nlohmann::json::parse(p, p + n, cb);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: broken safetensors header (not valid JSON): {}", path, e.what());
   }
 }
 
-SafeTensorsReader::~SafeTensorsReader() {
-  if (map_) munmap(const_cast<uint8_t*>(map_), size_);
+// A JSON number that is a non-negative integer (nlohmann stores those as unsigned).
+bool is_count(const nlohmann::json& v) {
+  return v.is_number_unsigned();
+}
+
+}  // namespace
+
+SafeTensorsReader::SafeTensorsReader(const std::string& path)
+    : path_(path), file_(path, "safetensors file") {
+  parse_header();
+}
+
+void SafeTensorsReader::parse_header() {
+  const std::string& path = path_;
+  const uint8_t* map = file_.data();
+  const size_t size = file_.size();
+  if (size < 8)
+    fail("{} is not a safetensors file: {} bytes, too short for the 8-byte header length", path,
+         size);
+  uint64_t hlen;
+  std::memcpy(&hlen, map, 8);
+  if (hlen > kSafeTensorsMaxHeaderBytes)
+    fail("{}: broken safetensors header: it claims {} bytes, more than the format's limit of {}",
+         path, hlen, kSafeTensorsMaxHeaderBytes);
+  if (hlen > size - 8)
+    fail("{}: broken safetensors header: it claims {} bytes, the file has {} after the length",
+         path, hlen, size - 8);
+  if (hlen == 0 || map[8] != '{')
+    fail("{}: broken safetensors header: it must start with '{{' (a JSON object)", path);
+  data_ = map + 8 + hlen;
+  const size_t data_bytes = size - 8 - hlen;
+  nlohmann::json h = parse_header_json(map + 8, hlen, path);
+  if (!h.is_object()) fail("{}: broken safetensors header: not a JSON object", path);
+  for (auto& item : h.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& v = item.value();
+    if (name == "__metadata__") {
+      if (!v.is_object())
+        fail("{}: broken safetensors header: __metadata__ must map strings to strings", path);
+      for (auto& [k, mv] : v.items()) {
+        if (!mv.is_string())
+          fail("{}: broken safetensors header: __metadata__ '{}' is not a string", path, k);
+        metadata_[k] = mv.get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& why) {
+      fail("{}: broken safetensors header entry for tensor '{}': {}", path, name, why);
+    };
+    if (!v.is_object()) bad("not an object {dtype, shape, data_offsets}");
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (!v.contains(key)) bad(fmt::format("no \"{}\"", key));
+    if (!v["dtype"].is_string()) bad("dtype is not a string");
+    SafeTensorEntry e;
+    e.dtype = v["dtype"].get<std::string>();
+    const size_t es = dtype_size(e.dtype);
+    if (es == 0) bad(fmt::format("unknown dtype '{}'", e.dtype));
+    const auto& shape = v["shape"];
+    if (!shape.is_array()) bad("shape is not a list");
+    for (const auto& d : shape) {
+      if (!is_count(d) || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        bad(fmt::format("shape {} holds something other than a non-negative integer",
+                        shape.dump()));
+      e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !is_count(off[0]) || !is_count(off[1]))
+      bad(fmt::format("data_offsets {} must be two non-negative integers [begin, end]",
+                      off.dump()));
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.begin > e.end)
+      bad(fmt::format("data_offsets [{}, {}] end before they begin", e.begin, e.end));
+    if (e.end > data_bytes)
+      bad(fmt::format("data_offsets [{}, {}] lie outside the {} data bytes of the file", e.begin,
+                      e.end, data_bytes));
+    uint64_t bytes = es;
+    for (auto d : e.shape)
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+        bad(fmt::format("shape {} of {} overflows a 64-bit byte count", shape_str(e.shape),
+                        e.dtype));
+    if (e.end - e.begin != bytes)
+      bad(fmt::format("shape {} of {} needs {} bytes, data_offsets [{}, {}] give {}",
+                      shape_str(e.shape), e.dtype, bytes, e.begin, e.end, e.end - e.begin));
+    entries_[name] = e;
+  }
+  // The byte ranges must tile the data section: sorted by offset, each begins where the one
+  // before ends, and the last ends at the end of the file.
+  std::vector<std::pair<const std::string*, const SafeTensorEntry*>> order;
+  for (const auto& [name, e] : entries_) order.emplace_back(&name, &e);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  size_t at = 0;
+  const std::string* prev = nullptr;
+  for (const auto& [name, e] : order) {
+    if (e->begin < at)
+      fail(
+          "{}: broken safetensors file: tensor '{}' (bytes [{}, {})) overlaps tensor '{}' "
+          "(which ends at {})",
+          path, *name, e->begin, e->end, *prev, at);
+    if (e->begin > at)
+      fail("{}: broken safetensors file: bytes [{}, {}) before tensor '{}' belong to no tensor",
+           path, at, e->begin, *name);
+    at = e->end;
+    prev = name;
+  }
+  if (at != data_bytes)
+    fail(
+        "{}: broken safetensors file: the data section has {} bytes, the tensors cover {} (bytes "
+        "after {} belong to no tensor)",
+        path, data_bytes, at, prev ? "tensor '" + *prev + "'" : std::string("the header"));
 }
 
 const SafeTensorEntry& SafeTensorsReader::entry(const std::string& name) const {
@@ -142,6 +209,7 @@ void SafeTensorsReader::read_f32(const std::string& name, const std::vector<int6
          shape_str(shape));
   const uint8_t* p = data_ + e.begin;
   int64_t n = e.numel();
+  if (n == 0) return;
   if (e.dtype == "F32") {
     std::memcpy(out, p, n * 4);
   } else if (e.dtype == "F64") {
@@ -171,6 +239,7 @@ void SafeTensorsReader::read_f32(const std::string& name, const std::vector<int6
 std::vector<double> SafeTensorsReader::read_f64(const std::string& name) const {
   const SafeTensorEntry& e = entry(name);
   std::vector<double> out(e.numel());
+  if (out.empty()) return out;
   if (e.dtype == "F64") {
     std::memcpy(out.data(), data_ + e.begin, out.size() * 8);
   } else {
@@ -185,7 +254,7 @@ std::vector<int32_t> SafeTensorsReader::read_i32(const std::string& name) const 
   const SafeTensorEntry& e = entry(name);
   if (e.dtype != "I32") fail("{}: tensor '{}' has dtype {}, expected I32", path_, name, e.dtype);
   std::vector<int32_t> out(e.numel());
-  std::memcpy(out.data(), data_ + e.begin, out.size() * 4);
+  if (!out.empty()) std::memcpy(out.data(), data_ + e.begin, out.size() * 4);
   return out;
 }
 

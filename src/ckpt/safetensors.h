@@ -1,11 +1,17 @@
 // safetensors files (Hugging Face's format): an 8-byte little-endian header length, a JSON
 // header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then raw
-// little-endian data. Reading maps the file and checks every entry against its bounds.
+// little-endian data. Reading maps the file and applies the format's own checks before any
+// tensor is used: the header is at most 100 MB and a JSON object without duplicate keys; every
+// entry has a known dtype, a shape of non-negative integers whose byte size does not overflow
+// and equals end - begin of its data_offsets; the entries' byte ranges tile the data section
+// exactly (no overlap, no hole, nothing after the last); __metadata__ maps strings to strings.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "core/input_file.h"
 
 namespace kiln {
 
@@ -13,14 +19,17 @@ struct SafeTensorEntry {
   std::string dtype;  // "F32", "F64", "BF16", "F16", "I32", "I64", ...
   std::vector<int64_t> shape;
   size_t begin = 0, end = 0;  // byte offsets into the data section
-  int64_t numel() const;
+  int64_t numel() const;      // throws if the product of the shape overflows
 };
+
+// The largest header the reader accepts (the format's own limit).
+constexpr uint64_t kSafeTensorsMaxHeaderBytes = 100'000'000;
 
 class SafeTensorsReader {
  public:
-  // Throws naming the file if the header is broken or an entry lies outside the file.
+  // Throws naming the file (and the tensor) if the file breaks any rule above, or is not a
+  // regular file.
   explicit SafeTensorsReader(const std::string& path);
-  ~SafeTensorsReader();
   SafeTensorsReader(const SafeTensorsReader&) = delete;
   SafeTensorsReader& operator=(const SafeTensorsReader&) = delete;
 
@@ -37,9 +46,10 @@ class SafeTensorsReader {
   std::vector<int32_t> read_i32(const std::string& name) const;
 
  private:
+  void parse_header();
+
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;
   const uint8_t* data_ = nullptr;
   std::map<std::string, SafeTensorEntry> entries_;
   std::map<std::string, std::string> metadata_;

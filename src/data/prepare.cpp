@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/input_file.h"
 #include "core/sha256.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
@@ -68,17 +70,21 @@ std::vector<std::string> list_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const auto& in : inputs) {
     std::error_code ec;
-    if (fs::is_directory(in, ec)) {
+    const auto st = fs::status(in, ec);  // follows symbolic links
+    if (fs::is_directory(st)) {
+      // Regular files only: a FIFO or a device found inside is skipped, not read.
       std::vector<std::string> found;
       for (const auto& e : fs::recursive_directory_iterator(in))
         if (e.is_regular_file()) found.push_back(e.path().string());
-      if (found.empty()) fail("--input {}: the directory holds no files", in);
+      if (found.empty()) fail("--input {}: the directory holds no regular files", in);
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
-    } else if (fs::is_regular_file(in, ec)) {
+    } else if (fs::is_regular_file(st)) {
       files.push_back(in);
-    } else {
+    } else if (!fs::exists(st)) {
       fail("--input {}: no such file or directory", in);
+    } else {
+      fail("--input {} is {}, not a regular file or a directory of text files", in, file_kind(in));
     }
   }
   if (files.empty()) fail("no input: give --input FILE_OR_DIR");
@@ -89,9 +95,13 @@ std::vector<std::string> list_inputs(const std::vector<std::string>& inputs) {
 
 PrepareSummary prepare_dataset(const PrepareOptions& o) {
   const double t0 = now_seconds();
-  if (o.val_fraction < 0 || o.val_fraction >= 1)
-    fail("--val-fraction must be in [0, 1), got {}", o.val_fraction);
-  if (o.shard_tokens < 1) fail("--shard-tokens must be positive");
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1))  // also refuses NaN
+    fail("--val-fraction must be a number in [0, 1), got {}", o.val_fraction);
+  if (o.shard_tokens < 1 || o.shard_tokens > kMaxShardTokens)
+    fail("--shard-tokens must be in 1..{} (a shard's header counts its tokens in an int32), got {}",
+         kMaxShardTokens, o.shard_tokens);
+  if (o.threads < 0 || o.threads > kMaxPrepareThreads)
+    fail("--threads must be in 0..{} (0 = all cores), got {}", kMaxPrepareThreads, o.threads);
   if (o.output.empty()) fail("--output is required");
   auto tok = make_tokenizer(o.tokenizer);
   if (tok->vocab_size() > 65536) fail("tokenizer {} does not fit uint16 shards", o.tokenizer);
@@ -101,7 +111,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& o) {
   nlohmann::json sources = nlohmann::json::array();
   int64_t total_bytes = 0;
   for (size_t f = 0; f < files.size(); f++) {
-    texts[f] = read_file(files[f], "input");
+    texts[f] = read_regular_file(files[f], "--input", SIZE_MAX);
     if (!o.allow_invalid_utf8) {
       size_t bad = first_invalid_utf8(texts[f]);
       if (bad != std::string::npos)
@@ -115,7 +125,12 @@ PrepareSummary prepare_dataset(const PrepareOptions& o) {
                        {"bytes", texts[f].size()},
                        {"sha256", sha256_hex(texts[f].data(), texts[f].size())}});
   }
-  if (total_bytes == 0) fail("the input files are empty: there is no text to tokenize");
+  if (total_bytes == 0) {
+    std::string names;
+    for (size_t f = 0; f < files.size() && f < 5; f++) names += (f ? ", " : "") + files[f];
+    fail("--input {}{}: empty, there is no text to tokenize", names,
+         files.size() > 5 ? " and the others" : "");
+  }
 
   // Chunks at fixed places, tokenized in parallel, joined in order.
   std::vector<Chunk> chunks;

@@ -6,11 +6,15 @@
 // pre-tokenizer must break anyway), in parallel, so the output is the same for any thread count.
 // Everything is written under a temporary name and published only when complete.
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kiln {
+
+constexpr int64_t kMaxShardTokens = INT32_MAX;  // the shard header's count is an int32
+constexpr int kMaxPrepareThreads = 1024;
 
 struct PrepareOptions {
   std::string tokenizer = "gpt2";
@@ -28,6 +32,8 @@ struct PrepareSummary {
   double seconds = 0;
 };
 
+// Refuses options out of range and inputs that are not regular files or directories (naming the
+// flag or the path) before anything is read.
 PrepareSummary prepare_dataset(const PrepareOptions& o);
 
 // Offsets where text may be cut without changing its GPT-2 pieces, about every `target` bytes:

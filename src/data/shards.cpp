@@ -1,12 +1,9 @@
 #include "data/shards.h"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "core/error.h"
@@ -32,6 +29,7 @@ std::vector<std::string> expand_shard_pattern(const std::string& pattern, const 
 }
 
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  KILN_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX));  // the header's count is an int32
   std::vector<uint8_t> bytes(kShardHeaderBytes + tokens.size() * 2);
   int32_t header[256] = {0};
   header[0] = kShardMagic;
@@ -42,75 +40,48 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
+// The header fields the reader trusts, checked against the file's size before any token is
+// read. Errors name the config key and the file and say what to do.
 ShardSet::ShardSet(const std::vector<std::string>& files, const std::string& what)
     : files_(files), what_(what) {
-  try {
-    open_all(files, what);
-  } catch (...) {
-    for (auto& s : shards_) munmap(const_cast<uint8_t*>(s.map), s.map_bytes);
-    shards_.clear();
-    throw;
-  }
-}
-
-void ShardSet::open_all(const std::vector<std::string>& files, const std::string& what) {
   for (const auto& path : files) {
-    Shard s;
-    s.path = path;
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) fail("{}: cannot open shard {}: {}", what, path, std::strerror(errno));
-    struct stat st;
-    fstat(fd, &st);
-    size_t size = static_cast<size_t>(st.st_size);
-    if (size < static_cast<size_t>(kShardHeaderBytes)) {
-      ::close(fd);
-      fail("{}: shard {} is truncated: {} bytes, shorter than the 1024-byte header", what, path,
-           size);
-    }
-    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) fail("{}: cannot mmap shard {}: {}", what, path, std::strerror(errno));
-    s.map = static_cast<const uint8_t*>(m);
-    s.map_bytes = size;
-    shards_.push_back(s);  // owned from here: unmapped by the caller on any error below
+    MappedFile file(path, what + ": shard");
+    const size_t size = file.size();
+    if (size == 0) fail("{}: shard {} is empty (0 bytes); prepare it again", what, path);
+    if (size < static_cast<size_t>(kShardHeaderBytes))
+      fail(
+          "{}: shard {} is truncated: {} bytes, shorter than the {}-byte header; prepare it "
+          "again",
+          what, path, size, kShardHeaderBytes);
     int32_t header[3];
-    std::memcpy(header, s.map, sizeof(header));
+    std::memcpy(header, file.data(), sizeof(header));
     if (header[0] != kShardMagic)
       fail("{}: {} is not a token shard: magic number {} (expected {}, llm.c's format)", what, path,
            header[0], kShardMagic);
     if (header[1] != kShardVersion)
-      fail("{}: shard {} has version {}; kiln reads version 1 (uint16 tokens)", what, path,
-           header[1]);
-    int64_t n = header[2];
-    size_t expect = kShardHeaderBytes + static_cast<size_t>(n) * 2;
-    if (n < 0 || size != expect)
+      fail("{}: shard {} has version {}; kiln reads version {} (uint16 tokens)", what, path,
+           header[1], kShardVersion);
+    const int64_t n = header[2];
+    if (n < 0)
       fail(
-          "{}: shard {} is truncated or damaged: header says {} tokens ({} bytes), file has {} "
-          "bytes; prepare it again",
-          what, path, n, expect, size);
-    Shard& b = shards_.back();
-    b.tokens = reinterpret_cast<const uint16_t*>(b.map + kShardHeaderBytes);
-    b.n = n;
-    b.start = total_;
+          "{}: shard {} is damaged: its header gives a negative token count ({}); prepare it again",
+          what, path, n);
+    const size_t expect = kShardHeaderBytes + static_cast<size_t>(n) * 2;
+    if (size != expect)
+      fail(
+          "{}: shard {} is {}: its header says {} tokens ({} bytes), the file has {} bytes; "
+          "prepare it again",
+          what, path, size < expect ? "truncated" : "damaged (bytes after its tokens)", n, expect,
+          size);
+    Shard s;
+    s.path = path;
+    s.tokens = reinterpret_cast<const uint16_t*>(file.data() + kShardHeaderBytes);
+    s.file = std::move(file);
+    s.n = n;
+    s.start = total_;
     total_ += n;
+    shards_.push_back(std::move(s));
   }
-}
-
-ShardSet::~ShardSet() {
-  for (auto& s : shards_)
-    if (s.map) munmap(const_cast<uint8_t*>(s.map), s.map_bytes);
-}
-
-ShardSet::ShardSet(ShardSet&& o) noexcept {
-  *this = std::move(o);
-}
-
-ShardSet& ShardSet::operator=(ShardSet&& o) noexcept {
-  std::swap(shards_, o.shards_);
-  std::swap(files_, o.files_);
-  std::swap(what_, o.what_);
-  std::swap(total_, o.total_);
-  return *this;
 }
 
 void ShardSet::read(int64_t start, int64_t n, int32_t* out, int vocab) const {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/input_file.h"
+
 namespace kiln {
 
 constexpr int32_t kShardMagic = 20240520;
@@ -22,13 +24,9 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 class ShardSet {
  public:
   ShardSet() = default;
-  // Opens and validates every file (magic, version, size); errors name the file.
+  // Opens and validates every file (a regular file; magic, version, token count, size); errors
+  // name `what` (the config key) and the file, and never block (a FIFO is refused unopened).
   ShardSet(const std::vector<std::string>& files, const std::string& what);
-  ~ShardSet();
-  ShardSet(const ShardSet&) = delete;
-  ShardSet& operator=(const ShardSet&) = delete;
-  ShardSet(ShardSet&& o) noexcept;
-  ShardSet& operator=(ShardSet&& o) noexcept;
 
   int64_t num_tokens() const { return total_; }
   // Copies tokens [start, start+n) of the concatenation into out; checks each id < vocab.
@@ -36,11 +34,9 @@ class ShardSet {
   const std::vector<std::string>& files() const { return files_; }
 
  private:
-  void open_all(const std::vector<std::string>& files, const std::string& what);
   struct Shard {
     std::string path;
-    const uint8_t* map = nullptr;
-    size_t map_bytes = 0;
+    MappedFile file;
     const uint16_t* tokens = nullptr;
     int64_t n = 0;
     int64_t start = 0;  // offset of its first token in the concatenation

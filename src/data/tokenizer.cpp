@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 
 #include "core/error.h"
@@ -181,7 +182,9 @@ class Gpt2Tokenizer : public Tokenizer {
 
  private:
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out, EncodeCache* cache) const;
+  static constexpr size_t kShortPiece = 64;  // longer pieces merge through a heap (bpe_long)
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
+  void bpe_long(std::string_view piece, std::vector<int32_t>& out) const;
   int32_t rank(std::string_view bytes) const {
     auto it = ranks_.find(bytes);
     return it == ranks_.end() ? INT32_MAX : it->second;
@@ -263,35 +266,86 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) {
   hash_ = sha256_hex((sha256_file(enc_path) + sha256_file(bpe_path)).data(), 128);
 }
 
+// tiktoken's byte_pair_merge: the piece starts as single bytes; repeatedly merge the adjacent
+// pair whose merged bytes have the lowest rank, the leftmost on ties, until no pair is in the
+// vocabulary. Short pieces (nearly all of real text) scan a small array for the minimum, as
+// tiktoken does; that is O(n^2) per piece, so long ones (a 1 MB word) keep the candidate pairs
+// in a min-heap by (rank, position) over a linked list of parts: O(n log n), the same merges.
 void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.size() > kShortPiece) return bpe_long(piece, out);
   const size_t n = piece.size();
-  // tiktoken's byte_pair_merge: boundaries with the rank of merging each with the next part;
-  // repeatedly merge the lowest-ranked pair (leftmost on ties).
   struct Part {
     size_t start;
-    int32_t rank;
+    int32_t rank;  // of this part merged with the next
   };
-  std::vector<Part> parts;
-  parts.reserve(n + 1);
-  for (size_t i = 0; i + 1 < n; i++) parts.push_back({i, rank(piece.substr(i, 2))});
-  parts.push_back({n - 1, INT32_MAX});
-  parts.push_back({n, INT32_MAX});
+  Part parts[kShortPiece + 1];
+  size_t count = 0;
+  for (size_t i = 0; i + 1 < n; i++) parts[count++] = {i, rank(piece.substr(i, 2))};
+  parts[count++] = {n - 1, INT32_MAX};
+  parts[count++] = {n, INT32_MAX};
   auto rank_at = [&](size_t i) {  // rank of parts[i] merged with parts[i+1]
-    if (i + 2 >= parts.size()) return INT32_MAX;
+    if (i + 2 >= count) return INT32_MAX;
     return rank(piece.substr(parts[i].start, parts[i + 2].start - parts[i].start));
   };
-  while (parts.size() > 2) {
+  while (count > 2) {
     int32_t best = INT32_MAX;
     size_t at = 0;
-    for (size_t i = 0; i + 1 < parts.size(); i++)
+    for (size_t i = 0; i + 1 < count; i++)
       if (parts[i].rank < best) best = parts[i].rank, at = i;
     if (best == INT32_MAX) break;
-    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+    std::copy(parts + at + 2, parts + count, parts + at + 1);
+    count--;
     parts[at].rank = rank_at(at);
     if (at > 0) parts[at - 1].rank = rank_at(at - 1);
   }
-  for (size_t i = 0; i + 1 < parts.size(); i++) {
+  for (size_t i = 0; i + 1 < count; i++) {
     int32_t id = rank(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start));
+    KILN_CHECK(id != INT32_MAX);
+    out.push_back(id);
+  }
+}
+
+void Gpt2Tokenizer::bpe_long(std::string_view piece, std::vector<int32_t>& out) const {
+  const size_t n = piece.size();
+  // A part is named by its first byte, which a merge never moves: next[i] is where part i ends
+  // (the next part's start, n for the last), prev[i] the part before it; rank[i] the rank of
+  // part i merged with the next, or kDead once part i has been merged into the one before it.
+  constexpr int32_t kDead = -1;
+  std::vector<size_t> next(n), prev(n);
+  std::vector<int32_t> rank_of(n);
+  auto pair_rank = [&](size_t i) {
+    size_t j = next[i];
+    if (j >= n) return INT32_MAX;
+    return rank(piece.substr(i, next[j] - i));
+  };
+  // Candidates by (rank, position): the lowest rank first, the leftmost on ties. An entry is
+  // stale when its part died or its rank changed since; a rank names its bytes, so an entry
+  // whose rank is still current stands for the same merge.
+  using Candidate = std::pair<int32_t, size_t>;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  for (size_t i = 0; i < n; i++) next[i] = i + 1, prev[i] = i - 1;
+  for (size_t i = 0; i < n; i++) {
+    rank_of[i] = pair_rank(i);
+    if (rank_of[i] != INT32_MAX) heap.emplace(rank_of[i], i);
+  }
+  while (!heap.empty()) {
+    auto [r, i] = heap.top();
+    heap.pop();
+    if (rank_of[i] != r) continue;  // stale (or dead: r >= 0 > kDead)
+    const size_t j = next[i];
+    rank_of[j] = kDead;
+    next[i] = next[j];
+    if (next[j] < n) prev[next[j]] = i;
+    rank_of[i] = pair_rank(i);
+    if (rank_of[i] != INT32_MAX) heap.emplace(rank_of[i], i);
+    if (i > 0) {
+      const size_t p = prev[i];
+      rank_of[p] = pair_rank(p);
+      if (rank_of[p] != INT32_MAX) heap.emplace(rank_of[p], p);
+    }
+  }
+  for (size_t i = 0; i < n; i = next[i]) {
+    int32_t id = rank(piece.substr(i, next[i] - i));
     KILN_CHECK(id != INT32_MAX);
     out.push_back(id);
   }
@@ -319,7 +373,8 @@ void Gpt2Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>&
       }
       size_t before = out.size();
       bpe(piece, out);
-      if (cache->pieces.size() < 200000)
+      // Long pieces are rare in text and would fill the cache with their bytes.
+      if (cache->pieces.size() < 200000 && piece.size() <= kShortPiece)
         cache->pieces.emplace(std::string(piece),
                               std::vector<int32_t>(out.begin() + before, out.end()));
       continue;

@@ -16,6 +16,7 @@
 #include "core/exit_codes.h"
 #include "core/file.h"
 #include "core/process.h"
+#include "data/manifest.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "launch/job_env.h"
@@ -275,17 +276,15 @@ void Trainer::write_trace() {
 // token id error mid-run.
 void Trainer::check_manifest(const std::string& first_shard) const {
   fs::path m = fs::path(first_shard).parent_path() / "manifest.json";
-  if (!fs::exists(m)) return;
-  auto j = nlohmann::json::parse(read_file(m.string(), "data manifest"), nullptr, false);
-  if (j.is_discarded() || !j.contains("tokenizer") || !j["tokenizer"].is_object()) return;
-  std::string name = j["tokenizer"].value("name", "");
-  int vocab = j["tokenizer"].value("vocab_size", 0);
-  if (!name.empty() && name != cfg_.tokenizer)
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(m, ec))) return;
+  DataManifest j = read_data_manifest(m.string());  // refuses a broken one, naming it
+  if (j.tokenizer != cfg_.tokenizer)
     fail("{}: data.train was prepared with the {} tokenizer ({}), but data.tokenizer is \"{}\"",
-         cfg_.source, name, m.string(), cfg_.tokenizer);
-  if (vocab > cfg_.model.vocab_size)
+         cfg_.source, j.tokenizer, m.string(), cfg_.tokenizer);
+  if (j.vocab_size > cfg_.model.vocab_size)
     fail("{}: data.train holds {} tokens ({} tokenizer, {}), more than model.vocab_size = {}",
-         cfg_.source, vocab, name, m.string(), cfg_.model.vocab_size);
+         cfg_.source, j.vocab_size, j.tokenizer, m.string(), cfg_.model.vocab_size);
 }
 
 std::string Trainer::sample_text() {

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <set>
 
 #include "core/error.h"
 #include "data/loader.h"
+#include "data/manifest.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -222,6 +225,112 @@ TEST(Shards, TokenOutsideVocabularyIsReported) {
   std::vector<int32_t> out(100);
   std::string e = error_of([&] { s.read(0, 100, out.data(), 50); });
   EXPECT_NE(e.find("outside the vocabulary"), std::string::npos) << e;
+}
+
+// A shard file with the given header fields and `tokens` tokens after it.
+void write_shard_header(const std::string& path, int32_t magic, int32_t version, int32_t count,
+                        size_t tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header.data()), 1024);
+  f << std::string(tokens * 2, '\0');
+}
+
+TEST(Shards, AFifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  std::string fifo = dir / "train_000000.bin";
+  ASSERT_EQ(0, mkfifo(fifo.c_str(), 0600));
+  std::string e = error_of([&] { ShardSet s({fifo}, "data.train"); });  // blocked forever before
+  EXPECT_NE(e.find("data.train"), std::string::npos) << e;
+  EXPECT_NE(e.find(fifo), std::string::npos) << e;
+  EXPECT_NE(e.find("FIFO"), std::string::npos) << e;
+}
+
+TEST(Shards, DirectoriesDevicesAndEmptyFilesAreRefusedByName) {
+  TempDir dir;
+  std::ofstream(dir / "empty.bin").close();
+  for (const std::string& path : {dir.path(), std::string("/dev/null"), dir / "empty.bin"}) {
+    std::string e = error_of([&] { ShardSet s({path}, "data.val"); });
+    EXPECT_NE(e.find("data.val"), std::string::npos) << e;
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { ShardSet s({dir.path()}, "data.val"); }).find("directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ShardSet s({"/dev/null"}, "data.val"); }).find("character device"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ShardSet s({dir / "empty.bin"}, "data.val"); }).find("empty"),
+            std::string::npos);
+}
+
+TEST(Shards, HeaderFieldsOutOfRangeAreRefused) {
+  TempDir dir;
+  struct Case {
+    int32_t version, count;
+    size_t tokens;
+    const char* says;
+  };
+  for (const Case& c : {Case{2, 4, 4, "version 2"}, Case{1, -5, 0, "negative token count"},
+                        Case{1, 2147483647, 4, "truncated"}, Case{1, 3, 4, "bytes after"}}) {
+    write_shard_header(dir / "s.bin", kShardMagic, c.version, c.count, c.tokens);
+    std::string e = error_of([&] { ShardSet s({dir / "s.bin"}, "data.train"); });
+    EXPECT_NE(e.find(dir / "s.bin"), std::string::npos) << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << e;
+  }
+}
+
+// ---- the data manifest ------------------------------------------------------------------------
+
+const char* kGoodManifest = R"({"tokenizer": {"name": "gpt2", "vocab_size": 50257, "hash": "ab"},
+  "train": {"tokens": 30, "shards": [{"file": "train_000000.bin", "tokens": 20},
+                                     {"file": "train_000001.bin", "tokens": 10}]},
+  "val": {"tokens": 0, "shards": []}})";
+
+TEST(DataManifest, AManifestKilnWritesParses) {
+  DataManifest m = parse_data_manifest(kGoodManifest, "d/manifest.json");
+  EXPECT_EQ(m.tokenizer, "gpt2");
+  EXPECT_EQ(m.vocab_size, 50257);
+  ASSERT_EQ(m.train.shards.size(), 2u);
+  EXPECT_EQ(m.train.shards[1].tokens, 10);
+}
+
+TEST(DataManifest, BrokenManifestsAreRefusedNamingTheFileAndKey) {
+  struct Case {
+    std::string text, says;
+  };
+  const std::vector<Case> cases = {
+      {"", "not valid JSON"},
+      {"[1]", "not a JSON object"},
+      {R"({"tokenizer": "gpt2"})", "tokenizer"},
+      {R"({"tokenizer": {"name": 3, "vocab_size": 10}})", "tokenizer.name"},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": "50257"}})", "tokenizer.vocab_size"},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 70000}})", "tokenizer.vocab_size"},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 1e300}})", "tokenizer.vocab_size"},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 10}, "train": {"tokens": -5, "shards": []}})",
+       "\"train\""},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 10}, "val": {"tokens": 3, "shards": []}})",
+       "its shards hold 0"},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 10},
+           "train": {"tokens": 1, "shards": [{"file": "../x.bin", "tokens": 1}]}})",
+       "plain file name"},
+  };
+  for (const auto& c : cases) {
+    std::string e = error_of([&] { parse_data_manifest(c.text, "d/manifest.json"); });
+    EXPECT_NE(e.find("d/manifest.json"), std::string::npos) << c.text << " -> " << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.text << " -> " << e;
+  }
+}
+
+TEST(DataManifest, AFifoOrDirectoryIsRefusedWithoutBlocking) {
+  TempDir dir;
+  std::string fifo = dir / "manifest.json";
+  ASSERT_EQ(0, mkfifo(fifo.c_str(), 0600));
+  std::string e = error_of([&] { read_data_manifest(fifo); });
+  EXPECT_NE(e.find("FIFO"), std::string::npos) << e;
+  e = error_of([&] { read_data_manifest(dir.path()); });
+  EXPECT_NE(e.find("directory"), std::string::npos) << e;
 }
 
 }  // namespace
