@@ -1,6 +1,7 @@
 #include "train/config.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -64,12 +65,13 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.grad_accum", &c.grad_accum, "micro-batches per optimizer step"},
       {"train.steps", &c.steps, "optimizer steps"},
       {"train.lr", &c.lr, "peak learning rate"},
-      {"train.min_lr", &c.min_lr, "learning rate at the end of the cosine decay"},
+      {"train.min_lr", &c.min_lr,
+       "learning rate at the end of the cosine decay (at most train.lr)"},
       {"train.warmup_steps", &c.warmup_steps, "linear warm-up steps"},
       {"train.weight_decay", &c.weight_decay, "decoupled weight decay (matrices only)"},
-      {"train.beta1", &c.beta1, "AdamW beta1"},
-      {"train.beta2", &c.beta2, "AdamW beta2"},
-      {"train.eps", &c.eps, "AdamW epsilon"},
+      {"train.beta1", &c.beta1, "AdamW beta1, in [0, 1)"},
+      {"train.beta2", &c.beta2, "AdamW beta2, in [0, 1)"},
+      {"train.eps", &c.eps, "AdamW epsilon, more than 0"},
       {"train.grad_clip", &c.grad_clip, "clip the global gradient norm to this (0: off)"},
       {"train.seed", &c.seed, "seed of initialisation and data order"},
       {"train.dtype", &c.dtype,
@@ -81,16 +83,16 @@ std::vector<Key> schema(TrainConfig& c) {
        "attention kernels: \"standard\" (keeps the T x T probabilities) or \"flash\" (online "
        "softmax, no T x T memory)"},
       {"train.threads", &c.threads,
-       "threads per process (0: the cores shared out among this machine's ranks)"},
+       "threads per process, at most 1024 (0: the cores shared out among this machine's ranks)"},
       {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0, 1, 2 or 3"},
       {"train.bucket_mb", &c.bucket_mb,
-       "gradient bucket size in MB for the data-parallel reduction"},
+       "gradient bucket size in MB for the data-parallel reduction (more than 0, at most 1e6)"},
       {"train.resume", &c.resume,
        "\"none\", \"auto\" (newest complete checkpoint if any) or \"must\""},
       {"train.init_from", &c.init_from, "start from GPT-2 weights in a safetensors file"},
       {"train.out_dir", &c.out_dir, "run directory (metrics, checkpoints)"},
       {"train.val_every", &c.val_every, "validation every N steps (0: never)"},
-      {"train.val_batches", &c.val_batches, "micro-batches per validation"},
+      {"train.val_batches", &c.val_batches, "micro-batches per validation (at least 1)"},
       {"train.log_every", &c.log_every, "print a progress line every N steps"},
       {"train.sample_tokens", &c.sample_tokens,
        "print a generated sample of N tokens at each validation (0: none)"},
@@ -487,6 +489,12 @@ double usable_memory_bytes() {
     std::ifstream f(path);
     double limit = 0;
     if (f >> limit && limit > 0) bytes = std::min(bytes, limit);
+  }
+  // `ulimit -v` (address space) and `ulimit -d` (data segment) bound the allocations too.
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      bytes = std::min(bytes, static_cast<double>(rl.rlim_cur));
   }
   return bytes;
 }

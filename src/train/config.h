@@ -83,8 +83,8 @@ struct TrainConfig {
 // rank keeps whatever the number of ranks (weights, gradients and AdamW moments unless ZeRO
 // shards them). A lower bound: a config that passes may still not fit.
 void check_memory_fits(const TrainConfig& c, double memory_bytes);
-// Bytes of memory this process may use: the machine's physical memory, or its cgroup's limit
-// when lower (a Slurm job's allocation).
+// Bytes of memory this process may use: the machine's physical memory, or when lower its
+// cgroup's limit (a Slurm job's allocation) or the process's address-space or data limit.
 double usable_memory_bytes();
 
 // Reads a TOML file and applies `section.key=value` overrides in order.

@@ -280,6 +280,12 @@ TEST_F(BadInputCli, ABatchThatCannotFitSaysHowMuchMemoryAndWhy) {
   EXPECT_NE(r.output.find("iB of activations"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("of memory here"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train.recompute"), std::string::npos) << r.output;
+  // The process's own limit counts as this machine's memory: 2 GiB of activations under
+  // `ulimit -v` of 1 GB is refused up front, not met with a bad_alloc (or an OOM kill) later.
+  r = run_command("ulimit -v 1000000 && timeout 60 " + std::string(KILN_BIN) + " train " + config_ +
+                  " --check --set train.batch_size=20000");
+  expect_refused(r, kExitBadInput, "train.batch_size = 20000", "activations above ulimit -v");
+  EXPECT_NE(r.output.find("976.6 MiB of memory here"), std::string::npos) << r.output;
 }
 
 // A checkpoint of a tiny model (zero weights), enough for generate's checks.
