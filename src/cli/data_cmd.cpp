@@ -64,11 +64,18 @@ void register_tokenize(CLI::App& app) {
       while (ss >> word) {
         try {
           size_t used;
-          long v = std::stol(word, &used);
+          long long v = std::stoll(word, &used);
           if (used != word.size()) throw std::invalid_argument(word);
+          // Checked here, before the narrowing: 4294967296 must not become token 0.
+          if (v < 0 || v >= tok->vocab_size())
+            fail("--decode: token id {} is outside the {} vocabulary [0, {})", word, tok->name(),
+                 tok->vocab_size());
           ids.push_back(static_cast<int32_t>(v));
-        } catch (const std::exception&) {
+        } catch (const std::invalid_argument&) {
           fail("--decode: '{}' is not a token id", word);
+        } catch (const std::out_of_range&) {
+          fail("--decode: token id {} is outside the {} vocabulary [0, {})", word, tok->name(),
+               tok->vocab_size());
         }
       }
       std::string text = tok->decode(ids.data(), ids.size());

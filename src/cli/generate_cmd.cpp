@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "kernels/matmul.h"
 #include "model/sampler.h"
+#include "train/config.h"
 #include "train/gpt2_weights.h"
 
 namespace fs = std::filesystem;
@@ -50,7 +52,18 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return out;
 }
 
+// The options that need no checkpoint, checked before it is read.
+void check_options(const GenerateOpts& o) {
+  if (!std::isfinite(o.temperature) || o.temperature < 0)
+    fail("--temperature {}: must be a finite number, 0 (greedy) or more", o.temperature);
+  if (o.top_k < 0) fail("--top-k {}: must be 0 (all tokens) or more", o.top_k);
+  if (o.max_new_tokens < 0) fail("--max-new-tokens {}: must be 0 or more", o.max_new_tokens);
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    fail("--threads {}: must be 0 (all cores) to {}", o.threads, kMaxThreads);
+}
+
 void generate(const GenerateOpts& o) {
+  check_options(o);
   set_num_threads(o.threads);
   // A run directory or its checkpoints folder resolves to the newest checkpoint in it.
   std::string dir = o.checkpoint;
@@ -101,10 +114,17 @@ void generate(const GenerateOpts& o) {
     prompt = tok->encode(o.prompt, true);
   }
   if (prompt.empty()) prompt.push_back(c.vocab_size - 1);  // end-of-text starts a document
-  if (o.max_new_tokens < 0) fail("--max-new-tokens must not be negative");
-  if (static_cast<int>(prompt.size()) + o.max_new_tokens > c.block_size)
-    fail("prompt ({} tokens) + --max-new-tokens ({}) exceeds the model's {} positions",
-         prompt.size(), o.max_new_tokens, c.block_size);
+  for (int32_t id : prompt)
+    if (id < 0 || id >= c.vocab_size)
+      fail("--prompt-ids: token id {} is outside the model's vocabulary [0, {})", id, c.vocab_size);
+  if (o.top_k > c.vocab_size)
+    fail("--top-k {}: the model has only {} tokens (0 samples from all of them)", o.top_k,
+         c.vocab_size);
+  if (static_cast<int64_t>(prompt.size()) + o.max_new_tokens > c.block_size)
+    fail(
+        "the prompt ({} tokens) and --max-new-tokens ({}) exceed the model's {} positions "
+        "(block_size); shorten the prompt or lower --max-new-tokens",
+        prompt.size(), o.max_new_tokens, c.block_size);
   SampleOptions so;
   so.max_new_tokens = o.max_new_tokens;
   so.temperature = static_cast<float>(o.temperature);

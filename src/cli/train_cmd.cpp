@@ -1,7 +1,12 @@
+#include <fmt/format.h>
+
+#include <new>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/error.h"
+#include "core/exit_codes.h"
 #include "train/config.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
@@ -19,6 +24,7 @@ void register_train(CLI::App& app) {
     int metrics_port = -1;
     std::string metrics_host = "127.0.0.1";
     std::string trace;
+    bool check = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("config", o->config, "TOML config (see configs/)")->required();
@@ -39,7 +45,11 @@ void register_train(CLI::App& app) {
   cmd->add_option("--trace", o->trace,
                   "write a Chrome trace (chrome://tracing, Perfetto) of every rank's forward, "
                   "backward, optimizer, collectives and checkpoints to this file at the end");
-  std::string keys = "Config keys:\n";
+  cmd->add_flag("--check", o->check,
+                "check the config (every key's range, and that it fits in this machine's "
+                "memory), print it resolved as JSON and exit");
+  std::string keys =
+      "Config keys (each is checked: numbers must be finite and in range, see README.md):\n";
   for (const auto& k : train_config_keys()) keys += "  " + k + "\n";
   cmd->footer(keys);
   cmd->callback([o]() {
@@ -47,14 +57,38 @@ void register_train(CLI::App& app) {
     if (o->resume) sets.push_back("train.resume=must");
     if (o->overwrite) sets.push_back("train.overwrite=true");
     if (!o->init_from.empty()) sets.push_back("train.init_from=" + o->init_from);
-    TrainConfig cfg = load_train_config(o->config, sets);
+    // A config that cannot work is refused before anything starts, with kExitBadInput: the
+    // same command would fail the same way again, so launchers do not retry it.
+    TrainConfig cfg;
+    try {
+      cfg = load_train_config(o->config, sets);
+      check_memory_fits(cfg, usable_memory_bytes());
+    } catch (const Error& e) {
+      fmt::print(stderr, "kiln: error: {}\n", e.what());
+      std::exit(kExitBadInput);
+    }
+    if (o->check) {
+      fmt::print("{}\n", cfg.to_json().dump(2));
+      return;
+    }
     TrainerOptions opts;
     opts.metrics_port = o->metrics_port;
     opts.metrics_host = o->metrics_host;
     opts.trace_path = o->trace;
-    Trainer trainer(std::move(cfg), opts);
-    // Stopped early on a signal, after a checkpoint: a job script requeues on this code.
-    if (!trainer.run()) std::exit(kExitStoppedForRequeue);
+    const TrainConfig asked = cfg;
+    try {
+      Trainer trainer(std::move(cfg), opts);
+      // Stopped early on a signal, after a checkpoint: a job script requeues on this code.
+      if (!trainer.run()) std::exit(kExitStoppedForRequeue);
+    } catch (const std::bad_alloc&) {
+      // check_memory_fits is a lower bound; what did not fit is still said in terms of the keys.
+      fail(
+          "{}: out of memory (an allocation failed) for train.batch_size = {} x train.seq_len = "
+          "{} with a model of model.n_layer = {}, model.n_embd = {}; lower train.batch_size "
+          "(raising train.grad_accum keeps the batch), set train.recompute = \"full\", shard "
+          "the model state with train.zero, or run fewer ranks per machine",
+          asked.source, asked.batch_size, asked.seq_len, asked.model.n_layer, asked.model.n_embd);
+    }
   });
 }
 

@@ -1,7 +1,15 @@
 #include "train/config.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -13,6 +21,28 @@
 
 namespace kiln {
 namespace {
+
+// A string with its control characters escaped, for messages.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\t')
+      out += "\\t";
+    else if (ch < 0x20 || ch == 0x7f)
+      out += fmt::format("\\x{:02x}", ch);
+    else
+      out += static_cast<char>(ch);
+  }
+  return out;
+}
+
+bool has_control_char(const std::string& s, bool allow_whitespace) {
+  for (unsigned char ch : s)
+    if ((ch < 0x20 || ch == 0x7f) && !(allow_whitespace && (ch == '\n' || ch == '\t'))) return true;
+  return false;
+}
 
 using Field = std::variant<int*, int64_t*, double*, bool*, std::string*>;
 
@@ -35,12 +65,13 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.grad_accum", &c.grad_accum, "micro-batches per optimizer step"},
       {"train.steps", &c.steps, "optimizer steps"},
       {"train.lr", &c.lr, "peak learning rate"},
-      {"train.min_lr", &c.min_lr, "learning rate at the end of the cosine decay"},
+      {"train.min_lr", &c.min_lr,
+       "learning rate at the end of the cosine decay (at most train.lr)"},
       {"train.warmup_steps", &c.warmup_steps, "linear warm-up steps"},
       {"train.weight_decay", &c.weight_decay, "decoupled weight decay (matrices only)"},
-      {"train.beta1", &c.beta1, "AdamW beta1"},
-      {"train.beta2", &c.beta2, "AdamW beta2"},
-      {"train.eps", &c.eps, "AdamW epsilon"},
+      {"train.beta1", &c.beta1, "AdamW beta1, in [0, 1)"},
+      {"train.beta2", &c.beta2, "AdamW beta2, in [0, 1)"},
+      {"train.eps", &c.eps, "AdamW epsilon, more than 0"},
       {"train.grad_clip", &c.grad_clip, "clip the global gradient norm to this (0: off)"},
       {"train.seed", &c.seed, "seed of initialisation and data order"},
       {"train.dtype", &c.dtype,
@@ -52,10 +83,10 @@ std::vector<Key> schema(TrainConfig& c) {
        "attention kernels: \"standard\" (keeps the T x T probabilities) or \"flash\" (online "
        "softmax, no T x T memory)"},
       {"train.threads", &c.threads,
-       "threads per process (0: the cores shared out among this machine's ranks)"},
+       "threads per process, at most 1024 (0: the cores shared out among this machine's ranks)"},
       {"train.zero", &c.zero, "ZeRO stage across data-parallel ranks: 0, 1, 2 or 3"},
       {"train.bucket_mb", &c.bucket_mb,
-       "gradient bucket size in MB for the data-parallel reduction"},
+       "gradient bucket size in MB for the data-parallel reduction (more than 0, at most 1e6)"},
       {"train.resume", &c.resume,
        "\"none\", \"auto\" (newest complete checkpoint if any) or \"must\""},
       {"train.overwrite", &c.overwrite,
@@ -64,7 +95,7 @@ std::vector<Key> schema(TrainConfig& c) {
       {"train.init_from", &c.init_from, "start from GPT-2 weights in a safetensors file"},
       {"train.out_dir", &c.out_dir, "run directory (metrics, checkpoints)"},
       {"train.val_every", &c.val_every, "validation every N steps (0: never)"},
-      {"train.val_batches", &c.val_batches, "micro-batches per validation"},
+      {"train.val_batches", &c.val_batches, "micro-batches per validation (at least 1)"},
       {"train.log_every", &c.log_every, "print a progress line every N steps"},
       {"train.sample_tokens", &c.sample_tokens,
        "print a generated sample of N tokens at each validation (0: none)"},
@@ -143,20 +174,28 @@ void set_from_toml(Key& k, const toml::node& v, const std::string& source) {
 void apply_override(std::vector<Key>& keys, const std::string& ov) {
   auto eq = ov.find('=');
   if (eq == std::string::npos || eq == 0)
-    fail("--set '{}': expected section.key=value, e.g. --set train.lr=3e-4", ov);
+    fail("--set '{}': expected section.key=value, e.g. --set train.lr=3e-4", printable(ov));
   std::string name = ov.substr(0, eq), value = ov.substr(eq + 1);
+  if (has_control_char(name, false))
+    fail("--set '{}': the key holds a control character", printable(ov));
   Key& k = find_key(keys, name, "--set");
   // Strings may be given bare; everything else is parsed as a TOML value.
   if (std::holds_alternative<std::string*>(k.field) && (value.empty() || value[0] != '"')) {
     *std::get<std::string*>(k.field) = value;
     return;
   }
+  // A newline would end the TOML value early and the rest would be parsed as more keys (or
+  // dropped): one --set is one value.
+  if (has_control_char(value, false))
+    fail("--set {}: the value '{}' holds a control character (one --set gives one value)", name,
+         printable(value));
   toml::table t;
   try {
     t = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
     fail("--set {}: '{}' is not a valid value", name, value);
   }
+  if (t.size() != 1) fail("--set {}: '{}' is more than one value", name, value);
   set_from_toml(k, *t.get("v"), "--set");
 }
 
@@ -189,18 +228,62 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
       set_from_toml(find_key(keys, name, source), value, source);
     }
   }
+  // An empty file (or only comments) would otherwise fail as "model.n_layer must be positive".
+  if (root.empty())
+    fail("{}: the config is empty: it sets no [model] or [train] keys (see configs/tiny.toml)",
+         source);
   for (const auto& ov : overrides) apply_override(keys, ov);
-  c.model.padded_vocab_size = pad_vocab(c.model.vocab_size, c.vocab_multiple);
+  // validate() reports values out of range; the padding is only computed where it cannot overflow.
+  const bool pad_ok = c.model.vocab_size >= 1 && c.model.vocab_size <= 65536 &&
+                      c.vocab_multiple >= 1 && c.vocab_multiple <= 65536;
+  c.model.padded_vocab_size =
+      pad_ok ? pad_vocab(c.model.vocab_size, c.vocab_multiple) : c.model.vocab_size;
   c.validate();
   return c;
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream f(path);
-  if (!f) fail("cannot read config file {}", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_train_config(ss.str(), path, overrides);
+  // Opened without blocking: a named pipe with no writer would otherwise block forever in
+  // open(). A pipe with a writer (`kiln train <(...)`) is read as it comes; a directory or a
+  // device is refused naming what it is, rather than failing later as a missing key.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    fail("config file {}: {} (give a TOML file such as configs/tiny.toml)", path,
+         std::strerror(errno));
+  std::string text;
+  struct stat st;
+  const char* kind = nullptr;
+  if (::fstat(fd, &st) != 0)
+    kind = "a file that cannot be examined";
+  else if (S_ISDIR(st.st_mode))
+    kind = "a directory";
+  else if (S_ISCHR(st.st_mode))
+    kind = "a character device";
+  else if (S_ISBLK(st.st_mode))
+    kind = "a block device";
+  else if (S_ISSOCK(st.st_mode))
+    kind = "a socket";
+  int read_errno = 0;
+  if (!kind) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        text.append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        break;
+      } else if (errno != EINTR) {
+        read_errno = errno;
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (kind)
+    fail("config file {} is {}, not a TOML file; give one such as configs/tiny.toml", path, kind);
+  if (read_errno) fail("config file {}: read error: {}", path, std::strerror(read_errno));
+  return parse_train_config(text, path, overrides);
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -239,17 +322,77 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& s
 }
 
 void TrainConfig::validate() const {
-  model.validate();
-  auto positive = [&](int v, const char* key) {
-    if (v <= 0) fail("{}: {} must be positive, got {}", source, key, v);
+  // Integers: within [lo, hi]; `allowed` says what is, in the words of the help text.
+  auto in_range = [&](int64_t v, int64_t lo, int64_t hi, const char* key, const char* allowed) {
+    if (v < lo || v > hi) fail("{}: {} = {} is out of range: {}", source, key, v, allowed);
   };
-  positive(batch_size, "train.batch_size");
-  positive(seq_len, "train.seq_len");
-  positive(grad_accum, "train.grad_accum");
-  positive(steps, "train.steps");
-  positive(log_every, "train.log_every");
+  // Floating point: finite (NaN and inf pass every `v < 0` test, so they are refused first),
+  // then the range.
+  auto real = [&](double v, bool ok, const char* key, const char* allowed) {
+    if (!std::isfinite(v)) fail("{}: {} = {} is not a finite number: {}", source, key, v, allowed);
+    if (!ok) fail("{}: {} = {} is out of range: {}", source, key, v, allowed);
+  };
+  constexpr int64_t kIntMax = INT32_MAX;
+  in_range(model.n_layer, 1, kIntMax, "model.n_layer", "must be at least 1");
+  in_range(model.n_head, 1, kIntMax, "model.n_head", "must be at least 1");
+  in_range(model.n_embd, 1, kIntMax, "model.n_embd", "must be at least 1");
+  in_range(model.block_size, 1, kIntMax, "model.block_size", "must be at least 1");
+  in_range(model.vocab_size, 1, 65536, "model.vocab_size",
+           "must be 1 to 65536 (token shards hold uint16 ids)");
+  in_range(vocab_multiple, 1, 65536, "model.vocab_multiple", "must be 1 to 65536 (1: no padding)");
+  try {
+    model.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
+  }
+  // Parameter offsets are int64 and tensors are carved from one buffer: keep far from overflow.
+  const double params =
+      static_cast<double>(model.n_layer) *
+          (12.0 * model.n_embd * model.n_embd + 13.0 * model.n_embd) +
+      (static_cast<double>(model.padded_vocab_size) + model.block_size + 2.0) * model.n_embd;
+  if (params > kMaxParameters)
+    fail(
+        "{}: model.n_layer = {}, model.n_embd = {}, model.block_size = {} and model.vocab_size = "
+        "{} make {:.3g} parameters, more than kiln's limit of {:.3g}",
+        source, model.n_layer, model.n_embd, model.block_size, model.vocab_size, params,
+        kMaxParameters);
+
+  in_range(batch_size, 1, kIntMax, "train.batch_size", "must be at least 1");
+  in_range(seq_len, 1, kIntMax, "train.seq_len", "must be at least 1");
   if (seq_len > model.block_size)
     fail("{}: train.seq_len ({}) exceeds model.block_size ({})", source, seq_len, model.block_size);
+  in_range(grad_accum, 1, kIntMax, "train.grad_accum", "must be at least 1");
+  in_range(steps, 1, kIntMax, "train.steps", "must be at least 1");
+  in_range(log_every, 1, kIntMax, "train.log_every", "must be at least 1");
+  in_range(warmup_steps, 0, kIntMax, "train.warmup_steps", "must be 0 or more");
+  in_range(threads, 0, kMaxThreads, "train.threads",
+           "must be 0 (the cores shared out among this machine's ranks) to 1024");
+  in_range(zero, 0, 3, "train.zero", "ZeRO stages are 0, 1, 2 and 3");
+  in_range(val_every, 0, kIntMax, "train.val_every", "must be 0 (never) or more");
+  in_range(val_batches, 1, kIntMax, "train.val_batches", "must be at least 1");
+  in_range(sample_tokens, 0, kIntMax, "train.sample_tokens", "must be 0 (no samples) or more");
+  in_range(ckpt_every, 0, kIntMax, "checkpoint.every", "must be 0 (only at the end) or more");
+  in_range(keep_last, 0, kIntMax, "checkpoint.keep_last", "must be 0 (keep all) or more");
+  in_range(nonfinite_limit, 0, kIntMax, "train.nonfinite_limit", "must be 0 (never stop) or more");
+
+  real(lr, lr >= 0, "train.lr", "must be 0 or more");
+  real(min_lr, min_lr >= 0, "train.min_lr", "must be 0 or more");
+  if (min_lr > lr)  // as Megatron-LM: the decay never goes up
+    fail("{}: train.min_lr = {} is more than train.lr = {}: the cosine decay ends at min_lr <= lr",
+         source, min_lr, lr);
+  real(weight_decay, weight_decay >= 0, "train.weight_decay", "must be 0 or more");
+  real(beta1, beta1 >= 0 && beta1 < 1, "train.beta1", "must be in [0, 1)");
+  real(beta2, beta2 >= 0 && beta2 < 1, "train.beta2", "must be in [0, 1)");
+  // Stricter than PyTorch (eps >= 0): with eps = 0 a parameter whose gradient is always zero
+  // (the padded vocabulary rows) gets 0/0 = NaN.
+  real(eps, eps > 0, "train.eps", "must be more than 0 (e.g. 1e-8)");
+  real(grad_clip, grad_clip >= 0, "train.grad_clip", "must be 0 (no clipping) or more");
+  real(bucket_mb, bucket_mb > 0 && bucket_mb <= kMaxBucketMb, "train.bucket_mb",
+       "must be more than 0 and at most 1e6 (1 TB)");
+  real(watchdog_seconds, watchdog_seconds >= 0, "train.watchdog_seconds",
+       "must be 0 (off) or more");
+  real(peak_gflops, peak_gflops >= 0, "hardware.peak_gflops", "must be 0 (measure) or more");
+
   if (dtype != "fp32" && dtype != "bf16")
     fail("{}: train.dtype must be \"fp32\" or \"bf16\", got '{}'", source, dtype);
   if (recompute != "none" && recompute != "attention" && recompute != "full")
@@ -257,13 +400,8 @@ void TrainConfig::validate() const {
          recompute);
   if (resume != "none" && resume != "auto" && resume != "must")
     fail("{}: train.resume must be \"none\", \"auto\" or \"must\", got '{}'", source, resume);
-  if (lr < 0 || min_lr < 0) fail("{}: train.lr and train.min_lr must not be negative", source);
-  if (warmup_steps < 0) fail("{}: train.warmup_steps must not be negative", source);
-  if (vocab_multiple < 1) fail("{}: model.vocab_multiple must be at least 1", source);
   if (tokenizer != "gpt2" && tokenizer != "bytes")
     fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
-  if (zero < 0 || zero > 3)
-    fail("{}: train.zero = {}: ZeRO stages are 0, 1, 2 and 3", source, zero);
   if (attention != "standard" && attention != "flash")
     fail("{}: train.attention must be \"standard\" or \"flash\", got '{}'", source, attention);
   if (dtype == "bf16" && zero == 3)
@@ -272,7 +410,6 @@ void TrainConfig::validate() const {
         "made once per step from the whole parameters, which ZeRO-3 does not keep; use "
         "train.zero = 2 or train.dtype = \"fp32\"",
         source);
-  if (bucket_mb <= 0) fail("{}: train.bucket_mb must be positive", source);
   if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm" &&
       comm_backend != "hier")
     fail("{}: comm.backend must be \"auto\", \"mpi\", \"shm\" or \"hier\", got '{}'", source,
@@ -281,13 +418,92 @@ void TrainConfig::validate() const {
     fail("{}: comm.compress must be \"none\" or \"bf16\", got '{}'", source, comm_compress);
   if (!is_shm_algorithm(comm_algorithm))
     fail("{}: comm.algorithm must be {}, got '{}'", source, kShmAlgorithmChoices, comm_algorithm);
-  if (sample_tokens < 0) fail("{}: train.sample_tokens must not be negative", source);
-  if (watchdog_seconds < 0) fail("{}: train.watchdog_seconds must not be negative", source);
-  if (nonfinite_limit < 0)
-    fail("{}: train.nonfinite_limit must not be negative (0: never stop), got {}", source,
-         nonfinite_limit);
-  if (model.vocab_size > 65536)
-    fail("{}: model.vocab_size {} does not fit the uint16 token shards", source, model.vocab_size);
+  // Paths with a newline or another control character are never meant (and break the lines
+  // of job scripts and logs they are written into); the sample prompt is text and may hold them.
+  for (auto [key, value] : {std::pair<const char*, const std::string*>{"train.out_dir", &out_dir},
+                            {"train.init_from", &init_from},
+                            {"data.train", &train_data},
+                            {"data.val", &val_data}})
+    if (has_control_char(*value, false))
+      fail("{}: {} = \"{}\" holds a control character", source, key, printable(*value));
+  if (has_control_char(sample_prompt, true))
+    fail("{}: train.sample_prompt holds a control character other than newline and tab: \"{}\"",
+         source, printable(sample_prompt));
+}
+
+namespace {
+
+std::string bytes_text(double b) {
+  const char* units[] = {"MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = b / (1024.0 * 1024.0);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+}  // namespace
+
+void check_memory_fits(const TrainConfig& c, double memory_bytes) {
+  const Gpt2Config& m = c.model;
+  const double B = c.batch_size, T = c.seq_len, C = m.n_embd, L = m.n_layer;
+  ModelOptions mo;
+  mo.bf16 = c.dtype == "bf16";
+  mo.recompute = parse_recompute(c.recompute);
+  mo.flash_attention = c.attention == "flash";
+  // A rough size in double first: the exact plan counts in int64, which absurd sizes overflow.
+  const double rough =
+      4.0 * B * T * (L * (20.0 * C + m.n_head * T) + m.padded_vocab_size + 8.0 * C);
+  const double activations =
+      rough > 0x1p60
+          ? rough
+          : static_cast<double>(plan_activations(m, c.batch_size, c.seq_len, mo, nullptr).total());
+  // Per parameter, what a rank keeps whatever the number of ranks: ZeRO shards the rest.
+  const double params = static_cast<double>(gpt2_param_layout(m).total);
+  double per_param = 0;
+  if (c.zero < 3) per_param += mo.bf16 ? 6 : 4;  // fp32 weights (and their bf16 copy)
+  if (c.zero < 2) per_param += 4;                // gradients
+  if (c.zero < 1) per_param += 8;                // AdamW m and v
+  const double state = params * per_param;
+  if (activations + state <= memory_bytes) return;
+  std::string what;
+  if (activations >= state) {
+    what = "lower train.batch_size (raising train.grad_accum keeps the batch) or train.seq_len";
+    if (c.recompute != "full") what += ", or set train.recompute = \"full\"";
+    if (c.attention != "flash") what += ", or train.attention = \"flash\"";
+  } else {
+    what = "use a smaller model";
+    if (c.zero < 3) what += ", or shard the model state across ranks with train.zero = 1, 2 or 3";
+  }
+  fail(
+      "{}: training needs at least {} per rank, more than the {} of memory here: {} of "
+      "activations for one micro-batch of train.batch_size = {} x train.seq_len = {}, and {} of "
+      "weights, gradients and optimizer state for {:.3g} parameters "
+      "(model.n_layer = {}, model.n_embd = {}, model.block_size = {}, model.vocab_size = {}); {}",
+      c.source, bytes_text(activations + state), bytes_text(memory_bytes), bytes_text(activations),
+      c.batch_size, c.seq_len, bytes_text(state), params, m.n_layer, m.n_embd, m.block_size,
+      m.vocab_size, what);
+}
+
+double usable_memory_bytes() {
+  double bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  // cgroup v2, then v1: "max" or a number of bytes.
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream f(path);
+    double limit = 0;
+    if (f >> limit && limit > 0) bytes = std::min(bytes, limit);
+  }
+  // `ulimit -v` (address space) and `ulimit -d` (data segment) bound the allocations too.
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      bytes = std::min(bytes, static_cast<double>(rl.rlim_cur));
+  }
+  return bytes;
 }
 
 }  // namespace kiln

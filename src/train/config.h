@@ -12,6 +12,11 @@
 
 namespace kiln {
 
+// Upper bounds validate() enforces beyond "finite and not negative".
+constexpr int kMaxThreads = 1024;          // train.threads: libgomp crashes creating ~100000
+constexpr double kMaxBucketMb = 1e6;       // train.bucket_mb: 1 TB; its byte count is an int64
+constexpr double kMaxParameters = 0x1p40;  // about 1.1e12: offsets and sizes stay far from int64
+
 struct TrainConfig {
   std::string source;  // the file it was read from
 
@@ -71,9 +76,19 @@ struct TrainConfig {
 
   // Resolved form, every key with its value.
   nlohmann::json to_json() const;
-  // Checks ranges and combinations; messages name the key.
+  // Checks ranges and combinations; messages name the key and the file. Every floating-point
+  // key must be finite.
   void validate() const;
 };
+
+// Refuses a config that cannot fit in `memory_bytes` (this machine's memory) before anything is
+// allocated, naming the keys that size it: one micro-batch's activations plus the model state a
+// rank keeps whatever the number of ranks (weights, gradients and AdamW moments unless ZeRO
+// shards them). A lower bound: a config that passes may still not fit.
+void check_memory_fits(const TrainConfig& c, double memory_bytes);
+// Bytes of memory this process may use: the machine's physical memory, or when lower its
+// cgroup's limit (a Slurm job's allocation) or the process's address-space or data limit.
+double usable_memory_bytes();
 
 // Reads a TOML file and applies `section.key=value` overrides in order.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);

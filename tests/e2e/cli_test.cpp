@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/exit_codes.h"
 #include "core/rng.h"
 #include "data/shards.h"
 #include "test_util.h"
@@ -120,16 +121,16 @@ TEST_F(Cli, TrainWritesProgressMetricsAndCheckpointsThenResumes) {
 
 TEST_F(Cli, MistypedConfigKeyFailsNamingKeyAndFile) {
   auto r = run_kiln("train " + config_ + " --set train.lr=fast");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, kExitBadInput);  // refused at start-up: not retried
   EXPECT_NE(r.output.find("train.lr"), std::string::npos) << r.output;
   std::ofstream(dir_ / "typo.toml") << "[train]\nlearnig_rate = 0.1\n";
   r = run_kiln("train " + (dir_ / "typo.toml"));
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, kExitBadInput);  // refused at start-up: not retried
   EXPECT_NE(r.output.find("typo.toml"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train.learnig_rate"), std::string::npos) << r.output;
   std::ofstream(config_, std::ios::app) << "[train]\n";  // a second [train] table is a TOML error
   r = run_kiln("train " + config_);
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, kExitBadInput);  // refused at start-up: not retried
   EXPECT_NE(r.output.find(config_ + ":23"), std::string::npos) << r.output;
 }
 
