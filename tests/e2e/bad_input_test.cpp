@@ -126,6 +126,7 @@ const KeyRow kKeys[] = {
     {"train.sample_tokens", true, kRefused, kAccepted, kAccepted},
     {"checkpoint.every", true, kRefused, kAccepted, kAccepted},
     {"checkpoint.keep_last", true, kRefused, kAccepted, kAccepted},
+    {"train.nonfinite_limit", true, kRefused, kAccepted, kAccepted},  // 0: never stop
     {"train.lr", false, kRefused, kRefused, kAccepted},  // 0 < min_lr: the decay cannot go up
     {"train.min_lr", false, kRefused, kAccepted, kRefused},
     {"train.weight_decay", false, kRefused, kAccepted, kAccepted},
