@@ -314,7 +314,7 @@ TEST(Prepare, BadInputIsAClearErrorAndWritesNothing) {
   std::ofstream(dir / "empty.txt").close();
   o.inputs = {dir / "empty.txt"};
   EXPECT_NE(err(o).find("empty"), std::string::npos);
-  std::ofstream(dir / "binary.txt") << std::string("text then \xff\xfe binary", 21);
+  std::ofstream(dir / "binary.txt") << std::string("text then \xff\xfe binary");
   o.inputs = {dir / "binary.txt"};
   std::string e = err(o);
   EXPECT_NE(e.find("binary.txt"), std::string::npos) << e;
