@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -238,7 +239,21 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
                       c.vocab_multiple >= 1 && c.vocab_multiple <= 65536;
   c.model.padded_vocab_size =
       pad_ok ? pad_vocab(c.model.vocab_size, c.vocab_multiple) : c.model.vocab_size;
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    // The message names the file; when the value came from the command line, say so too.
+    std::string msg = e.what();
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+      std::string name = it->substr(0, it->find('='));
+      for (size_t at = msg.find(name); at != std::string::npos; at = msg.find(name, at + 1)) {
+        char next = at + name.size() < msg.size() ? msg[at + name.size()] : ' ';
+        if (!std::isalnum(static_cast<unsigned char>(next)) && next != '_')
+          fail("{} (set by --set {})", msg, printable(*it));
+      }
+    }
+    throw;
+  }
   return c;
 }
 
