@@ -22,6 +22,8 @@ void register_launch(CLI::App& app) {
     std::vector<std::string> mpirun_args;
     std::string trace, metrics_host;
     int metrics_port = -1;
+    bool resume = false;
+    bool overwrite = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-n,--ranks", o->ranks, "processes (data-parallel ranks)")->capture_default_str();
@@ -30,6 +32,11 @@ void register_launch(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("config", o->config, "TOML config")->required();
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->add_flag("--resume", o->resume,
+                "continue from the newest complete checkpoint in <out_dir>/checkpoints (an error "
+                "if there is none), as `kiln train --resume`");
+  cmd->add_flag("--overwrite", o->overwrite,
+                "start over in an out_dir that holds an earlier run, as `kiln train --overwrite`");
   cmd->add_option("--mpirun-arg", o->mpirun_args, "an extra argument for mpirun (repeatable)");
   cmd->add_option("--trace", o->trace, "passed to `kiln train`: a Chrome trace of every rank");
   cmd->add_option("--metrics-port", o->metrics_port,
@@ -53,9 +60,18 @@ void register_launch(CLI::App& app) {
                            {"--metrics-port", std::to_string(o->metrics_port)});
     if (!o->metrics_host.empty())
       lo.train_args.insert(lo.train_args.end(), {"--metrics-host", o->metrics_host});
+    if (o->resume && o->overwrite) fail("launch: --resume and --overwrite contradict each other");
+    if (o->overwrite) lo.train_args.insert(lo.train_args.end(), {"--set", "train.overwrite=true"});
+    if (o->resume) lo.resume = "must";
     lo.mpirun_args = o->mpirun_args;
     // Read (and checked) here, so a bad config fails once, not once per attempt.
-    lo.out_dir = load_train_config(o->config, o->sets).out_dir;
+    std::vector<std::string> sets = o->sets;
+    if (o->overwrite) sets.push_back("train.overwrite=true");
+    try {
+      lo.out_dir = load_train_config(o->config, sets).out_dir;
+    } catch (const Error& e) {
+      throw ExitCodeError(kExitBadInput, e.what());
+    }
     int rc = launch(lo);
     if (rc != 0) std::exit(rc);
   });

@@ -61,6 +61,8 @@ void register_train(CLI::App& app) {
     // same command would fail the same way again, so launchers do not retry it.
     TrainConfig cfg;
     try {
+      if (o->resume && o->overwrite)
+        fail("--resume and --overwrite contradict each other: continue the run or start over");
       cfg = load_train_config(o->config, sets);
       check_memory_fits(cfg, usable_memory_bytes());
     } catch (const Error& e) {

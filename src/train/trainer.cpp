@@ -49,7 +49,9 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   const int world = comm->size();
   grid_ = std::make_unique<Grid>(std::move(comm), GridShape{world, 1, 1});
   comm_ = &grid_->dp_group();
-  if (opts_.claim_run_dir) claim_run_directory();
+  // The run directory, the data and the checkpoint are the job's input: refusing one of them is
+  // final (kExitBadInput), a launcher does not retry it.
+  if (opts_.claim_run_dir) refused_as_bad_input([&] { claim_run_directory(); });
   // train.threads = 0: all cores, shared out among the ranks this machine runs.
   int threads = cfg_.threads;
   if (threads == 0) {
@@ -90,36 +92,26 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   targets_.resize(static_cast<size_t>(B) * T);
   flops_per_token_ = gpt2_flops_per_token(cfg_.model, T);
 
-  if (!opts_.batches) {
-    auto files = expand_shard_pattern(cfg_.train_data, "data.train");
-    check_manifest(files[0]);
-    train_shards_ = ShardSet(files, "data.train");
-    train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size,
-                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed),
-                                             comm_->rank(), comm_->size(), /*prefetch=*/true);
-    if (!cfg_.val_data.empty())
-      val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
-    else if (cfg_.val_every > 0)
-      fail("{}: train.val_every = {} but data.val is empty; set data.val or train.val_every = 0",
-           cfg_.source, cfg_.val_every);
-  }
+  if (!opts_.batches) refused_as_bad_input([&] { open_data(); });
 
   gpt2_init(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
-  std::optional<CheckpointRef> ck;
-  if (cfg_.resume != "none") {
-    ck = latest_checkpoint(checkpoint_root());
-    if (!ck && cfg_.resume == "must")
-      fail(
-          "--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
-          "start fresh)",
-          checkpoint_root());
-  }
-  if (ck) {
-    resume_from(ck->dir);
-  } else if (!cfg_.init_from.empty()) {
-    SafeTensorsReader f(cfg_.init_from);
-    gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
-  }
+  refused_as_bad_input([&] {
+    std::optional<CheckpointRef> ck;
+    if (cfg_.resume != "none") {
+      ck = latest_checkpoint(checkpoint_root());
+      if (!ck && cfg_.resume == "must")
+        fail(
+            "--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
+            "start fresh)",
+            checkpoint_root());
+    }
+    if (ck) {
+      resume_from(ck->dir);
+    } else if (!cfg_.init_from.empty()) {
+      SafeTensorsReader f(cfg_.init_from);
+      gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
+    }
+  });
 
   if (zero3()) {  // keep only this rank's shard; ranges are gathered where they are used
     master_.resize(std::max<int64_t>(1, dp_->shard_end() - dp_->shard_begin()));
@@ -144,6 +136,22 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
         fmt::print("metrics at http://{}:{}/metrics\n", opts_.metrics_host, server_->port());
     }
   }
+}
+
+// The training shards (and the validation ones), checked before anything trains.
+void Trainer::open_data() {
+  const int B = cfg_.batch_size, T = cfg_.seq_len;
+  auto files = expand_shard_pattern(cfg_.train_data, "data.train");
+  check_manifest(files[0]);
+  train_shards_ = ShardSet(files, "data.train");
+  train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size, cfg_.shuffle,
+                                           static_cast<uint64_t>(cfg_.seed), comm_->rank(),
+                                           comm_->size(), /*prefetch=*/true);
+  if (!cfg_.val_data.empty())
+    val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
+  else if (cfg_.val_every > 0)
+    fail("{}: train.val_every = {} but data.val is empty; set data.val or train.val_every = 0",
+         cfg_.source, cfg_.val_every);
 }
 
 // Rank 0 takes the run directory for this run before anyone reads or writes in it; every rank
@@ -806,9 +814,14 @@ bool Trainer::run() {
   }
   run_start_ = now_seconds();
   run_first_step_ = step_;
+  if (metrics_) {
+    progress_ = std::make_unique<ProgressFile>(cfg_.out_dir, unix_seconds());
+    progress_->write(step_);
+  }
   bool memory_shown = false;
   while (step_ < cfg_.steps) {
     StepResult r = step();
+    if (progress_) progress_->write(step_);
     if (watchdog_) watchdog_->step_done(step_);
     if (!memory_shown) {  // after a step: ZeRO-2's gradient memory is measured
       MemoryReport m = memory();

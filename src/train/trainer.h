@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
+#include "obs/progress.h"
 #include "obs/prometheus.h"
 #include "obs/watchdog.h"
 #include "parallel/data_parallel.h"
@@ -111,6 +112,7 @@ class Trainer {
   int metrics_port() const { return server_ ? server_->port() : -1; }
 
  private:
+  void open_data();
   void claim_run_directory();
   void check_divergence(bool last_step);  // throws ExitCodeError(kExitNonFinite)
   void resume_from(const std::string& dir);
@@ -156,7 +158,8 @@ class Trainer {
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
-  std::unique_ptr<Tokenizer> tokenizer_;  // made on first use (samples)
+  std::unique_ptr<ProgressFile> progress_;  // rank 0: the last finished step, for kiln launch
+  std::unique_ptr<Tokenizer> tokenizer_;    // made on first use (samples)
   std::shared_ptr<MetricsRegistry> registry_;
   std::unique_ptr<MetricsServer> server_;
   double last_checkpoint_unix_ = 0;
