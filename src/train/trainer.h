@@ -135,7 +135,11 @@ class Trainer {
   TrainerOptions opts_;
   std::unique_ptr<RunDirLock> run_lock_;  // rank 0, for the Trainer's life
   std::unique_ptr<Grid> grid_;
-  Communicator* comm_;  // the data-parallel group of grid_
+  // Job-wide things (who speaks, pid files, trace parts, watchdog, MFU, the checkpoint's writer)
+  // go through world_; data parallelism (gradients, ZeRO, the loader's slice, loss and
+  // validation averages, the step's tokens) through dp_group_.
+  Communicator* world_;
+  Communicator* dp_group_;
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Gpt2> model_;
   PageBuffer params_;     // full size; with ZeRO-3 only the ranges in use are resident

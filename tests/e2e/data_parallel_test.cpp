@@ -80,8 +80,8 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
     auto accum = train_losses(dir_ / (out + "/metrics.jsonl"));
     for (auto [step, loss] : ref) EXPECT_NEAR(accum[step], loss, 1e-5 * loss) << out << " " << step;
   }
-  // The same layout twice: the same bits.
-  r = run_kiln_mpi(2, args(2, 1, "again"));
+  // The same layout twice: the same bits; naming the grid (parallel.dp = 2) is the same layout.
+  r = run_kiln_mpi(2, args(2, 1, "again") + " --set parallel.dp=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(bytes_of(dir_ / "dp2z1/checkpoints/step_00000020/model.safetensors") ==
               bytes_of(dir_ / "again/checkpoints/step_00000020/model.safetensors"));
@@ -184,6 +184,18 @@ TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
   EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
   EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000200/model.safetensors") ==
               bytes_of(out + "/checkpoints/step_00000200/model.safetensors"));
+}
+
+TEST_F(DataParallelRun, AGridThatDoesNotFitTheJobIsRefusedNamingTheKeys) {
+  auto r = run_kiln_mpi(2, args(2, 0, "grid") + " --set parallel.dp=3");
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("parallel.dp = 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job has 2 processes"), std::string::npos) << r.output;
+  r = run_kiln_mpi(2, args(2, 0, "grid") + " --set parallel.tp=2");
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("parallel.tp = 2: tensor parallelism is not supported yet"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(DataParallelRun, AStartUpRefusalIsNotRetried) {
