@@ -22,6 +22,7 @@
 #include "launch/job_env.h"
 #include "model/sampler.h"
 #include "obs/trace.h"
+#include "train/comm_observer.h"
 #include "train/gpt2_weights.h"
 #include "train/stop_request.h"
 
@@ -39,6 +40,7 @@ double learning_rate(const TrainConfig& c, int64_t s) {
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
+  observe_communicators();  // the watchdog reads what the communicators report
   if (!comm) {
     CommOptions co;
     co.backend = cfg_.comm_backend;
