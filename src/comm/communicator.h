@@ -146,6 +146,9 @@ class Communicator {
   // "Shared buffers"); the other backends return ordinary memory. Collective: every rank calls
   // it, in the same order, with the same size.
   virtual std::unique_ptr<SharedMemory> alloc_shared(int64_t bytes);
+  // True when alloc_shared gives memory the peers read in place (the shared-memory engine), so
+  // that buffers reduced again and again are worth placing there.
+  virtual bool shares_memory() const { return false; }
 
   // Memory this rank holds for transfers (the shared-memory engine: its share of the window).
   virtual int64_t buffer_bytes() const { return 0; }

@@ -118,6 +118,7 @@ class RecordingCommunicator : public Communicator {
   std::unique_ptr<SharedMemory> alloc_shared(int64_t bytes) override {
     return inner_->alloc_shared(bytes);
   }
+  bool shares_memory() const override { return inner_->shares_memory(); }
   int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
   int64_t bytes_sent() const override { return inner_->bytes_sent(); }
 

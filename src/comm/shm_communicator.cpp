@@ -550,6 +550,7 @@ class ShmCommunicator : public Communicator {
   // A memfd of this rank, mapped by every peer through /proc/<pid>/fd (which needs the same
   // right as process_vm_readv). If any rank cannot map every other's, each keeps its own memory
   // as ordinary memory and all-reduces of it are staged.
+  bool shares_memory() const override { return true; }
   std::unique_ptr<SharedMemory> alloc_shared(int64_t bytes) override {
     KILN_CHECK(bytes >= 0);
     SharedRegistry& reg = SharedRegistry::instance();

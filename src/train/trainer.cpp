@@ -80,7 +80,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
                                        static_cast<int64_t>(cfg_.bucket_mb * 1e6));
   params_ = PageBuffer(n);
   grads_ = PageBuffer(n);
-  if (dp_group_->size() > 1 && dp_group_->backend() == "shm") {
+  if (dp_group_->size() > 1 && dp_group_->shares_memory()) {
     // Gradient buckets live in the engine's shared memory: it then all-reduces (ZeRO 0) or
     // reduce-scatters (ZeRO 1, 2) them reading the peers' buckets in place (docs/collectives.md,
     // "Shared buffers"). ZeRO 2 hands pages back as it goes (MADV_REMOVE); if a rank could not
