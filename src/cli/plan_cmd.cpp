@@ -155,6 +155,7 @@ void plan(const PlanOpts& o, const Given& g) {
   if (o.config.empty() == o.model.empty())
     fail("give the model with --model NAME (see --list-models) or --config FILE (a kiln config)");
   if (!o.sets.empty() && o.config.empty()) fail("--set changes a --config; there is none");
+  if (o.top < 1) fail("--top (layouts to list from a search) must be at least 1, got {}", o.top);
 
   ModelSpec model;
   JobSpec job;

@@ -162,8 +162,8 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   const double peak = c.device.peak_tflops(j.dtype);
   e.mfu = e.tflops_per_gpu_model / peak;
   e.hfu = e.tflops_per_gpu_hw / peak;
-  e.steps = j.train_tokens / e.tokens_per_step;
-  const double seconds = e.steps * e.time.step;
+  e.steps = j.steps();
+  const double seconds = double(e.steps) * e.time.step;
   e.days = seconds / 86400;
   e.gpu_hours = seconds / 3600 * N;
   e.cost_usd = e.gpu_hours * j.usd_per_gpu_hour;

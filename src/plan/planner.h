@@ -28,7 +28,10 @@ struct Estimate {
   double tflops_per_gpu_model = 0;  // model FLOPs (6N + 12·L·h·s per token)
   double tflops_per_gpu_hw = 0;     // plus recomputation
   double mfu = 0, hfu = 0;          // the two over the device's peak for the precision
-  double steps = 0, days = 0, gpu_hours = 0;
+  // Optimizer steps: ceil(training tokens / tokens per step), a whole number; days, GPU-hours,
+  // cost and energy are those of this many steps (the last one may overshoot the budget).
+  int64_t steps = 0;
+  double days = 0, gpu_hours = 0;
   double cost_usd = 0;    // 0 when no price was given
   double energy_kwh = 0;  // devices + node overhead, times PUE
   double co2_t = 0;       // tonnes of CO2

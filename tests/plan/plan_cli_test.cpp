@@ -51,6 +51,39 @@ TEST(PlanCli, BadInputSaysWhatWouldWork) {
   EXPECT_NE(r.output.find("give --gpu NAME"), std::string::npos) << r.output;
 }
 
+TEST(PlanCli, TopMustListAtLeastOneLayout) {
+  for (const char* top : {"0", "-3"}) {
+    auto r = run_kiln(std::string("plan --model llama2-7b --gpu a100-80gb --top ") + top);
+    EXPECT_EQ(r.exit_code, 1) << top << ": " << r.output;
+    EXPECT_NE(r.output.find("--top (layouts to list from a search) must be at least 1, got " +
+                            std::string(top)),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+TEST(PlanCli, BatchLargerThanTheTokenBudgetIsRefused) {
+  auto r = run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --nodes 2 --global-batch-tokens 4Ti --layout "
+      "zero=1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is larger than the training budget of 2000000000000 tokens"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("days"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, JsonStepsAreAWholeNumber) {
+  auto r = run_kiln(
+      "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --layout "
+      "tp=8,pp=16,mb=1,vpp=1,zero=1,recompute=full --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(j["steps"].is_number_integer()) << j["steps"];
+  EXPECT_EQ(j["steps"].get<int64_t>(), 95368);  // ceil(300e9 / (1536 × 2048))
+  EXPECT_NEAR(j["days"].get<double>(), 95368 * j["step_time_s"].get<double>() / 86400, 1e-6);
+}
+
 TEST(PlanCli, PlansAKilnConfigOnACalibratedMachine) {
   kiln::testing::TempDir dir;
   const std::string hw = dir / "cpu.toml";

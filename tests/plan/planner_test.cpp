@@ -130,6 +130,20 @@ TEST(PlanPlanner, JobErrorsNameTheFlag) {
   j.train_tokens = 1e9;
   EXPECT_NE(error_of([&] { j.validate(); }).find("not a whole number of 4096-token sequences"),
             std::string::npos);
+  // A batch above the training budget would be one step of more tokens than asked for.
+  j.global_batch_tokens = 4096 * 1024;
+  j.train_tokens = 1e6;
+  const std::string big = error_of([&] { j.validate(); });
+  EXPECT_NE(big.find("global batch of 4194304 tokens (--global-batch-tokens) is larger than the "
+                     "training budget of 1000000 tokens (--tokens)"),
+            std::string::npos)
+      << big;
+  EXPECT_NE(big.find("lower --global-batch-tokens to at most 999424 or raise --tokens to at "
+                     "least 4194304"),
+            std::string::npos)
+      << big;
+  j.train_tokens = 4096 * 1024;  // exactly one batch is allowed
+  EXPECT_NO_THROW(j.validate());
   EXPECT_DOUBLE_EQ(parse_count("4Mi", "--x"), 4194304);
   EXPECT_DOUBLE_EQ(parse_count("300B", "--x"), 300e9);
   EXPECT_DOUBLE_EQ(parse_count("2e12", "--x"), 2e12);
@@ -158,6 +172,31 @@ TEST(PlanPlanner, CostEnergyAndCarbonFollowFromTheStepTime) {
               1e-6 * e.energy_kwh);
   EXPECT_NEAR(e.co2_t, e.energy_kwh * 400e-6, 1e-9 * e.co2_t);
   EXPECT_NEAR(e.mfu, e.tflops_per_gpu_model / 312, 1e-12);
+}
+
+// Steps are a count: ceil(tokens / tokens per step), and the run's time is that many steps.
+TEST(PlanPlanner, StepsAreAWholeNumberAndTheRunTimeFollowsThem) {
+  const Preset& p = find_preset("gpt3-175b");
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 128);
+  JobSpec j = job_of(p);  // 300B tokens in batches of 1536 × 2048 = 3,145,728: 95,367.4 batches
+  j.usd_per_gpu_hour = 2;
+  const Estimate e = evaluate(
+      p.model, c, j,
+      complete_layout(p.model, c, j, parse_layout("tp=8,pp=16,mb=1,vpp=1,zero=1,recompute=full")));
+  EXPECT_EQ(e.steps, 95368);
+  const nlohmann::json js = estimate_json(e, PlanInputs{p.model, c, j});
+  ASSERT_TRUE(js["steps"].is_number_integer()) << js["steps"];
+  EXPECT_EQ(js["steps"].get<int64_t>(), 95368);
+  const double seconds = 95368 * js["step_time_s"].get<double>();
+  EXPECT_NEAR(js["days"].get<double>(), seconds / 86400, 1e-9 * seconds);
+  EXPECT_NEAR(js["gpu_hours"].get<double>(), seconds / 3600 * 1024, 1e-9 * seconds);
+  EXPECT_NEAR(js["cost_usd"].get<double>(), 2 * seconds / 3600 * 1024, 1e-9 * seconds);
+  EXPECT_DOUBLE_EQ(js["tokens_trained"].get<double>(), 95368.0 * 3145728);
+  // A budget of exactly k batches is k steps.
+  j.train_tokens = 1000.0 * 3145728;
+  EXPECT_EQ(j.steps(), 1000);
+  j.train_tokens += 1;
+  EXPECT_EQ(j.steps(), 1001);
 }
 
 TEST(PlanPlanner, JsonKeysCarryUnits) {
