@@ -309,6 +309,15 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+// Whether /proc/cpuinfo lists `flag` for the first CPU.
+bool cpu_flag(const std::string& flag) {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("flags", 0) == 0)
+      return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
+}
+
 double llc_mib() {
   for (int idx = 3; idx >= 2; idx--) {
     std::ifstream f(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", idx));
@@ -402,6 +411,39 @@ Calibration measure(double seconds, int rounds) {
         fmt::format("matmul fit: {:.1f} GFLOP/s sustained + {:.1f} µs per call; "
                     "best {:.1f} GFLOP/s",
                     rate * 1e-9, t0 * 1e6, peak * 1e-9));
+
+    // bf16: a peak only where oneDNN runs bf16 products on the CPU's own instructions. Elsewhere
+    // kiln widens bf16 operands to fp32 (fp32's speed), and a bf16 peak would be a made-up
+    // number (or the 0 that made `--dtype bf16` plans divide by it): none is written.
+    d.peak_tflops_16 = 0;
+    if (matmul_bf16_native()) {
+      double peak16 = 0;
+      for (const Shape& sh : shapes) {
+        MatmulShape s{sh.M, sh.N, sh.K, sh.ta, sh.tb};
+        Buffer<bf16> a(s.M * s.K), b(s.K * s.N);
+        Buffer<float> c(s.M * s.N);
+        for (size_t i = 0; i < a.size(); i++) a[i] = float_to_bf16(float(i % 7) * 0.01f);
+        for (size_t i = 0; i < b.size(); i++) b[i] = float_to_bf16(float(i % 5) * 0.01f);
+        const double fl = 2.0 * s.M * s.N * s.K;
+        const double t = timings.best(
+            fmt::format("bf16mm{}x{}x{}{}{}", sh.M, sh.N, sh.K, sh.ta, sh.tb),
+            [&] { matmul_bf16(s, a.data(), b.data(), c.data()); },
+            seconds * std::min(1.0, fl / 2e9), 3);
+        peak16 = std::max(peak16, fl / t);
+      }
+      d.peak_tflops_16 = peak16 * 1e-12;
+      cal.lines.push_back(fmt::format(
+          "bf16 matmul (native, fp32 accumulation), same shapes: best {:.1f} GFLOP/s, used as "
+          "peak_tflops_bf16 with the fp32 fit's efficiency",
+          peak16 * 1e-9));
+    } else {
+      cal.lines.push_back(fmt::format(
+          "bf16: no peak written: oneDNN has no native bf16 matmul here{}, so kiln widens bf16 "
+          "operands to fp32 and multiplies at the fp32 rate; plan this machine with --dtype fp32",
+          cpu_flag("avx512_bf16") || cpu_flag("amx_bf16")
+              ? " (the CPU reports avx512_bf16 or amx_bf16, but this oneDNN does not use it)"
+              : " (the CPU has neither avx512_bf16 nor amx_bf16)"));
+    }
 
     // Memory bandwidth: a STREAM triad over arrays far larger than the last-level cache.
     const double llc = llc_mib();
@@ -562,6 +604,10 @@ void calibrate(const PlanOpts& o) {
   }
   if (o.json) {
     nlohmann::json j = {{"peak_tflops_fp32", cal.device.peak_tflops_32},
+                        {"peak_tflops_bf16", cal.device.peak_tflops_16 > 0
+                                                 ? nlohmann::json(cal.device.peak_tflops_16)
+                                                 : nlohmann::json()},
+                        {"bf16_native", matmul_bf16_native()},
                         {"matmul_efficiency", cal.device.matmul_efficiency},
                         {"mem_bw_gbs", cal.device.mem_bw_gbs},
                         {"cache_mib", cal.device.cache_mib},

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
+#include "kernels/matmul.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -98,6 +100,33 @@ TEST(PlanCli, PlansAKilnConfigOnACalibratedMachine) {
   EXPECT_EQ(j["model"]["vocab"], 384);  // 257 padded to a multiple of 128
   EXPECT_GT(j["step_time_s"].get<double>(), 0);
   EXPECT_TRUE(j["fits"].get<bool>());
+}
+
+// A CPU's bf16 peak is measured where oneDNN runs bf16 natively; elsewhere (kiln widens bf16 to
+// fp32) the calibration says so and writes none, never a peak of 0.
+TEST(PlanCli, CalibrationWritesAMeasuredBf16PeakOrNone) {
+  kiln::testing::TempDir dir;
+  const std::string hw = dir / "cpu.toml";
+  auto r = run_kiln("plan --calibrate --seconds 0.01 --rounds 1 --output " + hw);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = read_file(hw, "hardware file");
+  EXPECT_EQ(text.find("peak_tflops_bf16 = 0\n"), std::string::npos) << text;
+  const auto key = text.find("\npeak_tflops_bf16 = ");
+  if (matmul_bf16_native()) {
+    ASSERT_NE(key, std::string::npos) << text;
+    EXPECT_GT(std::stod(text.substr(key + 20)), 0) << text;
+  } else {
+    EXPECT_EQ(key, std::string::npos) << text;
+    EXPECT_NE(r.output.find("bf16: no peak written: oneDNN has no native bf16 matmul here"),
+              std::string::npos)
+        << r.output;
+    r = run_kiln("plan --config " + kiln::testing::source_path("configs/tiny.toml") +
+                 " --hardware " + hw + " --layout mb=8 --dtype bf16");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("has no bf16 peak in its description; plan with --dtype fp32"),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 }  // namespace
