@@ -40,7 +40,9 @@ TEST(PlanCli, SearchPrintsARankedTable) {
 TEST(PlanCli, BadInputSaysWhatWouldWork) {
   auto r = run_kiln("plan --model llama2-70b --gpu a100-80gb");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("needs at least 24 devices with ZeRO-3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs at least 32 devices with ZeRO-3 (4 nodes: --nodes 4 --layout"),
+            std::string::npos)
+      << r.output;
   r = run_kiln("plan --model llama2-7b --gpu a100-80gb --layout tp=3");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("tp=3 does not divide the 32 attention heads"), std::string::npos)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <regex>
 
 #include "core/error.h"
 #include "plan/report.h"
@@ -59,16 +60,21 @@ TEST(PlanPlanner, SearchRanksFittingLayoutsByStepTime) {
 }
 
 // Llama 2 70B on one node of A100-80GB: 16 bytes × 69B of model state alone is 1.1 TB, so it
-// needs ZeRO-3 over at least 24 devices (1.1 TB / 24 = 46 GB plus activations), or 16-way model
-// parallelism.
+// needs ZeRO-3 over at least 24 devices (1.1 TB / 24 = 46 GB plus activations); but 24 does not
+// divide its batch of 1024 sequences, so 32 (4 nodes); or 16-way model parallelism.
 TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
   const Preset& p = find_preset("llama2-70b");
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
   const JobSpec j = job_of(p);
   EXPECT_TRUE(search(p.model, c, j).fitting.empty());
   const std::string advice = fit_advice(p.model, c, j);
-  EXPECT_NE(advice.find("at least 24 devices with ZeRO-3 (3 nodes)"), std::string::npos) << advice;
-  EXPECT_NE(advice.find("tp×pp = 16 with ZeRO-1"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("at least 32 devices with ZeRO-3 (4 nodes: --nodes 4 --layout "
+                        "tp=1,pp=1,dp=32,mb=1,zero=3,recompute=full)"),
+            std::string::npos)
+      << advice;
+  EXPECT_NE(advice.find("tp×pp = 16 on 16 devices (2 nodes: --nodes 2 --layout "),
+            std::string::npos)
+      << advice;
   // Four nodes, tensor-parallel over the node, no ZeRO: out of memory; ZeRO-2 or 3 would fit.
   const ClusterSpec four = default_cluster(find_device("a100-80gb"), 4);
   Layout l = complete_layout(p.model, four, j, parse_layout("tp=8,mb=1"));
@@ -77,6 +83,46 @@ TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
   ASSERT_FALSE(fixes.empty());
   EXPECT_TRUE(std::any_of(fixes.begin(), fixes.end(),
                           [](const std::string& f) { return f.rfind("zero=3", 0) == 0; }));
+}
+
+// The out-of-memory advice comes from the search's own checks: every cluster and layout it names
+// is accepted by the planner when given back (`--nodes N --layout ...`), and a search there finds
+// a layout that fits. Cases where the old advice named clusters the planner refuses: a data-
+// parallel degree that does not divide the batch (24 devices for 1024 sequences, 6 for 3).
+TEST(PlanPlanner, AdviceFedBackIntoThePlannerIsAccepted) {
+  struct Case {
+    const char* model;
+    const char* gpu;
+    int gpus_per_node;
+    int64_t batch_tokens;  // 0: the preset's
+  };
+  const Case cases[] = {
+      {"llama2-70b", "a100-80gb", 8, 0},       {"gpt3-175b", "a100-80gb", 8, 0},
+      {"llama3-405b", "h100-sxm", 8, 0},       {"llama2-70b", "a100-80gb", 8, 12288},
+      {"llama2-7b", "a100-40gb", 3, 3 * 4096}, {"gpt3-175b", "h100-sxm", 8, 2048}};
+  const std::regex way("--nodes ([0-9]+) --layout ([a-z0-9=,]+)");
+  for (const Case& k : cases) {
+    const Preset& p = find_preset(k.model);
+    ClusterSpec c = default_cluster(find_device(k.gpu), 1);
+    c.gpus_per_node = k.gpus_per_node;
+    JobSpec j = job_of(p);
+    if (k.batch_tokens > 0) j.global_batch_tokens = k.batch_tokens;
+    ASSERT_TRUE(search(p.model, c, j).fitting.empty()) << k.model;
+    const std::string advice = fit_advice(p.model, c, j);
+    int ways = 0;
+    for (auto it = std::sregex_iterator(advice.begin(), advice.end(), way);
+         it != std::sregex_iterator(); ++it, ++ways) {
+      ClusterSpec there = c;
+      there.nodes = std::stoi((*it)[1]);
+      const std::string text = (*it)[2];
+      Layout l;
+      ASSERT_NO_THROW(l = complete_layout(p.model, there, j, parse_layout(text)))
+          << k.model << ": " << advice;
+      EXPECT_TRUE(evaluate(p.model, there, j, l).fits()) << k.model << ": " << text;
+      EXPECT_FALSE(search(p.model, there, j).fitting.empty()) << k.model << ": " << text;
+    }
+    EXPECT_GE(ways, 1) << k.model << ": " << advice;
+  }
 }
 
 TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
