@@ -149,6 +149,64 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   return c;
 }
 
+double gib(double bytes) {
+  return bytes / double(1 << 30);
+}
+
+// A --layout that leaves keys out: the fastest layout with the given keys, after the table of
+// the search over the rest.
+void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& keys,
+                  const Layout& given, const SearchResult& r) {
+  const std::string fixed = keys.given(given);
+  nlohmann::json searched = {{"given", fixed},
+                             {"searched_keys", keys.open()},
+                             {"layouts_considered", r.considered},
+                             {"layouts_fitting", r.fitting.size()}};
+  if (r.fitting.empty()) {
+    const Estimate& least = r.least_memory;
+    const SearchResult any = search(in.model, in.cluster, in.job);
+    std::string way;
+    if (!any.fitting.empty()) {
+      const Estimate& b = any.fitting.front();
+      way = fmt::format("without them, {} fits ({:.1f} GiB, {:.3g} s/step)", b.layout.to_string(),
+                        gib(b.memory.total), b.time.step);
+    } else {
+      way = "the cluster " + fit_advice(in.model, in.cluster, in.job);
+    }
+    const std::string msg = fmt::format(
+        "no layout with {} fits on {} ({} tried; the one needing the least memory, {}, needs "
+        "{:.1f} of {:.1f} GiB); {}",
+        fixed, in.cluster.describe(), r.considered, least.layout.to_string(),
+        gib(least.memory.total), gib(least.memory.capacity), way);
+    if (o.json) {
+      nlohmann::json j = search_json(r, in, o.top);
+      j["search"] = searched;
+      j["advice"] = msg;
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    fail("{}: {}", in.model.name, msg);
+  }
+  const Estimate& best = r.fitting.front();
+  if (o.json) {
+    nlohmann::json j = inputs_json(in);
+    j.update(estimate_json(best, in));
+    searched["others"] = nlohmann::json::array();
+    for (int i = 1; i < int(r.fitting.size()) && i < o.top; i++)
+      searched["others"].push_back(
+          {{"layout", r.fitting[i].layout.to_string()}, {"step_time_s", r.fitting[i].time.step}});
+    j["search"] = searched;
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("{}\n--layout {}: {} searched", inputs_text(in), fixed, keys.open());
+  fmt::print("{}", search_table(r, o.top));
+  fmt::print("\nthe best layout with {} in detail:\n{}", fixed, estimate_text(best, in));
+  if (!o.config.empty() && in.cluster.device.cpu)
+    fmt::print("\nmeasure it: kiln bench train --config {}{}\n", o.config,
+               o.sets.empty() ? "" : " --set ...");
+}
+
 void plan(const PlanOpts& o, const Given& g) {
   if (o.list_models) return list_models();
   if (o.list_gpus) return list_gpus();
@@ -209,7 +267,25 @@ void plan(const PlanOpts& o, const Given& g) {
   const PlanInputs in{model, cluster, job};
 
   if (!o.layout.empty()) {
-    Layout l = complete_layout(model, cluster, job, parse_layout(o.layout));
+    LayoutKeys keys;
+    Layout l = parse_layout(o.layout, &keys);
+    if (!keys.all()) {
+      // A partial layout: the keys given fix a search over the rest.
+      SearchResult r = search(model, cluster, job, FixedFields{l, keys});
+      if (r.considered > 1) return plan_partial(o, in, keys, l, r);
+      if (r.considered == 0) {
+        // Nothing can run: the checks of the layout with the defaults filled in name the
+        // problem ("tp=3 does not divide the 32 attention heads; tp can be ...").
+        complete_layout(model, cluster, job, l);
+        fail(
+            "--layout {}: no layout with these keys can run on {}: the global batch of {} "
+            "sequences must split over dp×mb and tp×pp must divide the {} devices",
+            o.layout, cluster.describe(), job.global_batch_seqs(), cluster.total_gpus());
+      }
+      l = r.least_memory.layout;  // the one layout left (one device: tp = pp = vpp = 1, no ZeRO)
+    } else {
+      l = complete_layout(model, cluster, job, l);
+    }
     Estimate e = evaluate(model, cluster, job, l);
     std::vector<std::string> fixes;
     std::string advice;

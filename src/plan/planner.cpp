@@ -168,35 +168,49 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   return e;
 }
 
-SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j) {
+SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                    const FixedFields& fixed) {
   SearchResult out;
   std::vector<Estimate> oom;
   const int N = c.total_gpus();
   const int64_t seqs = j.global_batch_seqs();
+  const LayoutKeys& k = fixed.keys;
+  const Layout& v = fixed.values;
   std::vector<Recompute> recomputes = {Recompute::none, Recompute::full};
   if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::selective);
-  for (int tp : tp_options(m, c)) {
-    for (int pp = 1; pp <= m.n_layer; pp++) {
+  if (k.recompute) recomputes = {v.recompute};
+  const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
+  for (int tp : tps) {
+    for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
       if (N % (tp * pp) != 0) continue;
       const int dp = N / (tp * pp);
+      if (k.dp && dp != v.dp) continue;
       if (seqs % dp != 0) continue;
-      for (int mb : divisors(seqs / dp, 64)) {
+      const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
+      for (int mb : mbs) {
+        if (seqs % (int64_t(dp) * mb) != 0) continue;
         const int64_t micro = seqs / (int64_t(dp) * mb);
         std::vector<int> vpps = {1};
         // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
         // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
-        for (int v = 2; pp > 1 && v <= 8; v++)
-          if (m.n_layer % (pp * v) == 0 && micro % pp == 0) vpps.push_back(v);
+        for (int x = 2; pp > 1 && x <= 8; x++)
+          if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
+        if (k.vpp) vpps = {v.vpp};
+        std::vector<int> zeros;
+        for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) zeros.push_back(z);
+        if (k.zero) zeros = {v.zero};
         for (int vpp : vpps)
-          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+          for (int zero : zeros)
             for (Recompute rc : recomputes) {
               Layout l;
               l.tp = tp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
               l.recompute = rc;
-              l.sp = tp > 1;
+              l.sp = tp > 1 && (!k.sp || v.sp);
               Estimate e = evaluate(m, c, j, l);
               if (!e.valid()) continue;
               out.considered++;
+              if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
+                out.least_memory = e;
               (e.fits() ? out.fitting : oom).push_back(std::move(e));
             }
       }

@@ -53,9 +53,17 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
 struct SearchResult {
   std::vector<Estimate> fitting;     // every layout that fits, fastest first
   std::vector<Estimate> faster_oom;  // out of memory, at least 1% faster than the best fit
+  Estimate least_memory;             // the valid layout needing the least memory (fits or not)
   int64_t considered = 0;            // valid layouts evaluated
 };
-SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j);
+// Fields a partial --layout fixed: the search tries only layouts with these values (`keys` says
+// which of `values`' fields count) and searches the rest.
+struct FixedFields {
+  Layout values;
+  LayoutKeys keys;  // none given: every layout is searched
+};
+SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                    const FixedFields& fixed = {});
 
 // When nothing fits `c`: the smallest clusters (in whole nodes of the same kind) on which
 // something does, with ZeRO-3 data parallelism alone and with tensor/pipeline parallelism plus

@@ -15,8 +15,8 @@ using kiln::testing::run_kiln;
 TEST(PlanCli, EvaluatesOneLayoutAsJson) {
   auto r = run_kiln(
       "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --layout "
-      "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective --attention unfused --usd-per-gpu-hour 2 "
-      "--json");
+      "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective,vpp=1 --attention unfused "
+      "--usd-per-gpu-hour 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["layout"]["text"], "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective");
@@ -25,6 +25,50 @@ TEST(PlanCli, EvaluatesOneLayoutAsJson) {
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_GT(j["tflops_per_gpu_hw"].get<double>(), j["tflops_per_gpu_model"].get<double>());
   EXPECT_EQ(j["cluster"]["devices"], 1024);
+  EXPECT_FALSE(j.contains("search"));  // every key given: evaluated as given
+}
+
+// A partial --layout fixes the keys it gives and searches the rest, instead of filling them with
+// defaults (vpp=1, mb=1, zero=0, no recompute).
+TEST(PlanCli, PartialLayoutSearchesTheKeysLeftOut) {
+  const std::string base =
+      "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --attention unfused --json --layout ";
+  auto r = run_kiln(base + "tp=8,pp=16,mb=1,zero=1,recompute=selective");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(j.contains("search")) << r.output;
+  EXPECT_EQ(j["search"]["given"], "tp=8,pp=16,mb=1,zero=1,recompute=selective");
+  EXPECT_EQ(j["search"]["searched_keys"], "vpp");
+  EXPECT_EQ(j["search"]["layouts_considered"], 4);  // vpp 1, 2, 3 and 6 (96 layers, m = 192)
+  EXPECT_EQ(j["layout"]["tp"], 8);
+  EXPECT_EQ(j["layout"]["pp"], 16);
+  EXPECT_EQ(j["layout"]["mb"], 1);
+  EXPECT_EQ(j["layout"]["zero"], 1);
+  EXPECT_EQ(j["layout"]["recompute"], "selective");
+  EXPECT_GT(j["layout"]["vpp"].get<int>(), 1);  // interleaving is faster here
+  // ... and faster than the default the field used to get.
+  auto one = run_kiln(base + "tp=8,pp=16,mb=1,zero=1,recompute=selective,vpp=1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_LT(j["step_time_s"].get<double>(),
+            nlohmann::json::parse(one.output)["step_time_s"].get<double>());
+
+  // A fixed field constrains: every layout listed has mb=2.
+  r = run_kiln(base + "mb=2 --top 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["layout"]["mb"], 2);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  ASSERT_FALSE(j["search"]["others"].empty());
+  for (const auto& other : j["search"]["others"])
+    EXPECT_NE(other["layout"].get<std::string>().find(",mb=2,"), std::string::npos) << other;
+
+  // Nothing with the given keys fits: said, with the least memory they need and what would fit.
+  r = run_kiln("plan --model llama2-70b --gpu a100-80gb --layout tp=8");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no layout with tp=8 fits on 8 × a100-80gb"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("the cluster needs at least 32 devices with ZeRO-3"), std::string::npos)
+      << r.output;
 }
 
 TEST(PlanCli, SearchPrintsARankedTable) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "plan/report.h"
@@ -83,6 +84,39 @@ TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
   ASSERT_FALSE(fixes.empty());
   EXPECT_TRUE(std::any_of(fixes.begin(), fixes.end(),
                           [](const std::string& f) { return f.rfind("zero=3", 0) == 0; }));
+}
+
+// Fixed fields constrain the search; the others are searched over their whole range.
+TEST(PlanPlanner, SearchKeepsTheFixedFields) {
+  const Preset& p = find_preset("llama2-13b");
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 8);
+  const JobSpec j = job_of(p);
+  FixedFields f;
+  f.values = parse_layout("tp=2,zero=1", &f.keys);
+  EXPECT_TRUE(f.keys.tp && f.keys.zero && !f.keys.pp && !f.keys.mb && !f.keys.all());
+  EXPECT_EQ(f.keys.given(f.values), "tp=2,zero=1");
+  EXPECT_EQ(f.keys.open(), "pp, mb, vpp and recompute");
+  const SearchResult r = search(p.model, c, j, f);
+  ASSERT_FALSE(r.fitting.empty());
+  std::set<int> pps, mbs;
+  std::set<Recompute> rcs;
+  for (const Estimate& e : r.fitting) {
+    EXPECT_EQ(e.layout.tp, 2);
+    EXPECT_EQ(e.layout.zero, 1);
+    EXPECT_TRUE(e.layout.sp);
+    pps.insert(e.layout.pp), mbs.insert(e.layout.mb), rcs.insert(e.layout.recompute);
+  }
+  EXPECT_GT(pps.size(), 1u);
+  EXPECT_GT(mbs.size(), 1u);
+  EXPECT_EQ(rcs.size(), 2u);  // none and full (flash attention: no selective)
+  // The unconstrained search holds every one of them.
+  EXPECT_GT(search(p.model, c, j).considered, r.considered);
+  // Everything fixed: the one layout.
+  f.values = parse_layout("tp=2,pp=2,mb=2,vpp=1,zero=1,recompute=full,sp=0", &f.keys);
+  EXPECT_TRUE(f.keys.all());
+  const SearchResult one = search(p.model, c, j, f);
+  ASSERT_EQ(one.considered, 1);
+  EXPECT_EQ(one.least_memory.layout.to_string(), "tp=2,pp=2,dp=16,mb=2,zero=1,recompute=full,sp=0");
 }
 
 // The out-of-memory advice comes from the search's own checks: every cluster and layout it names
