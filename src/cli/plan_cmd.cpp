@@ -149,12 +149,71 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   return c;
 }
 
+double gib(double bytes) {
+  return bytes / double(1 << 30);
+}
+
+// A --layout that leaves keys out: the fastest layout with the given keys, after the table of
+// the search over the rest.
+void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& keys,
+                  const Layout& given, const SearchResult& r) {
+  const std::string fixed = keys.given(given);
+  nlohmann::json searched = {{"given", fixed},
+                             {"searched_keys", keys.open()},
+                             {"layouts_considered", r.considered},
+                             {"layouts_fitting", r.fitting.size()}};
+  if (r.fitting.empty()) {
+    const Estimate& least = r.least_memory;
+    const SearchResult any = search(in.model, in.cluster, in.job);
+    std::string way;
+    if (!any.fitting.empty()) {
+      const Estimate& b = any.fitting.front();
+      way = fmt::format("without them, {} fits ({:.1f} GiB, {:.3g} s/step)", b.layout.to_string(),
+                        gib(b.memory.total), b.time.step);
+    } else {
+      way = "the cluster " + fit_advice(in.model, in.cluster, in.job);
+    }
+    const std::string msg = fmt::format(
+        "no layout with {} fits on {} ({} tried; the one needing the least memory, {}, needs "
+        "{:.1f} of {:.1f} GiB); {}",
+        fixed, in.cluster.describe(), r.considered, least.layout.to_string(),
+        gib(least.memory.total), gib(least.memory.capacity), way);
+    if (o.json) {
+      nlohmann::json j = search_json(r, in, o.top);
+      j["search"] = searched;
+      j["advice"] = msg;
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    fail("{}: {}", in.model.name, msg);
+  }
+  const Estimate& best = r.fitting.front();
+  if (o.json) {
+    nlohmann::json j = inputs_json(in);
+    j.update(estimate_json(best, in));
+    searched["others"] = nlohmann::json::array();
+    for (int i = 1; i < int(r.fitting.size()) && i < o.top; i++)
+      searched["others"].push_back(
+          {{"layout", r.fitting[i].layout.to_string()}, {"step_time_s", r.fitting[i].time.step}});
+    j["search"] = searched;
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("{}\n--layout {}: {} searched", inputs_text(in), fixed, keys.open());
+  fmt::print("{}", search_table(r, o.top));
+  fmt::print("\nthe best layout with {} in detail:\n{}", fixed, estimate_text(best, in));
+  if (!o.config.empty() && in.cluster.device.cpu)
+    fmt::print("\nmeasure it: kiln bench train --config {}{}\n", o.config,
+               o.sets.empty() ? "" : " --set ...");
+}
+
 void plan(const PlanOpts& o, const Given& g) {
   if (o.list_models) return list_models();
   if (o.list_gpus) return list_gpus();
   if (o.config.empty() == o.model.empty())
     fail("give the model with --model NAME (see --list-models) or --config FILE (a kiln config)");
   if (!o.sets.empty() && o.config.empty()) fail("--set changes a --config; there is none");
+  if (o.top < 1) fail("--top (layouts to list from a search) must be at least 1, got {}", o.top);
 
   ModelSpec model;
   JobSpec job;
@@ -208,7 +267,25 @@ void plan(const PlanOpts& o, const Given& g) {
   const PlanInputs in{model, cluster, job};
 
   if (!o.layout.empty()) {
-    Layout l = complete_layout(model, cluster, job, parse_layout(o.layout));
+    LayoutKeys keys;
+    Layout l = parse_layout(o.layout, &keys);
+    if (!keys.all()) {
+      // A partial layout: the keys given fix a search over the rest.
+      SearchResult r = search(model, cluster, job, FixedFields{l, keys});
+      if (r.considered > 1) return plan_partial(o, in, keys, l, r);
+      if (r.considered == 0) {
+        // Nothing can run: the checks of the layout with the defaults filled in name the
+        // problem ("tp=3 does not divide the 32 attention heads; tp can be ...").
+        complete_layout(model, cluster, job, l);
+        fail(
+            "--layout {}: no layout with these keys can run on {}: the global batch of {} "
+            "sequences must split over dp×mb and tp×pp must divide the {} devices",
+            o.layout, cluster.describe(), job.global_batch_seqs(), cluster.total_gpus());
+      }
+      l = r.least_memory.layout;  // the one layout left (one device: tp = pp = vpp = 1, no ZeRO)
+    } else {
+      l = complete_layout(model, cluster, job, l);
+    }
     Estimate e = evaluate(model, cluster, job, l);
     std::vector<std::string> fixes;
     std::string advice;
@@ -308,6 +385,15 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+// Whether /proc/cpuinfo lists `flag` for the first CPU.
+bool cpu_flag(const std::string& flag) {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("flags", 0) == 0)
+      return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
+}
+
 double llc_mib() {
   for (int idx = 3; idx >= 2; idx--) {
     std::ifstream f(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", idx));
@@ -401,6 +487,39 @@ Calibration measure(double seconds, int rounds) {
         fmt::format("matmul fit: {:.1f} GFLOP/s sustained + {:.1f} µs per call; "
                     "best {:.1f} GFLOP/s",
                     rate * 1e-9, t0 * 1e6, peak * 1e-9));
+
+    // bf16: a peak only where oneDNN runs bf16 products on the CPU's own instructions. Elsewhere
+    // kiln widens bf16 operands to fp32 (fp32's speed), and a bf16 peak would be a made-up
+    // number (or the 0 that made `--dtype bf16` plans divide by it): none is written.
+    d.peak_tflops_16 = 0;
+    if (matmul_bf16_native()) {
+      double peak16 = 0;
+      for (const Shape& sh : shapes) {
+        MatmulShape s{sh.M, sh.N, sh.K, sh.ta, sh.tb};
+        Buffer<bf16> a(s.M * s.K), b(s.K * s.N);
+        Buffer<float> c(s.M * s.N);
+        for (size_t i = 0; i < a.size(); i++) a[i] = float_to_bf16(float(i % 7) * 0.01f);
+        for (size_t i = 0; i < b.size(); i++) b[i] = float_to_bf16(float(i % 5) * 0.01f);
+        const double fl = 2.0 * s.M * s.N * s.K;
+        const double t = timings.best(
+            fmt::format("bf16mm{}x{}x{}{}{}", sh.M, sh.N, sh.K, sh.ta, sh.tb),
+            [&] { matmul_bf16(s, a.data(), b.data(), c.data()); },
+            seconds * std::min(1.0, fl / 2e9), 3);
+        peak16 = std::max(peak16, fl / t);
+      }
+      d.peak_tflops_16 = peak16 * 1e-12;
+      cal.lines.push_back(fmt::format(
+          "bf16 matmul (native, fp32 accumulation), same shapes: best {:.1f} GFLOP/s, used as "
+          "peak_tflops_bf16 with the fp32 fit's efficiency",
+          peak16 * 1e-9));
+    } else {
+      cal.lines.push_back(fmt::format(
+          "bf16: no peak written: oneDNN has no native bf16 matmul here{}, so kiln widens bf16 "
+          "operands to fp32 and multiplies at the fp32 rate; plan this machine with --dtype fp32",
+          cpu_flag("avx512_bf16") || cpu_flag("amx_bf16")
+              ? " (the CPU reports avx512_bf16 or amx_bf16, but this oneDNN does not use it)"
+              : " (the CPU has neither avx512_bf16 nor amx_bf16)"));
+    }
 
     // Memory bandwidth: a STREAM triad over arrays far larger than the last-level cache.
     const double llc = llc_mib();
@@ -561,6 +680,10 @@ void calibrate(const PlanOpts& o) {
   }
   if (o.json) {
     nlohmann::json j = {{"peak_tflops_fp32", cal.device.peak_tflops_32},
+                        {"peak_tflops_bf16", cal.device.peak_tflops_16 > 0
+                                                 ? nlohmann::json(cal.device.peak_tflops_16)
+                                                 : nlohmann::json()},
+                        {"bf16_native", matmul_bf16_native()},
                         {"matmul_efficiency", cal.device.matmul_efficiency},
                         {"mem_bw_gbs", cal.device.mem_bw_gbs},
                         {"cache_mib", cal.device.cache_mib},

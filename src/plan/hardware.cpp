@@ -571,8 +571,9 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   out += fmt::format("description = {}\n", q(d.description));
   out += fmt::format("source = {}\n", q(d.source));
   out += fmt::format("cpu = {}\n", d.cpu ? "true" : "false");
-  out += fmt::format("peak_tflops_bf16 = {:.6g}\n", d.peak_tflops_16);
-  out += fmt::format("peak_tflops_fp32 = {:.6g}\n", d.peak_tflops_32);
+  // A peak of 0 means "not supported": the key is left out rather than written as 0.
+  if (d.peak_tflops_16 > 0) out += fmt::format("peak_tflops_bf16 = {:.6g}\n", d.peak_tflops_16);
+  if (d.peak_tflops_32 > 0) out += fmt::format("peak_tflops_fp32 = {:.6g}\n", d.peak_tflops_32);
   out += fmt::format("memory_gib = {:.6g}\n", d.memory_gib);
   out += fmt::format("reserved_gib = {:.6g}\n", d.reserved_gib);
   out += fmt::format("mem_bw_gbs = {:.6g}\n", d.mem_bw_gbs);

@@ -16,12 +16,29 @@ void JobSpec::validate() const {
     fail("--global-batch-tokens ({}) is not a whole number of {}-token sequences; use {}",
          global_batch_tokens, seq_len, global_batch_seqs() * seq_len);
   if (!(train_tokens > 0)) fail("--tokens (training tokens) must be positive");
+  if (!(train_tokens < 1e18)) fail("--tokens must be below 1e18, got {:g}", train_tokens);
+  // A batch above the budget would make one step that trains more tokens than asked for, and
+  // every figure of the run would describe that step, not the budget: refuse it.
+  if (double(global_batch_tokens) > train_tokens)
+    fail(
+        "the global batch of {} tokens (--global-batch-tokens) is larger than the training "
+        "budget of {:.0f} tokens (--tokens): the run would be a single step of more tokens than "
+        "asked for; lower --global-batch-tokens to at most {:.0f} or raise --tokens to at least {}",
+        global_batch_tokens, train_tokens, std::floor(train_tokens / seq_len) * seq_len,
+        global_batch_tokens);
   if (mem_allowance < 0 || mem_allowance > 1)
     fail("--mem-allowance is a fraction in [0, 1], got {}", mem_allowance);
   if (usd_per_gpu_hour < 0) fail("--usd-per-gpu-hour must not be negative");
   if (gpu_power_w < 0) fail("--gpu-power-w must not be negative");
   if (pue < 1) fail("--pue is total facility power over IT power, at least 1 (got {})", pue);
   if (gco2_per_kwh < 0) fail("--gco2-per-kwh must not be negative");
+}
+
+int64_t JobSpec::steps() const {
+  if (global_batch_tokens <= 0) return 0;
+  // Whole tokens; integer division so that a budget of exactly k batches is k steps.
+  const int64_t tokens = int64_t(std::ceil(train_tokens));
+  return (tokens + global_batch_tokens - 1) / global_batch_tokens;
 }
 
 double parse_count(const std::string& text, const std::string& flag) {

@@ -31,6 +31,8 @@ struct JobSpec {
   double gco2_per_kwh = 480;    // grid carbon intensity; the world in 2023 (Ember, 2024)
 
   int64_t global_batch_seqs() const { return seq_len > 0 ? global_batch_tokens / seq_len : 0; }
+  // Optimizer steps of the run: ceil(train_tokens / global_batch_tokens).
+  int64_t steps() const;
   // Throws kiln::Error naming the flag when a value is impossible.
   void validate() const;
 };

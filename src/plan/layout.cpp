@@ -33,7 +33,37 @@ std::string Layout::to_string() const {
   return s;
 }
 
-Layout parse_layout(const std::string& text) {
+std::string LayoutKeys::given(const Layout& l) const {
+  std::vector<std::string> parts;
+  if (tp) parts.push_back(fmt::format("tp={}", l.tp));
+  if (pp) parts.push_back(fmt::format("pp={}", l.pp));
+  if (dp) parts.push_back(fmt::format("dp={}", l.dp));
+  if (mb) parts.push_back(fmt::format("mb={}", l.mb));
+  if (vpp) parts.push_back(fmt::format("vpp={}", l.vpp));
+  if (zero) parts.push_back(fmt::format("zero={}", l.zero));
+  if (recompute) parts.push_back(fmt::format("recompute={}", recompute_name(l.recompute)));
+  if (sp) parts.push_back(fmt::format("sp={:d}", l.sp));
+  std::string s;
+  for (size_t i = 0; i < parts.size(); i++) s += (i ? "," : "") + parts[i];
+  return s;
+}
+
+std::string LayoutKeys::open() const {
+  std::vector<std::string> keys;
+  if (!tp) keys.push_back("tp");
+  if (!pp) keys.push_back("pp");
+  if (!mb) keys.push_back("mb");
+  if (!vpp) keys.push_back("vpp");
+  if (!zero) keys.push_back("zero");
+  if (!recompute) keys.push_back("recompute");
+  std::string s;
+  for (size_t i = 0; i < keys.size(); i++)
+    s += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
+  return s;
+}
+
+Layout parse_layout(const std::string& text, LayoutKeys* given) {
+  LayoutKeys keys_given;
   Layout l;
   l.dp = 0;
   bool sp_given = false;
@@ -58,6 +88,15 @@ Layout parse_layout(const std::string& text) {
       fail("--layout: unknown key '{}'; the keys are {}", key, join_names(keys));
     }
     if (!seen.insert(key).second) fail("--layout: '{}' is given twice", key);
+    bool* flag = key == "tp"          ? &keys_given.tp
+                 : key == "pp"        ? &keys_given.pp
+                 : key == "dp"        ? &keys_given.dp
+                 : key == "mb"        ? &keys_given.mb
+                 : key == "vpp"       ? &keys_given.vpp
+                 : key == "zero"      ? &keys_given.zero
+                 : key == "recompute" ? &keys_given.recompute
+                                      : &keys_given.sp;
+    *flag = true;
     if (key == "recompute") {
       if (value == "none")
         l.recompute = Recompute::none;
@@ -98,6 +137,7 @@ Layout parse_layout(const std::string& text) {
   }
   if (!sp_given) l.sp = l.tp > 1;
   if (l.tp == 1) l.sp = false;
+  if (given) *given = keys_given;
   return l;
 }
 

@@ -32,11 +32,21 @@ struct Layout {
   std::string to_string() const;
 };
 
+// Which keys a --layout gave. The planner searches the keys left out, the given ones fixed.
+struct LayoutKeys {
+  bool tp = false, pp = false, dp = false, mb = false, vpp = false, zero = false, recompute = false,
+       sp = false;
+  // Every key the search varies is given (dp follows from tp and pp; sp defaults to tp > 1).
+  bool all() const { return tp && pp && mb && vpp && zero && recompute; }
+  std::string given(const Layout& l) const;  // "tp=8,mb=4": the given keys with their values
+  std::string open() const;                  // "pp, vpp, zero and recompute": the keys left out
+};
+
 // Parses "key=value,..." with keys tp, pp, dp, mb, vpp, zero, recompute, sp. Keys left out keep
 // their defaults (tp, pp, mb, vpp = 1, zero = 0, recompute none, sp on when tp > 1); dp left out
-// is 0, meaning "whatever the devices leave" (filled in by the planner). Throws kiln::Error
-// naming the bad key or value.
-Layout parse_layout(const std::string& text);
+// is 0, meaning "whatever the devices leave" (filled in by the planner); `given`, when not null,
+// says which keys the text gave. Throws kiln::Error naming the bad key or value.
+Layout parse_layout(const std::string& text, LayoutKeys* given = nullptr);
 // The same layout apart from the ZeRO stage (search tables list one of each).
 inline bool same_but_zero(const Layout& a, const Layout& b) {
   return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.mb == b.mb && a.vpp == b.vpp &&

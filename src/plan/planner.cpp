@@ -38,13 +38,6 @@ double gib(double bytes) {
   return bytes / double(1 << 30);
 }
 
-// Memory of a layout whose batch may not divide evenly (for advice only).
-MemoryBreakdown memory_of(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                          const Layout& l) {
-  const int64_t mbs = std::max<int64_t>(1, j.global_batch_seqs() / (int64_t(l.dp) * l.mb));
-  return memory_per_gpu(m, c, j, l, mbs);
-}
-
 }  // namespace
 
 namespace {
@@ -162,8 +155,8 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   const double peak = c.device.peak_tflops(j.dtype);
   e.mfu = e.tflops_per_gpu_model / peak;
   e.hfu = e.tflops_per_gpu_hw / peak;
-  e.steps = j.train_tokens / e.tokens_per_step;
-  const double seconds = e.steps * e.time.step;
+  e.steps = j.steps();
+  const double seconds = double(e.steps) * e.time.step;
   e.days = seconds / 86400;
   e.gpu_hours = seconds / 3600 * N;
   e.cost_usd = e.gpu_hours * j.usd_per_gpu_hour;
@@ -175,35 +168,49 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   return e;
 }
 
-SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j) {
+SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                    const FixedFields& fixed) {
   SearchResult out;
   std::vector<Estimate> oom;
   const int N = c.total_gpus();
   const int64_t seqs = j.global_batch_seqs();
+  const LayoutKeys& k = fixed.keys;
+  const Layout& v = fixed.values;
   std::vector<Recompute> recomputes = {Recompute::none, Recompute::full};
   if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::selective);
-  for (int tp : tp_options(m, c)) {
-    for (int pp = 1; pp <= m.n_layer; pp++) {
+  if (k.recompute) recomputes = {v.recompute};
+  const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
+  for (int tp : tps) {
+    for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
       if (N % (tp * pp) != 0) continue;
       const int dp = N / (tp * pp);
+      if (k.dp && dp != v.dp) continue;
       if (seqs % dp != 0) continue;
-      for (int mb : divisors(seqs / dp, 64)) {
+      const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
+      for (int mb : mbs) {
+        if (seqs % (int64_t(dp) * mb) != 0) continue;
         const int64_t micro = seqs / (int64_t(dp) * mb);
         std::vector<int> vpps = {1};
         // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
         // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
-        for (int v = 2; pp > 1 && v <= 8; v++)
-          if (m.n_layer % (pp * v) == 0 && micro % pp == 0) vpps.push_back(v);
+        for (int x = 2; pp > 1 && x <= 8; x++)
+          if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
+        if (k.vpp) vpps = {v.vpp};
+        std::vector<int> zeros;
+        for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) zeros.push_back(z);
+        if (k.zero) zeros = {v.zero};
         for (int vpp : vpps)
-          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+          for (int zero : zeros)
             for (Recompute rc : recomputes) {
               Layout l;
               l.tp = tp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
               l.recompute = rc;
-              l.sp = tp > 1;
+              l.sp = tp > 1 && (!k.sp || v.sp);
               Estimate e = evaluate(m, c, j, l);
               if (!e.valid()) continue;
               out.considered++;
+              if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
+                out.least_memory = e;
               (e.fits() ? out.fitting : oom).push_back(std::move(e));
             }
       }
@@ -234,71 +241,89 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j) 
   return out;
 }
 
+namespace {
+
+// The search's own test of a layout: it can run (layout_problem) and its largest stage fits in
+// memory, exactly as evaluate() decides fits().
+bool fits_on(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l) {
+  if (!layout_problem(m, c, j, l).empty()) return false;
+  const int64_t micro = j.global_batch_seqs() / (int64_t(l.dp) * l.mb);
+  return memory_per_gpu(m, c, j, l, micro).fits();
+}
+
+}  // namespace
+
 std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j) {
-  // Smallest number of nodes (≥ 1) for which `fits(nodes)` holds, if any up to a million
-  // devices; fitting only gets easier with more nodes for the layouts tried here.
-  auto smallest = [&](auto fits) -> int64_t {
-    int64_t hi = 1;
-    const int64_t limit = std::max<int64_t>(1, (int64_t(1) << 20) / c.gpus_per_node);
-    while (!fits(hi)) {
-      if (hi >= limit) return 0;
-      hi = std::min(limit, hi * 2);
-    }
-    int64_t lo = hi / 2;  // does not fit (or 0)
-    while (hi - lo > 1) {
-      int64_t mid = (lo + hi) / 2;
-      (fits(mid) ? hi : lo) = mid;
-    }
-    return hi;
-  };
+  // Candidate clusters are whole nodes of c's kind, up to a million devices, whose data
+  // parallelism splits the global batch (dp must divide it, as the search requires). Each
+  // suggestion is a layout the search itself tries (mb=1, vpp=1, full recompute, sp with tp > 1,
+  // no ZeRO at dp=1) and that passes the search's checks, so `--nodes N --layout ...` as printed
+  // is accepted.
+  const int g = c.gpus_per_node;
+  const int64_t seqs = j.global_batch_seqs();
+  const int64_t max_devices = int64_t(1) << 20;
+  const std::vector<int> dps = divisors(seqs, seqs);  // increasing
   auto on_nodes = [&](int64_t nodes) {
     ClusterSpec cc = c;
     cc.nodes = int(nodes);
     return cc;
   };
-  // ZeRO-3 data parallelism alone, one sequence per micro-batch, full recompute.
-  auto zero3_fits = [&](int64_t nodes) {
-    ClusterSpec cc = on_nodes(nodes);
+  auto frugal = [](int tp, int pp, int dp, int zero) {
     Layout l;
-    l.dp = cc.total_gpus();
-    l.zero = 3;
+    l.tp = tp, l.pp = pp, l.dp = dp, l.mb = 1, l.vpp = 1, l.zero = dp > 1 ? zero : 0;
     l.recompute = Recompute::full;
-    return memory_of(m, cc, j, l).fits();
+    l.sp = tp > 1;
+    return l;
   };
-  // Tensor and pipeline parallelism with ZeRO-1 over the data parallelism the nodes leave: for
-  // each tp×pp, the fewest nodes on which it fits; the smallest cluster wins.
-  int best_k = 0;
-  int64_t best_k_nodes = 0;
-  for (int tp : tp_options(m, c))
-    for (int pp = 1; pp <= m.n_layer; pp++) {
-      const int k = tp * pp;
-      const int64_t step = k / std::gcd(k, c.gpus_per_node);  // nodes come in multiples of this
-      const int64_t units = smallest([&](int64_t u) {
-        if (u * step > (int64_t(1) << 20) / c.gpus_per_node) return false;
-        ClusterSpec cc = on_nodes(u * step);
-        Layout l;
-        l.tp = tp, l.pp = pp, l.dp = cc.total_gpus() / k, l.zero = 1, l.sp = tp > 1;
-        l.recompute = Recompute::full;
-        return memory_of(m, cc, j, l).fits();
-      });
-      if (units == 0) continue;
-      const int64_t nodes = units * step;
-      if (best_k == 0 || nodes < best_k_nodes || (nodes == best_k_nodes && k < best_k))
-        best_k = k, best_k_nodes = nodes;
+  struct Way {
+    int64_t devices = 0;
+    Layout layout;
+  };
+  // ZeRO-3 data parallelism alone: the fewest devices (dp) on which it fits.
+  Way z3;
+  for (int dp : dps) {
+    if (dp % g != 0) continue;
+    if (dp > max_devices) break;
+    const Layout l = frugal(1, 1, dp, 3);
+    if (fits_on(m, on_nodes(dp / g), j, l)) {
+      z3 = {dp, l};
+      break;
     }
-  const int64_t z3 = smallest(zero3_fits);
+  }
+  // Tensor and pipeline parallelism with ZeRO-1 over the data parallelism: for each tp×pp, the
+  // fewest devices on which it fits; the smallest cluster wins (then the smaller tp×pp).
+  Way tpp;
+  for (int tp : tp_options(m, c))
+    for (int pp = 1; pp <= m.n_layer; pp++)
+      for (int dp : dps) {
+        const int64_t total = int64_t(tp) * pp * dp;
+        if (total > max_devices) break;
+        if (tpp.devices > 0 && total > tpp.devices) break;
+        if (total % g != 0) continue;
+        const Layout l = frugal(tp, pp, dp, 1);
+        if (!fits_on(m, on_nodes(total / g), j, l)) continue;
+        if (tpp.devices == 0 || total < tpp.devices ||
+            (total == tpp.devices && tp * pp < tpp.layout.tp * tpp.layout.pp))
+          tpp = {total, l};
+        break;
+      }
+  // "32 devices with ZeRO-3 (4 nodes: --nodes 4 --layout ...)": what to pass back to the planner.
+  auto way = [&](const Way& w, const std::string& with) {
+    const int64_t nodes = w.devices / g;
+    return fmt::format("{} device{}{} ({} node{}: --nodes {} --layout {})", w.devices,
+                       w.devices == 1 ? "" : "s", with, nodes, nodes == 1 ? "" : "s", nodes,
+                       w.layout.to_string() + (w.layout.pp > 1 ? ",vpp=1" : ""));
+  };
   std::vector<std::string> ways;
-  if (z3 > 0)
-    ways.push_back(fmt::format("at least {} devices with ZeRO-3 ({} node{})", z3 * c.gpus_per_node,
-                               z3, z3 == 1 ? "" : "s"));
-  if (best_k > 0)
-    ways.push_back(fmt::format("tp×pp = {} with ZeRO-1 on {} devices ({} node{})", best_k,
-                               best_k_nodes * c.gpus_per_node, best_k_nodes,
-                               best_k_nodes == 1 ? "" : "s"));
-  if (z3 == 0 && !ways.empty())
-    ways.back() +=
-        " (ZeRO-3 data parallelism alone never fits: the activations of one sequence "
-        "do not fit a device)";
+  if (z3.devices > 0) ways.push_back("at least " + way(z3, " with ZeRO-3"));
+  if (tpp.devices > 0)
+    ways.push_back(fmt::format("tp×pp = {}{} on {}", tpp.layout.tp * tpp.layout.pp,
+                               tpp.layout.dp > 1 ? " with ZeRO-1" : "", way(tpp, "")));
+  if (z3.devices == 0 && !ways.empty())
+    ways.back() += fmt::format(
+        " (ZeRO-3 data parallelism alone fits on no cluster of whole {}-device nodes whose dp "
+        "divides the global batch of {} sequence{})",
+        g, seqs, seqs == 1 ? "" : "s");
   if (ways.empty()) {
     Layout l;
     l.recompute = Recompute::full;
@@ -306,11 +331,17 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
     JobSpec one = j;
     one.global_batch_tokens = j.seq_len;
     const double act = layer_activation_bytes(m, one, l, Recompute::full);
+    if (act > c.device.memory_gib * double(1 << 30))
+      return fmt::format(
+          "{} fits on no layout even with a million devices: with full recompute a "
+          "sequence of {} tokens still keeps {:.1f} GiB of activations per layer; "
+          "shorten --seq-len or use devices with more memory",
+          m.name, j.seq_len, gib(act));
     return fmt::format(
-        "{} fits on no layout even with a million devices: with full recompute a "
-        "sequence of {} tokens still keeps {:.1f} GiB of activations per layer; "
-        "shorten --seq-len or use devices with more memory",
-        m.name, j.seq_len, gib(act));
+        "{} fits on no cluster of whole {}-device nodes (up to a million devices) whose data "
+        "parallelism divides the global batch of {} sequences; raise --global-batch-tokens "
+        "(more sequences allow more data parallelism) or use devices with more memory",
+        m.name, g, seqs);
   }
   std::string s = fmt::format("needs {}", ways[0]);
   if (ways.size() > 1) s += fmt::format(", or {}", ways[1]);

@@ -28,7 +28,10 @@ struct Estimate {
   double tflops_per_gpu_model = 0;  // model FLOPs (6N + 12·L·h·s per token)
   double tflops_per_gpu_hw = 0;     // plus recomputation
   double mfu = 0, hfu = 0;          // the two over the device's peak for the precision
-  double steps = 0, days = 0, gpu_hours = 0;
+  // Optimizer steps: ceil(training tokens / tokens per step), a whole number; days, GPU-hours,
+  // cost and energy are those of this many steps (the last one may overshoot the budget).
+  int64_t steps = 0;
+  double days = 0, gpu_hours = 0;
   double cost_usd = 0;    // 0 when no price was given
   double energy_kwh = 0;  // devices + node overhead, times PUE
   double co2_t = 0;       // tonnes of CO2
@@ -50,9 +53,17 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
 struct SearchResult {
   std::vector<Estimate> fitting;     // every layout that fits, fastest first
   std::vector<Estimate> faster_oom;  // out of memory, at least 1% faster than the best fit
+  Estimate least_memory;             // the valid layout needing the least memory (fits or not)
   int64_t considered = 0;            // valid layouts evaluated
 };
-SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j);
+// Fields a partial --layout fixed: the search tries only layouts with these values (`keys` says
+// which of `values`' fields count) and searches the rest.
+struct FixedFields {
+  Layout values;
+  LayoutKeys keys;  // none given: every layout is searched
+};
+SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                    const FixedFields& fixed = {});
 
 // When nothing fits `c`: the smallest clusters (in whole nodes of the same kind) on which
 // something does, with ZeRO-3 data parallelism alone and with tensor/pipeline parallelism plus

@@ -137,6 +137,7 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
   j["mfu"] = e.mfu;
   j["hfu"] = e.hfu;
   j["steps"] = e.steps;
+  j["tokens_trained"] = double(e.steps) * e.tokens_per_step;  // at least the budget
   j["days"] = e.days;
   j["gpu_hours"] = e.gpu_hours;
   j["cost_usd"] = in.job.usd_per_gpu_hour > 0 ? nlohmann::json(e.cost_usd) : nlohmann::json();
@@ -160,8 +161,8 @@ std::string inputs_text(const PlanInputs& in) {
   s += fmt::format(
       "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
-      si(j.train_tokens), with_commas(std::ceil(j.train_tokens / double(j.global_batch_tokens))),
-      dtype_name(j.dtype), j.flash_attention ? "flash" : "unfused");
+      si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
+      j.flash_attention ? "flash" : "unfused");
   return s;
 }
 
@@ -219,7 +220,7 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   s += fmt::format("  {:<42} {:>12}  HFU {:.1f}% (counts recomputation)\n",
                    "hardware TFLOP/s per GPU", amount(e.tflops_per_gpu_hw), 100 * e.hfu);
   s += "\nrun\n";
-  s += fmt::format("  {:<42} {:>12}\n", "steps", with_commas(std::ceil(e.steps)));
+  s += fmt::format("  {:<42} {:>12}\n", "steps", with_commas(double(e.steps)));
   s += fmt::format("  {:<42} {:>12}\n", "days", amount(e.days));
   s += fmt::format("  {:<42} {:>12}\n", "GPU-hours", amount(e.gpu_hours));
   if (j.usd_per_gpu_hour > 0)

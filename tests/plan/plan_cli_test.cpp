@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
+#include "kernels/matmul.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -13,8 +15,8 @@ using kiln::testing::run_kiln;
 TEST(PlanCli, EvaluatesOneLayoutAsJson) {
   auto r = run_kiln(
       "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --layout "
-      "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective --attention unfused --usd-per-gpu-hour 2 "
-      "--json");
+      "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective,vpp=1 --attention unfused "
+      "--usd-per-gpu-hour 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["layout"]["text"], "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective");
@@ -23,6 +25,50 @@ TEST(PlanCli, EvaluatesOneLayoutAsJson) {
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_GT(j["tflops_per_gpu_hw"].get<double>(), j["tflops_per_gpu_model"].get<double>());
   EXPECT_EQ(j["cluster"]["devices"], 1024);
+  EXPECT_FALSE(j.contains("search"));  // every key given: evaluated as given
+}
+
+// A partial --layout fixes the keys it gives and searches the rest, instead of filling them with
+// defaults (vpp=1, mb=1, zero=0, no recompute).
+TEST(PlanCli, PartialLayoutSearchesTheKeysLeftOut) {
+  const std::string base =
+      "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --attention unfused --json --layout ";
+  auto r = run_kiln(base + "tp=8,pp=16,mb=1,zero=1,recompute=selective");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(j.contains("search")) << r.output;
+  EXPECT_EQ(j["search"]["given"], "tp=8,pp=16,mb=1,zero=1,recompute=selective");
+  EXPECT_EQ(j["search"]["searched_keys"], "vpp");
+  EXPECT_EQ(j["search"]["layouts_considered"], 4);  // vpp 1, 2, 3 and 6 (96 layers, m = 192)
+  EXPECT_EQ(j["layout"]["tp"], 8);
+  EXPECT_EQ(j["layout"]["pp"], 16);
+  EXPECT_EQ(j["layout"]["mb"], 1);
+  EXPECT_EQ(j["layout"]["zero"], 1);
+  EXPECT_EQ(j["layout"]["recompute"], "selective");
+  EXPECT_GT(j["layout"]["vpp"].get<int>(), 1);  // interleaving is faster here
+  // ... and faster than the default the field used to get.
+  auto one = run_kiln(base + "tp=8,pp=16,mb=1,zero=1,recompute=selective,vpp=1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_LT(j["step_time_s"].get<double>(),
+            nlohmann::json::parse(one.output)["step_time_s"].get<double>());
+
+  // A fixed field constrains: every layout listed has mb=2.
+  r = run_kiln(base + "mb=2 --top 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["layout"]["mb"], 2);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  ASSERT_FALSE(j["search"]["others"].empty());
+  for (const auto& other : j["search"]["others"])
+    EXPECT_NE(other["layout"].get<std::string>().find(",mb=2,"), std::string::npos) << other;
+
+  // Nothing with the given keys fits: said, with the least memory they need and what would fit.
+  r = run_kiln("plan --model llama2-70b --gpu a100-80gb --layout tp=8");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no layout with tp=8 fits on 8 × a100-80gb"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("the cluster needs at least 32 devices with ZeRO-3"), std::string::npos)
+      << r.output;
 }
 
 TEST(PlanCli, SearchPrintsARankedTable) {
@@ -38,7 +84,9 @@ TEST(PlanCli, SearchPrintsARankedTable) {
 TEST(PlanCli, BadInputSaysWhatWouldWork) {
   auto r = run_kiln("plan --model llama2-70b --gpu a100-80gb");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("needs at least 24 devices with ZeRO-3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs at least 32 devices with ZeRO-3 (4 nodes: --nodes 4 --layout"),
+            std::string::npos)
+      << r.output;
   r = run_kiln("plan --model llama2-7b --gpu a100-80gb --layout tp=3");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("tp=3 does not divide the 32 attention heads"), std::string::npos)
@@ -49,6 +97,39 @@ TEST(PlanCli, BadInputSaysWhatWouldWork) {
   r = run_kiln("plan --model llama2-7b");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("give --gpu NAME"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, TopMustListAtLeastOneLayout) {
+  for (const char* top : {"0", "-3"}) {
+    auto r = run_kiln(std::string("plan --model llama2-7b --gpu a100-80gb --top ") + top);
+    EXPECT_EQ(r.exit_code, 1) << top << ": " << r.output;
+    EXPECT_NE(r.output.find("--top (layouts to list from a search) must be at least 1, got " +
+                            std::string(top)),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+TEST(PlanCli, BatchLargerThanTheTokenBudgetIsRefused) {
+  auto r = run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --nodes 2 --global-batch-tokens 4Ti --layout "
+      "zero=1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is larger than the training budget of 2000000000000 tokens"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("days"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, JsonStepsAreAWholeNumber) {
+  auto r = run_kiln(
+      "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --layout "
+      "tp=8,pp=16,mb=1,vpp=1,zero=1,recompute=full --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(j["steps"].is_number_integer()) << j["steps"];
+  EXPECT_EQ(j["steps"].get<int64_t>(), 95368);  // ceil(300e9 / (1536 × 2048))
+  EXPECT_NEAR(j["days"].get<double>(), 95368 * j["step_time_s"].get<double>() / 86400, 1e-6);
 }
 
 TEST(PlanCli, PlansAKilnConfigOnACalibratedMachine) {
@@ -65,6 +146,33 @@ TEST(PlanCli, PlansAKilnConfigOnACalibratedMachine) {
   EXPECT_EQ(j["model"]["vocab"], 384);  // 257 padded to a multiple of 128
   EXPECT_GT(j["step_time_s"].get<double>(), 0);
   EXPECT_TRUE(j["fits"].get<bool>());
+}
+
+// A CPU's bf16 peak is measured where oneDNN runs bf16 natively; elsewhere (kiln widens bf16 to
+// fp32) the calibration says so and writes none, never a peak of 0.
+TEST(PlanCli, CalibrationWritesAMeasuredBf16PeakOrNone) {
+  kiln::testing::TempDir dir;
+  const std::string hw = dir / "cpu.toml";
+  auto r = run_kiln("plan --calibrate --seconds 0.01 --rounds 1 --output " + hw);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = read_file(hw, "hardware file");
+  EXPECT_EQ(text.find("peak_tflops_bf16 = 0\n"), std::string::npos) << text;
+  const auto key = text.find("\npeak_tflops_bf16 = ");
+  if (matmul_bf16_native()) {
+    ASSERT_NE(key, std::string::npos) << text;
+    EXPECT_GT(std::stod(text.substr(key + 20)), 0) << text;
+  } else {
+    EXPECT_EQ(key, std::string::npos) << text;
+    EXPECT_NE(r.output.find("bf16: no peak written: oneDNN has no native bf16 matmul here"),
+              std::string::npos)
+        << r.output;
+    r = run_kiln("plan --config " + kiln::testing::source_path("configs/tiny.toml") +
+                 " --hardware " + hw + " --layout mb=8 --dtype bf16");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("has no bf16 peak in its description; plan with --dtype fp32"),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "plan/report.h"
@@ -59,16 +61,21 @@ TEST(PlanPlanner, SearchRanksFittingLayoutsByStepTime) {
 }
 
 // Llama 2 70B on one node of A100-80GB: 16 bytes × 69B of model state alone is 1.1 TB, so it
-// needs ZeRO-3 over at least 24 devices (1.1 TB / 24 = 46 GB plus activations), or 16-way model
-// parallelism.
+// needs ZeRO-3 over at least 24 devices (1.1 TB / 24 = 46 GB plus activations); but 24 does not
+// divide its batch of 1024 sequences, so 32 (4 nodes); or 16-way model parallelism.
 TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
   const Preset& p = find_preset("llama2-70b");
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
   const JobSpec j = job_of(p);
   EXPECT_TRUE(search(p.model, c, j).fitting.empty());
   const std::string advice = fit_advice(p.model, c, j);
-  EXPECT_NE(advice.find("at least 24 devices with ZeRO-3 (3 nodes)"), std::string::npos) << advice;
-  EXPECT_NE(advice.find("tp×pp = 16 with ZeRO-1"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("at least 32 devices with ZeRO-3 (4 nodes: --nodes 4 --layout "
+                        "tp=1,pp=1,dp=32,mb=1,zero=3,recompute=full)"),
+            std::string::npos)
+      << advice;
+  EXPECT_NE(advice.find("tp×pp = 16 on 16 devices (2 nodes: --nodes 2 --layout "),
+            std::string::npos)
+      << advice;
   // Four nodes, tensor-parallel over the node, no ZeRO: out of memory; ZeRO-2 or 3 would fit.
   const ClusterSpec four = default_cluster(find_device("a100-80gb"), 4);
   Layout l = complete_layout(p.model, four, j, parse_layout("tp=8,mb=1"));
@@ -77,6 +84,79 @@ TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
   ASSERT_FALSE(fixes.empty());
   EXPECT_TRUE(std::any_of(fixes.begin(), fixes.end(),
                           [](const std::string& f) { return f.rfind("zero=3", 0) == 0; }));
+}
+
+// Fixed fields constrain the search; the others are searched over their whole range.
+TEST(PlanPlanner, SearchKeepsTheFixedFields) {
+  const Preset& p = find_preset("llama2-13b");
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 8);
+  const JobSpec j = job_of(p);
+  FixedFields f;
+  f.values = parse_layout("tp=2,zero=1", &f.keys);
+  EXPECT_TRUE(f.keys.tp && f.keys.zero && !f.keys.pp && !f.keys.mb && !f.keys.all());
+  EXPECT_EQ(f.keys.given(f.values), "tp=2,zero=1");
+  EXPECT_EQ(f.keys.open(), "pp, mb, vpp and recompute");
+  const SearchResult r = search(p.model, c, j, f);
+  ASSERT_FALSE(r.fitting.empty());
+  std::set<int> pps, mbs;
+  std::set<Recompute> rcs;
+  for (const Estimate& e : r.fitting) {
+    EXPECT_EQ(e.layout.tp, 2);
+    EXPECT_EQ(e.layout.zero, 1);
+    EXPECT_TRUE(e.layout.sp);
+    pps.insert(e.layout.pp), mbs.insert(e.layout.mb), rcs.insert(e.layout.recompute);
+  }
+  EXPECT_GT(pps.size(), 1u);
+  EXPECT_GT(mbs.size(), 1u);
+  EXPECT_EQ(rcs.size(), 2u);  // none and full (flash attention: no selective)
+  // The unconstrained search holds every one of them.
+  EXPECT_GT(search(p.model, c, j).considered, r.considered);
+  // Everything fixed: the one layout.
+  f.values = parse_layout("tp=2,pp=2,mb=2,vpp=1,zero=1,recompute=full,sp=0", &f.keys);
+  EXPECT_TRUE(f.keys.all());
+  const SearchResult one = search(p.model, c, j, f);
+  ASSERT_EQ(one.considered, 1);
+  EXPECT_EQ(one.least_memory.layout.to_string(), "tp=2,pp=2,dp=16,mb=2,zero=1,recompute=full,sp=0");
+}
+
+// The out-of-memory advice comes from the search's own checks: every cluster and layout it names
+// is accepted by the planner when given back (`--nodes N --layout ...`), and a search there finds
+// a layout that fits. Cases where the old advice named clusters the planner refuses: a data-
+// parallel degree that does not divide the batch (24 devices for 1024 sequences, 6 for 3).
+TEST(PlanPlanner, AdviceFedBackIntoThePlannerIsAccepted) {
+  struct Case {
+    const char* model;
+    const char* gpu;
+    int gpus_per_node;
+    int64_t batch_tokens;  // 0: the preset's
+  };
+  const Case cases[] = {
+      {"llama2-70b", "a100-80gb", 8, 0},       {"gpt3-175b", "a100-80gb", 8, 0},
+      {"llama3-405b", "h100-sxm", 8, 0},       {"llama2-70b", "a100-80gb", 8, 12288},
+      {"llama2-7b", "a100-40gb", 3, 3 * 4096}, {"gpt3-175b", "h100-sxm", 8, 2048}};
+  const std::regex way("--nodes ([0-9]+) --layout ([a-z0-9=,]+)");
+  for (const Case& k : cases) {
+    const Preset& p = find_preset(k.model);
+    ClusterSpec c = default_cluster(find_device(k.gpu), 1);
+    c.gpus_per_node = k.gpus_per_node;
+    JobSpec j = job_of(p);
+    if (k.batch_tokens > 0) j.global_batch_tokens = k.batch_tokens;
+    ASSERT_TRUE(search(p.model, c, j).fitting.empty()) << k.model;
+    const std::string advice = fit_advice(p.model, c, j);
+    int ways = 0;
+    for (auto it = std::sregex_iterator(advice.begin(), advice.end(), way);
+         it != std::sregex_iterator(); ++it, ++ways) {
+      ClusterSpec there = c;
+      there.nodes = std::stoi((*it)[1]);
+      const std::string text = (*it)[2];
+      Layout l;
+      ASSERT_NO_THROW(l = complete_layout(p.model, there, j, parse_layout(text)))
+          << k.model << ": " << advice;
+      EXPECT_TRUE(evaluate(p.model, there, j, l).fits()) << k.model << ": " << text;
+      EXPECT_FALSE(search(p.model, there, j).fitting.empty()) << k.model << ": " << text;
+    }
+    EXPECT_GE(ways, 1) << k.model << ": " << advice;
+  }
 }
 
 TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
@@ -130,6 +210,20 @@ TEST(PlanPlanner, JobErrorsNameTheFlag) {
   j.train_tokens = 1e9;
   EXPECT_NE(error_of([&] { j.validate(); }).find("not a whole number of 4096-token sequences"),
             std::string::npos);
+  // A batch above the training budget would be one step of more tokens than asked for.
+  j.global_batch_tokens = 4096 * 1024;
+  j.train_tokens = 1e6;
+  const std::string big = error_of([&] { j.validate(); });
+  EXPECT_NE(big.find("global batch of 4194304 tokens (--global-batch-tokens) is larger than the "
+                     "training budget of 1000000 tokens (--tokens)"),
+            std::string::npos)
+      << big;
+  EXPECT_NE(big.find("lower --global-batch-tokens to at most 999424 or raise --tokens to at "
+                     "least 4194304"),
+            std::string::npos)
+      << big;
+  j.train_tokens = 4096 * 1024;  // exactly one batch is allowed
+  EXPECT_NO_THROW(j.validate());
   EXPECT_DOUBLE_EQ(parse_count("4Mi", "--x"), 4194304);
   EXPECT_DOUBLE_EQ(parse_count("300B", "--x"), 300e9);
   EXPECT_DOUBLE_EQ(parse_count("2e12", "--x"), 2e12);
@@ -158,6 +252,31 @@ TEST(PlanPlanner, CostEnergyAndCarbonFollowFromTheStepTime) {
               1e-6 * e.energy_kwh);
   EXPECT_NEAR(e.co2_t, e.energy_kwh * 400e-6, 1e-9 * e.co2_t);
   EXPECT_NEAR(e.mfu, e.tflops_per_gpu_model / 312, 1e-12);
+}
+
+// Steps are a count: ceil(tokens / tokens per step), and the run's time is that many steps.
+TEST(PlanPlanner, StepsAreAWholeNumberAndTheRunTimeFollowsThem) {
+  const Preset& p = find_preset("gpt3-175b");
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 128);
+  JobSpec j = job_of(p);  // 300B tokens in batches of 1536 × 2048 = 3,145,728: 95,367.4 batches
+  j.usd_per_gpu_hour = 2;
+  const Estimate e = evaluate(
+      p.model, c, j,
+      complete_layout(p.model, c, j, parse_layout("tp=8,pp=16,mb=1,vpp=1,zero=1,recompute=full")));
+  EXPECT_EQ(e.steps, 95368);
+  const nlohmann::json js = estimate_json(e, PlanInputs{p.model, c, j});
+  ASSERT_TRUE(js["steps"].is_number_integer()) << js["steps"];
+  EXPECT_EQ(js["steps"].get<int64_t>(), 95368);
+  const double seconds = 95368 * js["step_time_s"].get<double>();
+  EXPECT_NEAR(js["days"].get<double>(), seconds / 86400, 1e-9 * seconds);
+  EXPECT_NEAR(js["gpu_hours"].get<double>(), seconds / 3600 * 1024, 1e-9 * seconds);
+  EXPECT_NEAR(js["cost_usd"].get<double>(), 2 * seconds / 3600 * 1024, 1e-9 * seconds);
+  EXPECT_DOUBLE_EQ(js["tokens_trained"].get<double>(), 95368.0 * 3145728);
+  // A budget of exactly k batches is k steps.
+  j.train_tokens = 1000.0 * 3145728;
+  EXPECT_EQ(j.steps(), 1000);
+  j.train_tokens += 1;
+  EXPECT_EQ(j.steps(), 1001);
 }
 
 TEST(PlanPlanner, JsonKeysCarryUnits) {
