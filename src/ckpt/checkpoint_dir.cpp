@@ -108,18 +108,27 @@ std::vector<std::string> recover_checkpoint_dir(const std::string& root) {
   return notes;
 }
 
-std::string commit_checkpoint(const std::string& root, int64_t step,
-                              const std::function<void(const std::string& dir)>& write,
-                              int keep_last) {
-  fs::create_directories(root);
-  std::string name = checkpoint_name(step);
-  std::string tmp =
-      (fs::path(root) / fmt::format(".tmp-{}.{}.{}", name, host_name(), ::getpid())).string();
-  std::string final_dir = (fs::path(root) / name).string();
+std::string checkpoint_temp_dir(const std::string& root, int64_t step, const std::string& host,
+                                int64_t pid) {
+  return (fs::path(root) / fmt::format(".tmp-{}.{}.{}", checkpoint_name(step), host, pid)).string();
+}
+
+void create_checkpoint_temp(const std::string& tmp) {
+  fs::create_directories(fs::path(tmp).parent_path());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+}
+
+void discard_checkpoint_temp(const std::string& tmp) noexcept {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+}
+
+std::string publish_checkpoint(const std::string& root, int64_t step, const std::string& tmp,
+                               int keep_last) {
+  const std::string name = checkpoint_name(step);
+  const std::string final_dir = (fs::path(root) / name).string();
   try {
-    write(tmp);
     fsync_path(tmp);
     if (fs::exists(final_dir)) {
       // The same step written again (a resumed run). One atomic swap where the filesystem has
@@ -142,8 +151,7 @@ std::string commit_checkpoint(const std::string& root, int64_t step,
     }
     fsync_path(root);
   } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
+    discard_checkpoint_temp(tmp);
     throw;
   }
   if (keep_last > 0) {
@@ -151,6 +159,20 @@ std::string commit_checkpoint(const std::string& root, int64_t step,
     for (size_t i = 0; i + keep_last < all.size(); i++) fs::remove_all(all[i].dir);
   }
   return final_dir;
+}
+
+std::string commit_checkpoint(const std::string& root, int64_t step,
+                              const std::function<void(const std::string& dir)>& write,
+                              int keep_last) {
+  const std::string tmp = checkpoint_temp_dir(root, step, host_name(), ::getpid());
+  create_checkpoint_temp(tmp);
+  try {
+    write(tmp);
+  } catch (...) {
+    discard_checkpoint_temp(tmp);
+    throw;
+  }
+  return publish_checkpoint(root, step, tmp, keep_last);
 }
 
 }  // namespace kiln

@@ -22,6 +22,17 @@ std::string commit_checkpoint(const std::string& root, int64_t step,
                               const std::function<void(const std::string& dir)>& write,
                               int keep_last);
 
+// The same in parts, for a checkpoint that several processes write: the temporary directory of
+// step N named for the writer that publishes it (its host and pid, as recover_checkpoint_dir
+// reads them), created empty; the others write their files into it; publish_checkpoint fsyncs it
+// and puts it in place (then prunes as above); discard_checkpoint_temp removes it after a failure.
+std::string checkpoint_temp_dir(const std::string& root, int64_t step, const std::string& host,
+                                int64_t pid);
+void create_checkpoint_temp(const std::string& tmp);
+std::string publish_checkpoint(const std::string& root, int64_t step, const std::string& tmp,
+                               int keep_last);
+void discard_checkpoint_temp(const std::string& tmp) noexcept;
+
 struct CheckpointRef {
   int64_t step;
   std::string dir;

@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/sharded_state.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
@@ -538,45 +539,104 @@ std::string Trainer::save_checkpoint() {
   st.config = cfg_.to_json();
   st.train_tokens = train_loader_ ? static_cast<uint64_t>(train_shards_.num_tokens()) : 0;
   nlohmann::json state = trainer_state_to_json(st);
-  // The AdamW state of all shards, whole (every rank takes part in gathering it).
-  Buffer<float> full_m, full_v;
-  const float* m = m_.data();
-  const float* v = v_.data();
-  if (dp_->zero() > 0) {
-    full_m.resize(params_.size());
-    full_v.resize(params_.size());
-    dp_->gather_into(full_m.data(), m_.data());
-    dp_->gather_into(full_v.data(), v_.data());
-    m = full_m.data();
-    v = full_v.data();
+  // Each rank that holds its own shard of the AdamW state (ZeRO 1-3; with ZeRO 0 rank 0, which
+  // holds it whole) writes it into the checkpoint's temporary directory: nothing is gathered.
+  // Rank 0 then writes the model, config.json and, last, trainer_state.json, and publishes the
+  // directory once every rank's file is durable. A failure anywhere leaves the newest checkpoint
+  // as it was.
+  const std::string root = checkpoint_root();
+  std::string tmp, error;
+  if (world_->rank() == 0) {
+    tmp = checkpoint_temp_dir(root, step_, host_name(), getpid());
+    try {
+      create_checkpoint_temp(tmp);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   }
+  agree_on_failure(error, fmt::format("opened checkpoint step {}", step_));
+  tmp = text_from_rank0(tmp);
+  const bool sharded = dp_->zero() > 0;
+  if (sharded || world_->rank() == 0) {
+    try {
+      write_state_shard(tmp, "optimizer", sharded ? dp_group_->rank() : 0,
+                        sharded ? dp_group_->size() : 1, flat_tensors(), dp_->shard_begin(),
+                        dp_->shard_end(), {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}},
+                        {{"optimizer", "adamw"}, {"step", std::to_string(step_)}});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (world_->rank() == 0 && !error.empty()) discard_checkpoint_temp(tmp);
+  agree_on_failure(error, fmt::format("wrote its part of checkpoint step {}", step_));
   std::string dir;
   if (zero3()) fetch_all();
-  if (world_->rank() == 0) dir = write_checkpoint(state, m, v);
+  if (world_->rank() == 0) {
+    try {
+      dir = write_checkpoint(tmp, state);
+    } catch (const std::exception& e) {
+      discard_checkpoint_temp(tmp);
+      error = e.what();
+    }
+  }
   if (zero3()) drop_all();
-  world_->barrier();  // nobody goes on before the checkpoint is complete
-  return dir.empty() ? (fs::path(checkpoint_root()) / checkpoint_name(step_)).string() : dir;
+  // Nobody goes on before the checkpoint is complete (or has failed everywhere).
+  agree_on_failure(error, fmt::format("published checkpoint step {}", step_));
+  return dir.empty() ? (fs::path(root) / checkpoint_name(step_)).string() : dir;
 }
 
-std::string Trainer::write_checkpoint(const nlohmann::json& state, const float* m, const float* v) {
+std::vector<FlatTensor> Trainer::flat_tensors() const {
+  std::vector<FlatTensor> out;
+  for (const auto& t : model_->layout().tensors)
+    out.push_back({t.name, t.shape, t.offset, t.numel});
+  return out;
+}
+
+void Trainer::agree_on_failure(const std::string& error, const std::string& what) {
+  double failed = error.empty() ? 0.0 : 1.0;
+  if (world_->size() > 1) failed = world_->all_reduce_scalar(failed);
+  if (failed == 0) return;
+  if (!error.empty()) throw Error(error);
+  fail("rank {}: another rank could not have {} (its message says why)", world_->rank(), what);
+}
+
+// Rank 0's string on every rank (a path, up to 4 KiB).
+std::string Trainer::text_from_rank0(const std::string& text) {
+  if (world_->size() == 1) return text;
+  std::vector<double> buf(512, 0.0);  // 4 KiB of bytes carried in doubles
+  if (world_->rank() == 0) {
+    KILN_CHECK(text.size() < buf.size() * sizeof(double));
+    std::memcpy(buf.data(), text.data(), text.size());
+  }
+  world_->broadcast(buf.data(), static_cast<int64_t>(buf.size()), DType::F64, 0);
+  return std::string(reinterpret_cast<const char*>(buf.data()));
+}
+
+// Rank 0's part of a checkpoint, into the temporary directory tmp; publishes it.
+std::string Trainer::write_checkpoint(const std::string& tmp, const nlohmann::json& state) {
   const auto& layout = model_->layout();
   const Gpt2Config& mc = cfg_.model;
-  return commit_checkpoint(
-      checkpoint_root(), step_,
-      [&](const std::string& dir) {
-        auto p = fs::path(dir);
-        write_safetensors((p / "model.safetensors").string(),
-                          gpt2_named_tensors(layout, mc, params_.data()), {{"format", "pt"}});
-        write_file_atomic((p / "config.json").string(), gpt2_hf_config(mc).dump(2) + "\n");
-        auto opt = gpt2_named_tensors(layout, mc, m, "exp_avg.");
-        auto vv = gpt2_named_tensors(layout, mc, v, "exp_avg_sq.");
-        opt.insert(opt.end(), vv.begin(), vv.end());
-        write_safetensors((p / "optimizer.safetensors").string(), opt,
-                          {{"optimizer", "adamw"}, {"step", std::to_string(step_)}});
-        // Written last: its presence marks the files above as complete.
-        write_file_atomic((p / "trainer_state.json").string(), state.dump(2) + "\n");
-      },
-      cfg_.keep_last);
+  auto p = fs::path(tmp);
+  write_safetensors((p / "model.safetensors").string(),
+                    gpt2_named_tensors(layout, mc, params_.data()), {{"format", "pt"}});
+  write_file_atomic((p / "config.json").string(), gpt2_hf_config(mc).dump(2) + "\n");
+  // Written last: its presence marks the files above as complete.
+  write_file_atomic((p / "trainer_state.json").string(), state.dump(2) + "\n");
+  return publish_checkpoint(checkpoint_root(), step_, tmp, cfg_.keep_last);
+}
+
+void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, int64_t se) {
+  const auto& layout = model_->layout();
+  SafeTensorsReader opt_file(path);
+  for (auto [prefix, dst] : {std::pair{"exp_avg.", &m_}, std::pair{"exp_avg_sq.", &v_}}) {
+    if (sb == 0 && se == static_cast<int64_t>(params_.size())) {
+      gpt2_load_tensors(opt_file, layout, cfg_.model, dst->data(), prefix);
+      continue;
+    }
+    Buffer<float> full(params_.size());
+    gpt2_load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
+    std::copy(full.data() + sb, full.data() + se, dst->data());
+  }
 }
 
 void Trainer::resume_from(const std::string& dir) {
@@ -627,19 +687,16 @@ void Trainer::resume_from(const std::string& dir) {
   const auto& layout = model_->layout();
   SafeTensorsReader model_file((p / "model.safetensors").string());
   gpt2_load_tensors(model_file, layout, cfg_.model, params_.data());
-  // Checkpoints hold whole tensors: each rank keeps its shard of the AdamW state, whatever the
-  // layout that wrote them.
-  SafeTensorsReader opt_file((p / "optimizer.safetensors").string());
+  // Each rank reads its shard of the AdamW state, whatever the layout that wrote it: from the
+  // per-rank files (optimizer-RRRRR-of-NNNNN.safetensors), or from one optimizer.safetensors of
+  // whole tensors (checkpoints of earlier kiln versions).
   const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
-  for (auto [prefix, dst] : {std::pair{"exp_avg.", &m_}, std::pair{"exp_avg_sq.", &v_}}) {
-    if (sb == 0 && se == static_cast<int64_t>(params_.size())) {
-      gpt2_load_tensors(opt_file, layout, cfg_.model, dst->data(), prefix);
-      continue;
-    }
-    Buffer<float> full(params_.size());
-    gpt2_load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
-    std::copy(full.data() + sb, full.data() + se, dst->data());
-  }
+  const auto shards = state_shard_files(dir, "optimizer");
+  if (!shards.empty())
+    read_state_shards(shards, flat_tensors(), sb, se,
+                      {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}});
+  else
+    load_whole_optimizer_state((p / "optimizer.safetensors").string(), sb, se);
   if (!std::isfinite(sum_squares(params_.data(), params_.size())) ||
       !std::isfinite(sum_squares(m_.data(), se - sb)) ||
       !std::isfinite(sum_squares(v_.data(), se - sb)))

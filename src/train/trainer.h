@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/sharded_state.h"
 #include "comm/communicator.h"
 #include "core/buffer.h"
 #include "core/page_buffer.h"
@@ -122,7 +123,13 @@ class Trainer {
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
   void fetch_all();  // ZeRO-3: every parameter present (validation, samples, checkpoints)
   void drop_all();
-  std::string write_checkpoint(const nlohmann::json& state, const float* m, const float* v);
+  std::string write_checkpoint(const std::string& tmp, const nlohmann::json& state);
+  std::vector<FlatTensor> flat_tensors() const;
+  // Every rank learns whether any failed; the failing ones throw their own error, the others
+  // one that names `what` they could not do.
+  void agree_on_failure(const std::string& error, const std::string& what);
+  std::string text_from_rank0(const std::string& text);
+  void load_whole_optimizer_state(const std::string& path, int64_t shard_begin, int64_t shard_end);
   std::string sample_text();
   void next_batch();
   void log_step(const StepResult& r);

@@ -217,7 +217,7 @@ TEST_F(Cli, RunKilledWithSigkillResumesToTheSameBits) {
       run_kiln("train " + config_ + sets + " --set train.out_dir=" + out_dir + " --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+  for (const char* f : {"model.safetensors", "optimizer-00000-of-00001.safetensors"}) {
     std::string a = file_bytes(dir_ / ("full/checkpoints/step_00000400/" + std::string(f)));
     std::string b = file_bytes(out_dir + "/checkpoints/step_00000400/" + f);
     ASSERT_FALSE(a.empty());

@@ -10,6 +10,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/sharded_state.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "core/rng.h"
@@ -17,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "test_util.h"
+#include "train/gpt2_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -123,6 +125,33 @@ TEST_F(TrainerTest, ResumeAfterStopMatchesUninterruptedRun) {
   EXPECT_TRUE(same_bits(full, resumed));
 }
 
+TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
+  Trainer full(config(dir_ / "full"), quiet());
+  full.run();
+  // The step-4 checkpoint as kiln wrote it before per-rank shards: one optimizer.safetensors of
+  // whole tensors in Hugging Face names (wte unpadded), made here from the shard it holds.
+  const std::string ck = dir_ / "old/checkpoints/step_00000004";
+  fs::create_directories(dir_ / "old/checkpoints");
+  fs::copy(dir_ / "full/checkpoints/step_00000004", ck, fs::copy_options::recursive);
+  const std::string shard = ck + "/optimizer-00000-of-00001.safetensors";
+  std::vector<FlatTensor> tensors;
+  for (const auto& t : full.model().layout().tensors)
+    tensors.push_back({t.name, t.shape, t.offset, t.numel});
+  std::vector<float> m(full.num_params()), v(full.num_params());
+  read_state_shards({shard}, tensors, 0, full.num_params(),
+                    {{"exp_avg.", m.data()}, {"exp_avg_sq.", v.data()}});
+  auto opt = gpt2_named_tensors(full.model().layout(), full.model().config(), m.data(), "exp_avg.");
+  auto vv =
+      gpt2_named_tensors(full.model().layout(), full.model().config(), v.data(), "exp_avg_sq.");
+  opt.insert(opt.end(), vv.begin(), vv.end());
+  write_safetensors(ck + "/optimizer.safetensors", opt, {{"optimizer", "adamw"}});
+  fs::remove(shard);
+  Trainer resumed(config(dir_ / "old", {"train.resume=must"}), quiet());
+  EXPECT_EQ(resumed.steps_done(), 4);
+  resumed.run();
+  EXPECT_TRUE(same_bits(full, resumed));
+}
+
 TEST_F(TrainerTest, FourMicroBatchesEqualOneBatchFourTimesLarger) {
   Trainer small(
       config(dir_ / "a", {"train.batch_size=2", "train.grad_accum=4", "data.shuffle=false"}),
@@ -162,7 +191,8 @@ TEST_F(TrainerTest, CheckpointIsAHuggingFaceGpt2Directory) {
   EXPECT_EQ(state["step"], 1);
   EXPECT_EQ(state["config"]["train"]["seed"], 5);
   EXPECT_TRUE(state.contains("kiln_version"));
-  EXPECT_TRUE(fs::exists(ck + "/optimizer.safetensors"));
+  // The AdamW state, one file per rank that holds a shard (here one, whole).
+  EXPECT_TRUE(fs::exists(ck + "/optimizer-00000-of-00001.safetensors"));
 }
 
 TEST_F(TrainerTest, KeepLastPrunesOlderCheckpoints) {
