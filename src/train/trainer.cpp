@@ -141,7 +141,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     if (opts_.metrics_port >= 0) {
       server_ = std::make_unique<MetricsServer>(registry_, opts_.metrics_host, opts_.metrics_port);
       if (!opts_.quiet)
-        fmt::print("metrics at http://{}:{}/metrics\n", opts_.metrics_host, server_->port());
+        fmt::print("metrics at {}\n", metrics_url(opts_.metrics_host, server_->port()));
     }
   }
 }

@@ -55,8 +55,8 @@ struct TrainerOptions {
   BatchSource batches;       // when set, replaces data.train (benchmarks, tests); no metrics file
   bool quiet = false;        // no progress lines
   bool measure_peak = true;  // measure peak GFLOP/s when the config states none
-  // Rank 0 serves Prometheus metrics at http://metrics_host:metrics_port/metrics (-1: off; 0: a
-  // free port, printed).
+  // Rank 0 serves Prometheus metrics at http://metrics_host:metrics_port/metrics (0: a free
+  // port, printed; -1, internal only: off, what `kiln train` without --metrics-port sets).
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   std::string trace_path;  // when set, a Chrome trace of the run is written here at the end
