@@ -65,7 +65,7 @@ struct TrainConfig {
   int keep_last = 3;   // 0: keep all
 
   // [hardware]
-  double peak_gflops = 0;  // 0: measure at start
+  double peak_gflops = 0;  // 0: kiln bench peak's cache, else measured at start (train/peak.h)
 
   // [comm]
   std::string comm_backend = "auto";   // "auto" | "mpi" | "shm" | "hier" (docs/collectives.md)
