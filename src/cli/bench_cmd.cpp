@@ -18,6 +18,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/job.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "kernels/matmul.h"

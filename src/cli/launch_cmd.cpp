@@ -24,6 +24,8 @@ void register_launch(CLI::App& app) {
     std::vector<std::string> mpirun_args;
     std::string trace, metrics_host;
     int metrics_port = 0;  // read only when --metrics-port is given
+    bool resume = false;
+    bool overwrite = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-n,--ranks", o->ranks, "processes (data-parallel ranks)")->capture_default_str();
@@ -32,6 +34,11 @@ void register_launch(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("config", o->config, "TOML config")->required();
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  cmd->add_flag("--resume", o->resume,
+                "continue from the newest complete checkpoint in <out_dir>/checkpoints (an error "
+                "if there is none), as `kiln train --resume`");
+  cmd->add_flag("--overwrite", o->overwrite,
+                "start over in an out_dir that holds an earlier run, as `kiln train --overwrite`");
   cmd->add_option("--mpirun-arg", o->mpirun_args, "an extra argument for mpirun (repeatable)");
   cmd->add_option("--trace", o->trace, "passed to `kiln train`: a Chrome trace of every rank");
   CLI::Option* port_opt = cmd->add_option(
@@ -43,8 +50,7 @@ void register_launch(CLI::App& app) {
     try {
       if (port_opt->count()) check_metrics_port(o->metrics_port);
     } catch (const Error& e) {
-      fmt::print(stderr, "kiln: error: {}\n", e.what());
-      std::exit(kExitBadInput);
+      throw ExitCodeError(kExitBadInput, e.what());
     }
     LaunchOptions lo;
     lo.ranks = o->ranks;
@@ -63,9 +69,18 @@ void register_launch(CLI::App& app) {
                            {"--metrics-port", std::to_string(o->metrics_port)});
     if (!o->metrics_host.empty())
       lo.train_args.insert(lo.train_args.end(), {"--metrics-host", o->metrics_host});
+    if (o->resume && o->overwrite) fail("launch: --resume and --overwrite contradict each other");
+    if (o->overwrite) lo.train_args.insert(lo.train_args.end(), {"--set", "train.overwrite=true"});
+    if (o->resume) lo.resume = "must";
     lo.mpirun_args = o->mpirun_args;
     // Read (and checked) here, so a bad config fails once, not once per attempt.
-    lo.out_dir = load_train_config(o->config, o->sets).out_dir;
+    std::vector<std::string> sets = o->sets;
+    if (o->overwrite) sets.push_back("train.overwrite=true");
+    try {
+      lo.out_dir = load_train_config(o->config, sets).out_dir;
+    } catch (const Error& e) {
+      throw ExitCodeError(kExitBadInput, e.what());
+    }
     int rc = launch(lo);
     if (rc != 0) std::exit(rc);
   });

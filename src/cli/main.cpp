@@ -3,13 +3,16 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "comm/communicator.h"
 #include "core/error.h"
+#include "core/job.h"
+#include "train/comm_observer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "kiln: train transformer language models on a cluster of CPUs\n"
       "Run `kiln <command> --help` for the options of each command."};
+  // Every communicator's operations go to the flight recorder (and the trace when one is taken).
+  kiln::observe_communicators();
   app.require_subcommand(1);
   app.set_version_flag("--version", KILN_VERSION);
   kiln::cli::register_train(app);

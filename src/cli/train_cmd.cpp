@@ -65,6 +65,8 @@ void register_train(CLI::App& app) {
     TrainConfig cfg;
     try {
       if (port_opt->count()) check_metrics_port(o->metrics_port);
+      if (o->resume && o->overwrite)
+        fail("--resume and --overwrite contradict each other: continue the run or start over");
       cfg = load_train_config(o->config, sets);
       check_memory_fits(cfg, usable_memory_bytes());
     } catch (const Error& e) {

@@ -161,17 +161,10 @@ class Communicator {
 bool is_shm_algorithm(const std::string& name);
 extern const char* const kShmAlgorithmChoices;  // "\"auto\", \"one_shot\", ... or ..."
 
-// True when a launcher (mpirun, srun) started this process as part of a job.
-bool launched_by_mpi();
-
 // The communicator of all processes of the job: MPI when launched by mpirun or srun, otherwise
 // a single rank.
 std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o = {});
 std::unique_ptr<Communicator> make_self_communicator();
-
-// Ends the whole job after a fatal error on this rank: MPI_Abort when MPI is running, so that
-// peers blocked in a collective do not wait for their timeout; exit(code) otherwise.
-[[noreturn]] void abort_job(int code);
 
 // bf16 <-> fp32 (round to nearest even), used by the bf16 reductions.
 uint16_t float_to_bf16(float f);

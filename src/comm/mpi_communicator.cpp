@@ -12,14 +12,14 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/comm_observer.h"
 #include "comm/communicator.h"
 #include "comm/completion_work.h"
 #include "comm/mpi_internal.h"
 #include "comm/recording_communicator.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "obs/flight_recorder.h"
-#include "obs/trace.h"
+#include "core/job.h"
 
 namespace kiln {
 namespace detail {
@@ -51,6 +51,13 @@ void ensure_mpi() {
     MPI_Type_commit(&g_bf16);
     MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    // abort_job (core/job.h) ends every rank through MPI from now on.
+    set_job_abort([](int code) {
+      int inited = 0, finalized = 0;
+      MPI_Initialized(&inited);
+      MPI_Finalized(&finalized);
+      if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+    });
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -99,7 +106,7 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     thread_ = std::thread([this] {
-      Tracer::instance().name_thread("comm " + name_);
+      comm_observer().name_thread("comm " + name_);
       loop();
     });
   }
@@ -196,7 +203,7 @@ class MpiCommunicator : public Communicator {
       std::lock_guard<std::mutex> lock(mu_);
       // Issue order is the same on every rank, so the sequence number names the collective.
       const uint64_t seq = ++seq_;
-      uint64_t rec = FlightRecorder::instance().issued(name_, seq, name);
+      uint64_t rec = comm_observer().issued(name_, seq, name, /*running=*/false);
       queue_.push_back({rec, seq, std::move(name), std::move(start), st});
     }
     cv_.notify_all();
@@ -213,13 +220,12 @@ class MpiCommunicator : public Communicator {
         op = std::move(queue_.front());
         queue_.pop_front();
       }
-      FlightRecorder::instance().started(op.record);
+      CommObserver& watch = comm_observer();
+      watch.started(op.record);
       const double t0 = now_seconds();
       std::string err = run(op);
-      FlightRecorder::instance().finished(op.record, !err.empty());
-      if (Tracer::instance().enabled())
-        Tracer::instance().complete(op.name, "comm", t0, now_seconds(),
-                                    fmt::format(R"({{"comm":"{}","seq":{}}})", name_, op.seq));
+      watch.finished(op.record, !err.empty());
+      if (watch.tracing()) watch.span(op.name, t0, now_seconds(), name_, op.seq);
       op.state->finish(std::move(err));
     }
   }
@@ -290,22 +296,6 @@ void run_on_mpi_thread(Communicator& c, const std::string& what,
 }
 
 }  // namespace detail
-
-void abort_job(int code) {
-  int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
-  std::exit(code);
-}
-
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
-    if (std::getenv(v)) return true;
-  return false;
-}
 
 std::unique_ptr<Communicator> make_world_communicator(const CommOptions& o) {
   if (!launched_by_mpi()) return make_self_communicator();

@@ -12,7 +12,7 @@ struct OpDesc {
   int64_t count = 0;                // elements (-1: none, as for a barrier)
   const char* peer_word = nullptr;  // "from rank", "to rank" (string literals), or null
   int peer = -1;
-  std::string text() const;  // the flight recorder's words (CommEvent::describe)
+  std::string text() const;  // the words above (the flight recorder's and the trace's)
 };
 
 }  // namespace kiln

@@ -4,21 +4,11 @@
 
 #include <atomic>
 
+#include "comm/comm_observer.h"
 #include "comm/op_desc.h"
 #include "core/clock.h"
-#include "obs/flight_recorder.h"
-#include "obs/trace.h"
 
 namespace kiln {
-
-std::string OpDesc::text() const {
-  CommEvent e;
-  e.kind = kind;
-  e.count = count;
-  e.peer_word = peer_word;
-  e.peer = peer;
-  return e.describe();
-}
 
 namespace {
 
@@ -27,7 +17,7 @@ class RecordedWork : public Work {
   RecordedWork(std::shared_ptr<Work> inner, uint64_t record, uint64_t seq, const OpDesc& op,
                const std::string& comm)
       : inner_(std::move(inner)), record_(record), seq_(seq) {
-    if (Tracer::instance().enabled()) {  // the span's text is only needed for the trace
+    if (comm_observer().tracing()) {  // the span's text is only needed for the trace
       name_ = op.text();
       comm_ = comm;
       issued_ = now_seconds();
@@ -55,10 +45,8 @@ class RecordedWork : public Work {
  private:
   void finish(bool failed) {
     if (done_.exchange(true)) return;
-    FlightRecorder::instance().finished(record_, failed);
-    if (issued_ >= 0)
-      Tracer::instance().complete(name_, "comm", issued_, now_seconds(),
-                                  fmt::format(R"({{"comm":"{}","seq":{}}})", comm_, seq_));
+    comm_observer().finished(record_, failed);
+    if (issued_ >= 0) comm_observer().span(name_, issued_, now_seconds(), comm_, seq_);
   }
   std::shared_ptr<Work> inner_;
   uint64_t record_, seq_;
@@ -141,11 +129,10 @@ class RecordingCommunicator : public Communicator {
  private:
   template <typename F>
   std::shared_ptr<Work> record(const OpDesc& op, F&& start) {
-    FlightRecorder& fr = FlightRecorder::instance();
+    CommObserver& fr = comm_observer();
     const uint64_t seq = ++seq_;
     // Started at once: the backend may run it now; its progress is not visible from here.
-    const uint64_t id =
-        fr.issued(name_, seq, op.kind, op.count, op.peer_word, op.peer, /*running=*/true);
+    const uint64_t id = fr.issued(name_, seq, op, /*running=*/true);
     std::shared_ptr<Work> w;
     try {
       w = start();
@@ -158,11 +145,10 @@ class RecordingCommunicator : public Communicator {
 
   template <typename F>
   void record_sync(const OpDesc& op, F&& run) {
-    FlightRecorder& fr = FlightRecorder::instance();
+    CommObserver& fr = comm_observer();
     const uint64_t seq = ++seq_;
-    const uint64_t id =
-        fr.issued(name_, seq, op.kind, op.count, op.peer_word, op.peer, /*running=*/true);
-    const double t0 = Tracer::instance().enabled() ? now_seconds() : 0;
+    const uint64_t id = fr.issued(name_, seq, op, /*running=*/true);
+    const double t0 = fr.tracing() ? now_seconds() : 0;
     try {
       run();
     } catch (...) {
@@ -170,9 +156,7 @@ class RecordingCommunicator : public Communicator {
       throw;
     }
     fr.finished(id, false);
-    if (t0 > 0)
-      Tracer::instance().complete(op.text(), "comm", t0, now_seconds(),
-                                  fmt::format(R"({{"comm":"{}","seq":{}}})", name_, seq));
+    if (t0 > 0) fr.span(op.text(), t0, now_seconds(), name_, seq);
   }
 
   std::unique_ptr<Communicator> inner_;

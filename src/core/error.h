@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/exit_codes.h"
+
 namespace kiln {
 
 class Error : public std::runtime_error {
@@ -23,6 +25,20 @@ class ExitCodeError : public Error {
  private:
   int code_;
 };
+
+// Runs f. An Error it throws (not already carrying an exit code) becomes an ExitCodeError with
+// kExitBadInput: for start-up work whose failure means the input is refused (data, checkpoint,
+// run directory), which the same command would repeat, so launchers do not retry it.
+template <typename F>
+void refused_as_bad_input(F&& f) {
+  try {
+    f();
+  } catch (const ExitCodeError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ExitCodeError(kExitBadInput, e.what());
+  }
+}
 
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {

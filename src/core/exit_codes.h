@@ -18,4 +18,8 @@ constexpr int kExitNonFinite = 65;
 // the job script requeues the job, which resumes from the checkpoint.
 constexpr int kExitStoppedForRequeue = 75;
 
+// The watchdog found a hang (a rank made no progress for train.watchdog_seconds) and ended the
+// job: a restart from the last checkpoint usually gets past it, so launchers retry.
+constexpr int kExitHang = 86;
+
 }  // namespace kiln

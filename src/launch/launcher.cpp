@@ -4,32 +4,67 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <sstream>
+#include <thread>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "obs/metrics_log.h"
-#include "train/stop_request.h"
+#include "obs/progress.h"
 
 namespace kiln {
 
 std::string RankFailure::how() const {
   if (!hang.empty()) return "hung";
+  if (mpirun_signal)
+    return fmt::format("mpirun killed by signal {} ({})", mpirun_signal, strsignal(mpirun_signal));
   return signal ? fmt::format("killed by signal {} ({})", signal, strsignal(signal))
                 : fmt::format("exit code {}", exit_code);
 }
 
 std::string RankFailure::describe() const {
-  std::string when = last_step >= 0 ? fmt::format(" after step {}", last_step)
-                                    : std::string(" before its first step");
+  std::string when = last_step > 0 ? fmt::format(" after step {}", last_step)
+                                   : std::string(" before its first step");
   if (!hang.empty()) return "the job hung" + when + " (" + hang + ")";
+  if (mpirun_signal)
+    return fmt::format("mpirun itself was killed by signal {} ({}){}", mpirun_signal,
+                       strsignal(mpirun_signal), when);
+  if (rank < 0 && !signal && exit_code != kExitBadInput && exit_code != kExitNonFinite)
+    return fmt::format("mpirun exited with code {} without naming a failed rank{}", exit_code,
+                       when);
   std::string who = rank >= 0 ? fmt::format("rank {}", rank) : std::string("a rank");
   std::string how = signal ? fmt::format("was killed by signal {} ({})", signal, strsignal(signal))
                            : fmt::format("exited with code {}", exit_code);
   return who + " " + how + when;
+}
+
+std::string RankFailure::why_final() const {
+  if (mpirun_signal || signal || !hang.empty()) return "";
+  if (exit_code == kExitBadInput)
+    return "the job refused its input at start-up (config, data, checkpoint or run directory; "
+           "the message above says which): the same command would fail the same way, so it is "
+           "not restarted. Fix the input and run it again";
+  if (exit_code == kExitNonFinite)
+    return "training diverged (non-finite loss or gradients, see above): a restart from the last "
+           "checkpoint would repeat the same steps, so it is not restarted. Lower train.lr or "
+           "resume from an earlier checkpoint";
+  return "";
+}
+
+long progress_step(const std::string& out_dir, double since) {
+  if (out_dir.empty()) return -1;
+  auto p = read_progress(out_dir);
+  if (!p || p->run_started < since) return -1;
+  return static_cast<long>(p->step);
 }
 
 RankFailure parse_mpirun_failure(const std::string& out) {
@@ -60,6 +95,32 @@ std::vector<std::string> mpirun_prefix(int ranks) {
   return cmd;
 }
 
+std::string launch_id(int attempt) {
+  return fmt::format("{}.{}", getpid(), attempt);
+}
+
+std::vector<int> processes_of_attempt(const std::string& id) {
+  std::vector<int> found;
+  const std::string want = "KILN_LAUNCH_ID=" + id;
+  DIR* d = opendir("/proc");
+  if (!d) return found;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
+    std::ifstream f(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+    if (!f) continue;  // gone, or another user's
+    std::string entry;
+    while (std::getline(f, entry, '\0'))
+      if (entry == want) {
+        found.push_back(static_cast<int>(pid));
+        break;
+      }
+  }
+  closedir(d);
+  return found;
+}
+
 std::vector<std::string> mpirun_command(const LaunchOptions& o, int attempt) {
   const bool resume = attempt > 0;
   std::vector<std::string> cmd = mpirun_prefix(o.ranks);
@@ -67,13 +128,16 @@ std::vector<std::string> mpirun_command(const LaunchOptions& o, int attempt) {
   // The ranks count the restarts (their metrics and run records say so).
   cmd.push_back("-x");
   cmd.push_back(fmt::format("KILN_RESTART_COUNT={}", attempt));
+  // Marks this attempt's ranks, so that those mpirun leaves behind can be found and stopped.
+  cmd.push_back("-x");
+  cmd.push_back("KILN_LAUNCH_ID=" + launch_id(attempt));
   cmd.insert(cmd.end(), o.mpirun_args.begin(), o.mpirun_args.end());
   cmd.push_back(o.kiln_binary);
   cmd.push_back("train");
   cmd.insert(cmd.end(), o.train_args.begin(), o.train_args.end());
-  if (resume) {
+  if (resume || !o.resume.empty()) {
     cmd.push_back("--set");
-    cmd.push_back("train.resume=auto");
+    cmd.push_back("train.resume=" + (resume ? std::string("auto") : o.resume));
   }
   return cmd;
 }
@@ -157,6 +221,21 @@ Attempt run_attempt(const std::vector<std::string>& cmd) {
 
 }  // namespace
 
+namespace {
+
+// Ranks of an attempt that outlived its mpirun (killed, crashed) would go on training and hold
+// the run directory: stop them before anything restarts. Returns how many there were.
+int stop_left_behind_ranks(int attempt) {
+  const std::string id = launch_id(attempt);
+  std::vector<int> left = processes_of_attempt(id);
+  for (int pid : left) kill(pid, SIGKILL);
+  for (int i = 0; i < 500 && !processes_of_attempt(id).empty(); i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return static_cast<int>(left.size());
+}
+
+}  // namespace
+
 int launch(const LaunchOptions& o) {
   if (o.ranks < 1) fail("launch: -n must be at least 1");
   if (o.max_restarts < 0) fail("launch: --max-restarts must not be negative");
@@ -164,14 +243,20 @@ int launch(const LaunchOptions& o) {
   signal(SIGTERM, forward_signal);
   std::vector<RankFailure> story;
   for (int attempt = 0;; attempt++) {
+    const double started = unix_seconds();
     Attempt a = run_attempt(mpirun_command(o, attempt));
     const int status = a.status;
+    // rank 0 records every step it finishes; its progress lines may be sparse.
+    a.last_step = std::max(a.last_step, progress_step(o.out_dir, started));
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       if (!story.empty())
         fmt::print("launch: finished after {} restart{}\n", story.size(),
                    story.size() == 1 ? "" : "s");
       return 0;
     }
+    if (int n = stop_left_behind_ranks(attempt))
+      fmt::print(stderr, "launch: stopped {} rank process{} that mpirun left running\n", n,
+                 n == 1 ? "" : "es");
     // A stop that was asked for is not a failure: the ranks checkpoint on SIGTERM (and on
     // SIGUSR1 sent to them directly) and exit with kExitStoppedForRequeue; do not restart.
     const bool stopped_on_request =
@@ -179,7 +264,7 @@ int launch(const LaunchOptions& o) {
     if (g_stop_signal || stopped_on_request) {
       fmt::print(stderr,
                  "launch: the job stopped on request{}{}; not restarting. Run the same command "
-                 "with --set train.resume=auto to continue from its checkpoint\n",
+                 "with --resume to continue from its checkpoint\n",
                  g_stop_signal ? fmt::format(" (signal {})", strsignal(g_stop_signal)) : "",
                  a.last_step >= 0 ? fmt::format(" after step {}", a.last_step) : "");
       if (stopped_on_request) return kExitStoppedForRequeue;
@@ -187,7 +272,12 @@ int launch(const LaunchOptions& o) {
     }
     RankFailure f = parse_mpirun_failure(a.output);
     f.last_step = a.last_step;
-    if (f.rank < 0) {  // mpirun's report can be lost when a job aborts; the error line is not
+    if (WIFSIGNALED(status)) {
+      f = RankFailure{};  // mpirun's own death: what it printed is not about a rank
+      f.mpirun_signal = WTERMSIG(status);
+      f.last_step = a.last_step;
+    } else if (f.rank <
+               0) {  // mpirun's report can be lost when a job aborts; the error line is not
       f.rank = a.error_rank;
       if (WIFEXITED(status)) f.exit_code = WEXITSTATUS(status);
       // mpirun exits 128 + N when a rank died of signal N and it could not say which.
@@ -195,6 +285,8 @@ int launch(const LaunchOptions& o) {
     }
     f.hang = a.hang;
     story.push_back(f);
+    const std::string final_reason = f.why_final();
+    const bool restarting = final_reason.empty() && attempt < o.max_restarts;
     if (!o.out_dir.empty()) {  // the run's own record of what happened to it (kiln report)
       try {
         std::filesystem::create_directories(o.out_dir);
@@ -206,10 +298,14 @@ int launch(const LaunchOptions& o) {
                    {"how", f.how()},
                    {"after_step", f.last_step},
                    {"message", f.describe()},
-                   {"restarting", attempt < o.max_restarts}});
+                   {"restarting", restarting}});
       } catch (const std::exception& e) {
         fmt::print(stderr, "launch: could not record the failure in {}: {}\n", o.out_dir, e.what());
       }
+    }
+    if (!final_reason.empty()) {
+      fmt::print(stderr, "launch: {}; {}\n", f.describe(), final_reason);
+      return f.exit_code;
     }
     if (attempt >= o.max_restarts) {
       fmt::print(stderr, "launch: giving up after {} attempt{}:\n", story.size(),

@@ -15,6 +15,7 @@ struct LaunchOptions {
   std::vector<std::string> train_args;   // CONFIG and --set ... passed to `kiln train`
   std::vector<std::string> mpirun_args;  // extra arguments for mpirun
   std::string out_dir;  // the run directory: restarts are recorded in its metrics.jsonl
+  std::string resume;   // the first attempt's train.resume ("" = the config's); later: "auto"
 };
 
 // How one attempt ended, read from mpirun's exit status and its messages.
@@ -22,10 +23,14 @@ struct RankFailure {
   int rank = -1;            // -1: unknown
   int signal = 0;           // killed by this signal, or
   int exit_code = 0;        // exited with this code
-  long last_step = -1;      // last step rank 0 reported
+  int mpirun_signal = 0;    // mpirun itself was killed by this signal (its ranks' fate unknown)
+  long last_step = -1;      // last step rank 0 finished
   std::string hang;         // a watchdog's report, when the job ended on a hang
   std::string how() const;  // "killed by signal 9 (Killed)", "exit code 1", "hung"
   std::string describe() const;
+  // Trying again cannot help: a start-up refusal (kExitBadInput) or a diverged run
+  // (kExitNonFinite). Empty when a restart may succeed.
+  std::string why_final() const;
 };
 
 // Parses mpirun's report of a failed job ("process rank 1 ... exited on signal 9", "Process
@@ -35,8 +40,17 @@ RankFailure parse_mpirun_failure(const std::string& output);
 // mpirun and the flags kiln needs on one machine (more ranks than cores; root in containers).
 std::vector<std::string> mpirun_prefix(int ranks);
 
+// The mark (KILN_LAUNCH_ID) this launcher puts in the environment of attempt `attempt`'s ranks.
+std::string launch_id(int attempt);
+// The processes of this machine whose environment carries that mark.
+std::vector<int> processes_of_attempt(const std::string& id);
+
 // The mpirun command line for attempt `attempt` (0: the first; later ones resume).
 std::vector<std::string> mpirun_command(const LaunchOptions& o, int attempt);
+
+// The last step rank 0 finished, from <out_dir>/progress.json (written by the trainer after every
+// step), if that record is from a run that started at or after `since` (unix seconds); else -1.
+long progress_step(const std::string& out_dir, double since);
 
 // Runs the job; returns the process exit code (0 on success).
 int launch(const LaunchOptions& o);

@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/file.h"
-#include "train/stop_request.h"
 
 namespace kiln {
 
@@ -22,22 +22,36 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+std::string sbatch_quote(const std::string& s) {
+  if (s.find_first_of("\n\r") != std::string::npos)
+    fail("submit: '{}' holds a line break, which a #SBATCH line cannot carry", s);
+  if (!s.empty() && s.find_first_of(" \t\"'\\#") == std::string::npos) return s;
+  // sbatch reads #SBATCH arguments with double quotes and backslash escapes; an unquoted # would
+  // start a comment.
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 std::string sbatch_script(const SubmitOptions& o) {
   std::string s = "#!/bin/bash\n";
   s +=
       "# Written by `kiln submit`: one `kiln train` task per rank, started by srun through PMIx.\n";
   auto line = [&](const std::string& arg) { s += "#SBATCH " + arg + "\n"; };
-  line("--job-name=" + o.job_name);
+  line("--job-name=" + sbatch_quote(o.job_name));
   line(fmt::format("--nodes={}", o.nodes));
   line(fmt::format("--ntasks-per-node={}", o.ntasks_per_node));
   if (o.cpus_per_task > 0) line(fmt::format("--cpus-per-task={}", o.cpus_per_task));
-  if (!o.time.empty()) line("--time=" + o.time);
-  if (!o.partition.empty()) line("--partition=" + o.partition);
-  if (!o.gres.empty()) line("--gres=" + o.gres);
+  if (!o.time.empty()) line("--time=" + sbatch_quote(o.time));
+  if (!o.partition.empty()) line("--partition=" + sbatch_quote(o.partition));
+  if (!o.gres.empty()) line("--gres=" + sbatch_quote(o.gres));
   line("--requeue");
   line(fmt::format("--signal=USR1@{}", o.signal_seconds));
-  line("--chdir=" + o.workdir);
-  line("--output=" + o.out_dir + "/slurm-%j.out");
+  line("--chdir=" + sbatch_quote(o.workdir));
+  line("--output=" + sbatch_quote(o.out_dir + "/slurm-%j.out"));
   line("--open-mode=append");  // a requeued job adds to the same log
   for (const auto& a : o.sbatch_args) line(a);
   s += "\n";

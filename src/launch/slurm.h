@@ -27,6 +27,9 @@ struct SubmitOptions {
 
 // Quotes a word for sh.
 std::string shell_quote(const std::string& s);
+// Quotes an #SBATCH option's value as sbatch reads it (double quotes, backslash escapes), when it
+// holds a space, a quote, a backslash or a #. A line break cannot be carried: an error.
+std::string sbatch_quote(const std::string& s);
 
 std::string sbatch_script(const SubmitOptions& o);
 

@@ -39,6 +39,7 @@ void copy_text(char (&dst)[N], std::string_view src) {
 
 std::string CommEvent::describe() const {
   if (!kind) return op;
+  // The same words as comm's OpDesc::text(), which the trace's spans use.
   if (count < 0) return kind;  // no count: "barrier"
   std::string s = fmt::format("{} of {} elements", kind, count);
   if (peer_word) s += fmt::format(" {} {}", peer_word, peer);

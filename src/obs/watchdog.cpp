@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "core/clock.h"
 #include "core/file.h"
+#include "core/job.h"
 #include "core/process.h"
 #include "obs/flight_recorder.h"
 

@@ -15,10 +15,9 @@
 #include <string>
 #include <thread>
 
-namespace kiln {
+#include "core/exit_codes.h"
 
-// `kiln train` exits with this code when its watchdog found a hang.
-constexpr int kExitHang = 86;
+namespace kiln {
 
 struct WatchdogOptions {
   double timeout_seconds = 300;

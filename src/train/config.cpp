@@ -113,6 +113,10 @@ std::vector<Key> schema(TrainConfig& c) {
       {"data.tokenizer", &c.tokenizer, "tokenizer of the shards: \"gpt2\" or \"bytes\""},
       {"checkpoint.every", &c.ckpt_every, "checkpoint every N steps (0: only at the end)"},
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
+      {"parallel.dp", &c.dp,
+       "data-parallel replicas (0: the job's processes / (parallel.tp x parallel.pp))"},
+      {"parallel.tp", &c.tp, "tensor-parallel ranks per layer (only 1 is supported so far)"},
+      {"parallel.pp", &c.pp, "pipeline stages (only 1 is supported so far)"},
       {"hardware.peak_gflops", &c.peak_gflops,
        "peak FLOP/s of one process for MFU in GFLOP/s (0: what `kiln bench peak` cached for "
        "this CPU, thread count and dtype, else measured at start)"},
@@ -390,6 +394,15 @@ void TrainConfig::validate() const {
   in_range(ckpt_every, 0, kIntMax, "checkpoint.every", "must be 0 (only at the end) or more");
   in_range(keep_last, 0, kIntMax, "checkpoint.keep_last", "must be 0 (keep all) or more");
   in_range(nonfinite_limit, 0, kIntMax, "train.nonfinite_limit", "must be 0 (never stop) or more");
+  in_range(dp, 0, kIntMax, "parallel.dp", "must be 0 (world / (tp x pp)) or more");
+  in_range(tp, 1, kIntMax, "parallel.tp", "must be at least 1");
+  in_range(pp, 1, kIntMax, "parallel.pp", "must be at least 1");
+  if (tp != 1)
+    fail("{}: parallel.tp = {}: tensor parallelism is not supported yet; set parallel.tp = 1",
+         source, tp);
+  if (pp != 1)
+    fail("{}: parallel.pp = {}: pipeline parallelism is not supported yet; set parallel.pp = 1",
+         source, pp);
 
   real(lr, lr >= 0, "train.lr", "must be 0 or more");
   real(min_lr, min_lr >= 0, "train.min_lr", "must be 0 or more");
@@ -446,6 +459,22 @@ void TrainConfig::validate() const {
   if (has_control_char(sample_prompt, true))
     fail("{}: train.sample_prompt holds a control character other than newline and tab: \"{}\"",
          source, printable(sample_prompt));
+}
+
+GridShape TrainConfig::grid_shape(int world) const {
+  GridShape g;
+  g.tp = tp;
+  g.pp = pp;
+  if (world % (tp * pp) != 0)
+    fail("{}: the job has {} processes, not a multiple of parallel.tp x parallel.pp = {} x {}",
+         source, world, tp, pp);
+  g.dp = dp > 0 ? dp : world / (tp * pp);
+  if (g.size() != world)
+    fail(
+        "{}: parallel.dp = {} x parallel.pp = {} x parallel.tp = {} is {} ranks but the job has "
+        "{} processes; start {} or set parallel.dp = {} (or 0: world / (tp x pp))",
+        source, dp, pp, tp, g.size(), world, g.size(), world / (tp * pp));
+  return g;
 }
 
 namespace {

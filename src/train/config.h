@@ -1,6 +1,7 @@
-// The training configuration: a TOML file with [model], [train], [data], [checkpoint] and
-// [hardware] tables, overridden by `--set section.key=value`. Every key is declared once in a
-// schema; an unknown or mistyped key is an error that names the key and the file.
+// The training configuration: a TOML file with [model], [train], [data], [checkpoint],
+// [parallel], [hardware] and [comm] tables, overridden by `--set section.key=value`. Every key is
+// declared once in a schema; an unknown or mistyped key is an error that names the key and the
+// file.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/gpt2.h"
+#include "parallel/grid.h"
 
 namespace kiln {
 
@@ -64,6 +66,11 @@ struct TrainConfig {
   int ckpt_every = 0;  // 0: only at the end
   int keep_last = 3;   // 0: keep all
 
+  // [parallel]: the job's rank grid, dp × pp × tp = world (parallel/grid.h)
+  int dp = 0;  // data-parallel replicas; 0: world / (tp × pp)
+  int tp = 1;  // tensor-parallel ranks (1 only, for now)
+  int pp = 1;  // pipeline stages (1 only, for now)
+
   // [hardware]
   double peak_gflops = 0;  // 0: kiln bench peak's cache, else measured at start (train/peak.h)
 
@@ -79,6 +86,9 @@ struct TrainConfig {
   // Checks ranges and combinations; messages name the key and the file. Every floating-point
   // key must be finite.
   void validate() const;
+  // The grid of a job of `world` processes; an error naming the [parallel] keys when they do not
+  // multiply to it.
+  GridShape grid_shape(int world) const;
 };
 
 // Refuses a config that cannot fit in `memory_bytes` (this machine's memory) before anything is

@@ -22,6 +22,7 @@
 #include "launch/job_env.h"
 #include "model/sampler.h"
 #include "obs/trace.h"
+#include "train/comm_observer.h"
 #include "train/gpt2_weights.h"
 #include "train/stop_request.h"
 
@@ -39,6 +40,7 @@ double learning_rate(const TrainConfig& c, int64_t s) {
 Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communicator> comm)
     : cfg_(std::move(cfg)), opts_(opts), rng_(static_cast<uint64_t>(cfg_.seed)) {
   cfg_.validate();
+  observe_communicators();  // the watchdog reads what the communicators report
   if (!comm) {
     CommOptions co;
     co.backend = cfg_.comm_backend;
@@ -46,10 +48,14 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     co.algorithm = cfg_.comm_algorithm;
     comm = make_world_communicator(co);
   }
-  const int world = comm->size();
-  grid_ = std::make_unique<Grid>(std::move(comm), GridShape{world, 1, 1});
-  comm_ = &grid_->dp_group();
-  if (opts_.claim_run_dir) claim_run_directory();
+  GridShape shape;
+  refused_as_bad_input([&] { shape = cfg_.grid_shape(comm->size()); });
+  grid_ = std::make_unique<Grid>(std::move(comm), shape);
+  world_ = &grid_->world();
+  dp_group_ = &grid_->dp_group();
+  // The run directory, the data and the checkpoint are the job's input: refusing one of them is
+  // final (kExitBadInput), a launcher does not retry it.
+  if (opts_.claim_run_dir) refused_as_bad_input([&] { claim_run_directory(); });
   // train.threads = 0: all cores, shared out among the ranks this machine runs.
   int threads = cfg_.threads;
   if (threads == 0) {
@@ -60,7 +66,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
                   : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) / env.local_size);
   }
   set_num_threads(threads);
-  if (comm_->rank() != 0) opts_.quiet = true;  // rank 0 speaks for the job
+  if (world_->rank() != 0) opts_.quiet = true;  // rank 0 speaks for the job
   const int B = cfg_.batch_size, T = cfg_.seq_len;
   ModelOptions mo;
   mo.bf16 = cfg_.dtype == "bf16";
@@ -70,17 +76,17 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   const int64_t n = model_->layout().total;
   std::vector<int64_t> offsets;
   for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
-  dp_ = std::make_unique<DataParallel>(*comm_, n, offsets, cfg_.zero,
+  dp_ = std::make_unique<DataParallel>(*dp_group_, n, offsets, cfg_.zero,
                                        static_cast<int64_t>(cfg_.bucket_mb * 1e6));
   params_ = PageBuffer(n);
   grads_ = PageBuffer(n);
-  if (comm_->size() > 1 && comm_->backend() == "shm") {
+  if (dp_group_->size() > 1 && dp_group_->backend() == "shm") {
     // Gradient buckets live in the engine's shared memory: it then all-reduces (ZeRO 0) or
     // reduce-scatters (ZeRO 1, 2) them reading the peers' buckets in place (docs/collectives.md,
     // "Shared buffers"). ZeRO 2 hands pages back as it goes (MADV_REMOVE); if a rank could not
     // make shared memory, it keeps its own mapping for that.
     std::shared_ptr<SharedMemory> mem =
-        comm_->alloc_shared(n * static_cast<int64_t>(sizeof(float)));
+        dp_group_->alloc_shared(n * static_cast<int64_t>(sizeof(float)));
     if (cfg_.zero <= 1 || mem->removable())
       grads_ = PageBuffer(static_cast<float*>(mem->data()), n, mem, mem->removable());
   }
@@ -90,36 +96,26 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   targets_.resize(static_cast<size_t>(B) * T);
   flops_per_token_ = gpt2_flops_per_token(cfg_.model, T);
 
-  if (!opts_.batches) {
-    auto files = expand_shard_pattern(cfg_.train_data, "data.train");
-    check_manifest(files[0]);
-    train_shards_ = ShardSet(files, "data.train");
-    train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size,
-                                             cfg_.shuffle, static_cast<uint64_t>(cfg_.seed),
-                                             comm_->rank(), comm_->size(), /*prefetch=*/true);
-    if (!cfg_.val_data.empty())
-      val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
-    else if (cfg_.val_every > 0)
-      fail("{}: train.val_every = {} but data.val is empty; set data.val or train.val_every = 0",
-           cfg_.source, cfg_.val_every);
-  }
+  if (!opts_.batches) refused_as_bad_input([&] { open_data(); });
 
   gpt2_init(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
-  std::optional<CheckpointRef> ck;
-  if (cfg_.resume != "none") {
-    ck = latest_checkpoint(checkpoint_root());
-    if (!ck && cfg_.resume == "must")
-      fail(
-          "--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
-          "start fresh)",
-          checkpoint_root());
-  }
-  if (ck) {
-    resume_from(ck->dir);
-  } else if (!cfg_.init_from.empty()) {
-    SafeTensorsReader f(cfg_.init_from);
-    gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
-  }
+  refused_as_bad_input([&] {
+    std::optional<CheckpointRef> ck;
+    if (cfg_.resume != "none") {
+      ck = latest_checkpoint(checkpoint_root());
+      if (!ck && cfg_.resume == "must")
+        fail(
+            "--resume: no complete checkpoint in {} (nothing to resume; run without --resume to "
+            "start fresh)",
+            checkpoint_root());
+    }
+    if (ck) {
+      resume_from(ck->dir);
+    } else if (!cfg_.init_from.empty()) {
+      SafeTensorsReader f(cfg_.init_from);
+      gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
+    }
+  });
 
   if (zero3()) {  // keep only this rank's shard; ranges are gathered where they are used
     master_.resize(std::max<int64_t>(1, dp_->shard_end() - dp_->shard_begin()));
@@ -132,12 +128,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   std::vector<std::string> peak_notes;
   peak_ =
       resolve_peak(cfg_.peak_gflops, cfg_.dtype, num_threads(), opts_.measure_peak, &peak_notes);
-  if (comm_->rank() == 0)
+  if (world_->rank() == 0)
     for (const auto& note : peak_notes) fmt::print(stderr, "kiln: note: {}\n", note);
   fs::create_directories(cfg_.out_dir);
-  if (!opts_.batches && comm_->rank() == 0)
+  if (!opts_.batches && world_->rank() == 0)
     metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
-  if (comm_->rank() == 0) {
+  if (world_->rank() == 0) {
     registry_ = std::make_shared<MetricsRegistry>();
     declare_metrics();
     if (opts_.metrics_port >= 0) {
@@ -148,11 +144,27 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   }
 }
 
+// The training shards (and the validation ones), checked before anything trains.
+void Trainer::open_data() {
+  const int B = cfg_.batch_size, T = cfg_.seq_len;
+  auto files = expand_shard_pattern(cfg_.train_data, "data.train");
+  check_manifest(files[0]);
+  train_shards_ = ShardSet(files, "data.train");
+  train_loader_ = std::make_unique<Loader>(train_shards_, B, T, cfg_.model.vocab_size, cfg_.shuffle,
+                                           static_cast<uint64_t>(cfg_.seed), dp_group_->rank(),
+                                           dp_group_->size(), /*prefetch=*/true);
+  if (!cfg_.val_data.empty())
+    val_shards_ = ShardSet(expand_shard_pattern(cfg_.val_data, "data.val"), "data.val");
+  else if (cfg_.val_every > 0)
+    fail("{}: train.val_every = {} but data.val is empty; set data.val or train.val_every = 0",
+         cfg_.source, cfg_.val_every);
+}
+
 // Rank 0 takes the run directory for this run before anyone reads or writes in it; every rank
 // learns the outcome, so a refusal ends all of them with rank 0's reason, not a hang.
 void Trainer::claim_run_directory() {
   std::string error;
-  if (comm_->rank() == 0) {
+  if (world_->rank() == 0) {
     try {
       run_lock_ = std::make_unique<RunDirLock>(cfg_.out_dir);
       if (const auto& h = run_lock_->stale())
@@ -181,8 +193,9 @@ void Trainer::claim_run_directory() {
       run_lock_.reset();
     }
   }
-  if (comm_->size() > 1 && comm_->all_reduce_scalar(error.empty() ? 0.0 : 1.0) > 0 && error.empty())
-    fail("rank {}: rank 0 refused train.out_dir {} (its message says why)", comm_->rank(),
+  if (world_->size() > 1 && world_->all_reduce_scalar(error.empty() ? 0.0 : 1.0) > 0 &&
+      error.empty())
+    fail("rank {}: rank 0 refused train.out_dir {} (its message says why)", world_->rank(),
          cfg_.out_dir);
   if (!error.empty()) throw Error(error);
 }
@@ -191,7 +204,7 @@ bool Trainer::params_finite() {
   const float* p = zero3() ? master_.data() : params_.data();
   const int64_t n = zero3() ? dp_->shard_end() - dp_->shard_begin() : params_.size();
   double bad = std::isfinite(sum_squares(p, n)) ? 0.0 : 1.0;
-  if (comm_->size() > 1) bad = comm_->all_reduce_scalar(bad);
+  if (world_->size() > 1) bad = world_->all_reduce_scalar(bad);
   return bad == 0;
 }
 
@@ -233,12 +246,12 @@ void Trainer::declare_metrics() {
   m.declare("kiln_world_size", T::Gauge, "Processes in the job.");
   m.set("kiln_info", 1,
         {{"version", KILN_VERSION},
-         {"dp", std::to_string(comm_->size())},
+         {"dp", std::to_string(dp_group_->size())},
          {"zero", std::to_string(cfg_.zero)},
          {"dtype", cfg_.dtype},
          {"out_dir", cfg_.out_dir}});
   m.set("kiln_steps_target", static_cast<double>(cfg_.steps));
-  m.set("kiln_world_size", comm_->size());
+  m.set("kiln_world_size", world_->size());
   m.set("kiln_peak_gflops", peak_.gflops);
   m.set("kiln_restarts_total", restart_count());
   m.set_function("kiln_checkpoint_age_seconds", [this] {
@@ -264,12 +277,12 @@ void Trainer::publish_memory(const MemoryReport& mem) {
 
 void Trainer::write_trace() {
   if (opts_.trace_path.empty()) return;
-  const std::string part = fmt::format("{}.rank-{}.part", opts_.trace_path, comm_->rank());
+  const std::string part = fmt::format("{}.rank-{}.part", opts_.trace_path, world_->rank());
   write_file_atomic(part, Tracer::instance().events_json());
-  comm_->barrier();
-  if (comm_->rank() == 0) {
+  world_->barrier();
+  if (world_->rank() == 0) {
     std::vector<std::string> parts;
-    for (int r = 0; r < comm_->size(); r++)
+    for (int r = 0; r < world_->size(); r++)
       parts.push_back(fmt::format("{}.rank-{}.part", opts_.trace_path, r));
     write_merged_trace(parts, opts_.trace_path);
     for (const auto& p : parts) fs::remove(p);
@@ -339,7 +352,7 @@ MemoryReport Trainer::memory() const {
   if (zero == 3) r.working += peak_resident_params_;
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
-  r.comm_buffers += comm_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
+  r.comm_buffers += dp_group_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
   r.activations = model_->activation_bytes();
   return r;
 }
@@ -357,7 +370,7 @@ StepResult Trainer::step() {
   StepResult r;
   // Every token of the global batch (all ranks, all micro-batches) weighs the same.
   const int64_t tokens =
-      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * comm_->size();
+      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * dp_group_->size();
   const float dloss = 1.0f / static_cast<float>(tokens);
   // ZeRO-2/3: pages come back only for the buckets written. Otherwise the first micro-batch's
   // backward writes every gradient (no zeroing pass over the buffer) and later ones add.
@@ -434,13 +447,13 @@ StepResult Trainer::step() {
   const float* gshard = dp_->zero() == 0 ? grads_.data() : dp_->shard_grads();
   double sumsq = sum_squares(gshard, se - sb);
   r.stop_requested = stop_signal() != 0;
-  if (comm_->size() > 1) {
+  if (dp_group_->size() > 1) {
     // A stop asked of any rank (a signal) reaches all of them with the loss.
     double sums[2] = {loss_sum, r.stop_requested ? 1.0 : 0.0};
-    comm_->all_reduce(sums, 2, DType::F64);
+    dp_group_->all_reduce(sums, 2, DType::F64);
     loss_sum = sums[0];
     r.stop_requested = sums[1] > 0;
-    if (dp_->zero() > 0) sumsq = comm_->all_reduce_scalar(sumsq);
+    if (dp_->zero() > 0) sumsq = dp_group_->all_reduce_scalar(sumsq);
   }
   r.loss = loss_sum / static_cast<double>(tokens);
   r.grad_norm = std::sqrt(sumsq);
@@ -482,12 +495,12 @@ StepResult Trainer::step() {
   r.seconds = now_seconds() - t0;
   // Each rank's own work in the step, waits excluded: the rank that takes longest is the one the
   // others wait for.
-  if (rank_compute_.size() != static_cast<size_t>(comm_->size())) {  // first step only
-    rank_compute_.assign(comm_->size(), 0.0);
-    ones_.assign(comm_->size(), 1);
+  if (rank_compute_.size() != static_cast<size_t>(world_->size())) {  // first step only
+    rank_compute_.assign(world_->size(), 0.0);
+    ones_.assign(world_->size(), 1);
   }
-  rank_compute_[comm_->rank()] = r.forward_seconds + r.backward_seconds + r.optimizer_seconds;
-  if (comm_->size() > 1) comm_->all_gather(rank_compute_.data(), ones_, DType::F64);
+  rank_compute_[world_->rank()] = r.forward_seconds + r.backward_seconds + r.optimizer_seconds;
+  if (world_->size() > 1) world_->all_gather(rank_compute_.data(), ones_, DType::F64);
   r.rank_compute_seconds = rank_compute_;
   return r;
 }
@@ -495,7 +508,7 @@ StepResult Trainer::step() {
 double Trainer::validate() {
   if (val_shards_.num_tokens() == 0) fail("validation needs data.val");
   // The val_batches micro-batches from the start of data.val, shared out among the ranks.
-  const int R = comm_->size(), rank = comm_->rank();
+  const int R = dp_group_->size(), rank = dp_group_->rank();
   Loader val(val_shards_, cfg_.batch_size, cfg_.seq_len, cfg_.model.vocab_size, false, 0, rank, R);
   double sum = 0;
   if (zero3()) fetch_all();
@@ -504,7 +517,7 @@ double Trainer::validate() {
     sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
   }
   if (zero3()) drop_all();
-  if (R > 1) sum = comm_->all_reduce_scalar(sum);
+  if (R > 1) sum = dp_group_->all_reduce_scalar(sum);
   return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
 }
 
@@ -525,7 +538,8 @@ std::string Trainer::save_checkpoint() {
   st.adam_steps = step_ - skipped_steps_;
   st.skipped_steps = skipped_steps_;
   st.train_position = train_loader_ ? train_loader_->position() : 0;
-  st.train_sequences = st.train_position * static_cast<uint64_t>(comm_->size()) * cfg_.batch_size;
+  st.train_sequences =
+      st.train_position * static_cast<uint64_t>(dp_group_->size()) * cfg_.batch_size;
   st.rng_state = rng_.state();
   st.config = cfg_.to_json();
   st.train_tokens = train_loader_ ? static_cast<uint64_t>(train_shards_.num_tokens()) : 0;
@@ -544,9 +558,9 @@ std::string Trainer::save_checkpoint() {
   }
   std::string dir;
   if (zero3()) fetch_all();
-  if (comm_->rank() == 0) dir = write_checkpoint(state, m, v);
+  if (world_->rank() == 0) dir = write_checkpoint(state, m, v);
   if (zero3()) drop_all();
-  comm_->barrier();  // nobody goes on before the checkpoint is complete
+  world_->barrier();  // nobody goes on before the checkpoint is complete
   return dir.empty() ? (fs::path(checkpoint_root()) / checkpoint_name(step_)).string() : dir;
 }
 
@@ -596,14 +610,14 @@ void Trainer::resume_from(const std::string& dir) {
         dir, saved_tokens, cfg_.train_data, train_shards_.num_tokens(),
         (p / "model.safetensors").string());
   uint64_t position = st.train_position;
-  const uint64_t per_micro = static_cast<uint64_t>(comm_->size()) * cfg_.batch_size;
+  const uint64_t per_micro = static_cast<uint64_t>(dp_group_->size()) * cfg_.batch_size;
   if (st.train_sequences > 0) {
     if (st.train_sequences % per_micro != 0)
       fail(
           "cannot resume from {}: it consumed {} sequences of data.train, not a whole number of "
           "this layout's micro-batches ({} ranks x train.batch_size {}); choose a layout whose "
           "ranks x batch_size divides it",
-          dir, st.train_sequences, comm_->size(), cfg_.batch_size);
+          dir, st.train_sequences, dp_group_->size(), cfg_.batch_size);
     position = st.train_sequences / per_micro;
     if (st.step > 0) {
       const uint64_t was = st.train_sequences / static_cast<uint64_t>(st.step);
@@ -657,11 +671,11 @@ std::vector<double> ms(std::span<const double> seconds) {
 
 double Trainer::mfu(double tokens_per_sec) {
   if (peak_.gflops <= 0) return 0.0;
-  // The peak is one process's; the job has comm_->size() of them.
-  const double achieved = flops_per_token_ * tokens_per_sec * 1e-9 / comm_->size();
+  // The peak is one process's; the job has world_->size() of them.
+  const double achieved = flops_per_token_ * tokens_per_sec * 1e-9 / world_->size();
   if (achieved > peak_.gflops) {
     // No step outruns the best matmul: the peak was measured low (a busy machine at start-up).
-    if (peak_.raised_at_step < 0 && comm_->rank() == 0)
+    if (peak_.raised_at_step < 0 && world_->rank() == 0)
       fmt::print(stderr,
                  "kiln: note: step {} ran at {:.1f} GFLOP/s per process, above the peak MFU is "
                  "measured against ({:.1f} GFLOP/s, {}): that peak was underestimated, so MFU is "
@@ -684,7 +698,7 @@ double Trainer::mfu(double tokens_per_sec) {
 
 void Trainer::log_step(const StepResult& r) {
   const int64_t tokens =
-      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * comm_->size();
+      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * dp_group_->size();
   double tps = tokens / r.seconds;
   double mfu = this->mfu(tps);
   if (metrics_)
@@ -799,26 +813,26 @@ bool Trainer::run() {
         "({}) | {} threads/rank | peak {:.{}f} GFLOP/s ({})\n",
         KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
         gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
-        comm_->size(), cfg_.zero, comm_->backend(), num_threads(), peak_.gflops,
+        dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(), peak_.gflops,
         peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
     std::fflush(stdout);
   }
   // Each rank leaves its pid where operators (and the recovery tests) find it.
   fs::create_directories(fs::path(cfg_.out_dir) / "pids");
   write_file_atomic(
-      (fs::path(cfg_.out_dir) / "pids" / fmt::format("rank-{}.pid", comm_->rank())).string(),
+      (fs::path(cfg_.out_dir) / "pids" / fmt::format("rank-{}.pid", world_->rank())).string(),
       std::to_string(getpid()) + "\n");
   if (!opts_.trace_path.empty()) {
-    comm_->barrier();  // ranks agree on the trace's time zero
+    world_->barrier();  // ranks agree on the trace's time zero
     Tracer::instance().name_thread("train");
-    Tracer::instance().start(comm_->rank(), now_seconds());
+    Tracer::instance().start(world_->rank(), now_seconds());
   }
   if (metrics_)
     metrics_->write(
         {{"type", "run_start"},
          {"time", unix_seconds()},
          {"step", step_},
-         {"world", comm_->size()},
+         {"world", world_->size()},
          {"host", host_name()},
          {"restarts", restart_count()},
          {"launcher", job_env().launcher},
@@ -835,16 +849,21 @@ bool Trainer::run() {
     w.timeout_seconds = cfg_.watchdog_seconds;
     w.interval_seconds = std::min(1.0, cfg_.watchdog_seconds / 4);
     w.dir = cfg_.out_dir;
-    w.rank = comm_->rank();
-    w.world = comm_->size();
+    w.rank = world_->rank();
+    w.world = world_->size();
     watchdog_ = std::make_unique<Watchdog>(w);
     watchdog_->set_phase("train");
   }
   run_start_ = now_seconds();
   run_first_step_ = step_;
+  if (metrics_) {
+    progress_ = std::make_unique<ProgressFile>(cfg_.out_dir, unix_seconds());
+    progress_->write(step_);
+  }
   bool memory_shown = false;
   while (step_ < cfg_.steps) {
     StepResult r = step();
+    if (progress_) progress_->write(step_);
     if (watchdog_) watchdog_->step_done(step_);
     if (!memory_shown) {  // after a step: ZeRO-2's gradient memory is measured
       MemoryReport m = memory();
@@ -889,7 +908,7 @@ bool Trainer::run() {
       if (registry_) registry_->set("kiln_val_loss", vl);
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
       if (zero3() && cfg_.sample_tokens > 0) fetch_all();
-      if (cfg_.sample_tokens > 0 && comm_->rank() == 0) {
+      if (cfg_.sample_tokens > 0 && world_->rank() == 0) {
         std::string text = sample_text();
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
         if (!opts_.quiet) {

@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
 #include "obs/metrics_log.h"
+#include "obs/progress.h"
 #include "obs/prometheus.h"
 #include "obs/watchdog.h"
 #include "parallel/data_parallel.h"
@@ -119,6 +120,7 @@ class Trainer {
   int metrics_port() const { return server_ ? server_->port() : -1; }
 
  private:
+  void open_data();
   void claim_run_directory();
   void check_divergence(bool last_step);  // throws ExitCodeError(kExitNonFinite)
   void resume_from(const std::string& dir);
@@ -141,7 +143,11 @@ class Trainer {
   TrainerOptions opts_;
   std::unique_ptr<RunDirLock> run_lock_;  // rank 0, for the Trainer's life
   std::unique_ptr<Grid> grid_;
-  Communicator* comm_;  // the data-parallel group of grid_
+  // Job-wide things (who speaks, pid files, trace parts, watchdog, MFU, the checkpoint's writer)
+  // go through world_; data parallelism (gradients, ZeRO, the loader's slice, loss and
+  // validation averages, the step's tokens) through dp_group_.
+  Communicator* world_;
+  Communicator* dp_group_;
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Gpt2> model_;
   PageBuffer params_;     // full size; with ZeRO-3 only the ranges in use are resident
@@ -164,7 +170,8 @@ class Trainer {
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
-  std::unique_ptr<Tokenizer> tokenizer_;  // made on first use (samples)
+  std::unique_ptr<ProgressFile> progress_;  // rank 0: the last finished step, for kiln launch
+  std::unique_ptr<Tokenizer> tokenizer_;    // made on first use (samples)
   std::shared_ptr<MetricsRegistry> registry_;
   std::unique_ptr<MetricsServer> server_;
   double last_checkpoint_unix_ = 0;

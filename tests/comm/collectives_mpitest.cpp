@@ -9,6 +9,7 @@
 #include "comm/communicator.h"
 #include "comm/counts.h"
 #include "core/error.h"
+#include "core/job.h"
 #include "parallel/grid.h"
 
 namespace kiln {

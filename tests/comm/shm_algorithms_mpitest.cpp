@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "comm/counts.h"
 #include "core/error.h"
+#include "core/job.h"
 #include "plan/collectives.h"
 
 namespace kiln {

@@ -10,6 +10,7 @@
 #include "comm/communicator.h"
 #include "comm/counts.h"
 #include "core/error.h"
+#include "core/job.h"
 
 namespace kiln {
 namespace {

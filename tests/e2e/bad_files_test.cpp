@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/exit_codes.h"
 #include "core/rng.h"
 #include "test_util.h"
 
@@ -121,6 +122,10 @@ class BadFiles : public ::testing::Test {
     EXPECT_NE(r.exit_code, 124) << "timed out (a hang): " << r.output;
     EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.output;
     EXPECT_NE(r.exit_code, 0) << "accepted: " << r.output;
+    // kiln train refuses its input with the code launchers do not retry.
+    if (args.rfind("train ", 0) == 0) {
+      EXPECT_EQ(r.exit_code, kExitBadInput) << r.output;
+    }
     EXPECT_NE(r.output.find(file), std::string::npos)
         << "the message does not name " << file << ":\n"
         << r.output;

@@ -138,6 +138,9 @@ const KeyRow kKeys[] = {
     {"train.bucket_mb", false, kRefused, kRefused, kRefused},  // (0, 1e6]
     {"train.watchdog_seconds", false, kRefused, kAccepted, kAccepted},
     {"hardware.peak_gflops", false, kRefused, kAccepted, kAccepted},
+    {"parallel.dp", true, kRefused, kAccepted, kAccepted},  // 0: world / (tp x pp)
+    {"parallel.tp", true, kRefused, kRefused, kRefused},    // only 1 so far
+    {"parallel.pp", true, kRefused, kRefused, kRefused},
 };
 
 TEST(BadInput, TheTableCoversEveryNumericConfigKey) {

@@ -137,12 +137,12 @@ TEST_F(Cli, MistypedConfigKeyFailsNamingKeyAndFile) {
 
 TEST_F(Cli, MissingDataAndMissingCheckpointAreClearErrors) {
   auto r = run_kiln("train " + config_);
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 78);  // refused at start-up: launchers do not retry it
   EXPECT_NE(r.output.find("data.train"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("kiln data prepare"), std::string::npos) << r.output;
   prepare();
   r = run_kiln("train " + config_ + " --resume");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 78);
   EXPECT_NE(r.output.find("no complete checkpoint"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/step_00000006"));
   r = run_kiln("generate --checkpoint " + (dir_ / "nowhere"));
@@ -154,7 +154,7 @@ TEST_F(Cli, TruncatedShardFailsBeforeTraining) {
   prepare();
   fs::resize_file(dir_ / "data/train_000000.bin", 1024 + 101);
   auto r = run_kiln("train " + config_);
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 78);  // refused at start-up: launchers do not retry it
   EXPECT_NE(r.output.find("train_000000.bin"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
 }
@@ -163,7 +163,7 @@ TEST_F(Cli, BrokenInitFromFileNamesTheFile) {
   prepare();
   std::ofstream(dir_ / "broken.safetensors") << "\x10\0\0\0\0\0\0\0{\"wte.weight\": 3}";
   auto r = run_kiln("train " + config_ + " --init-from " + (dir_ / "broken.safetensors"));
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 78);
   EXPECT_NE(r.output.find("broken.safetensors"), std::string::npos) << r.output;
 }
 

@@ -20,6 +20,7 @@ namespace kiln {
 namespace {
 
 using kiln::testing::bytes_of;
+using kiln::testing::run_command;
 using kiln::testing::run_kiln;
 using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
@@ -79,8 +80,8 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
     auto accum = train_losses(dir_ / (out + "/metrics.jsonl"));
     for (auto [step, loss] : ref) EXPECT_NEAR(accum[step], loss, 1e-5 * loss) << out << " " << step;
   }
-  // The same layout twice: the same bits.
-  r = run_kiln_mpi(2, args(2, 1, "again"));
+  // The same layout twice: the same bits; naming the grid (parallel.dp = 2) is the same layout.
+  r = run_kiln_mpi(2, args(2, 1, "again") + " --set parallel.dp=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(bytes_of(dir_ / "dp2z1/checkpoints/step_00000020/model.safetensors") ==
               bytes_of(dir_ / "again/checkpoints/step_00000020/model.safetensors"));
@@ -185,43 +186,135 @@ TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
               bytes_of(out + "/checkpoints/step_00000200/model.safetensors"));
 }
 
-TEST_F(DataParallelRun, LaunchGivesUpAfterMaxRestartsWithTheStory) {
-  // A job that fails every time (data too small for 3 ranks' global batch) exhausts restarts.
+TEST_F(DataParallelRun, AGridThatDoesNotFitTheJobIsRefusedNamingTheKeys) {
+  auto r = run_kiln_mpi(2, args(2, 0, "grid") + " --set parallel.dp=3");
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("parallel.dp = 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job has 2 processes"), std::string::npos) << r.output;
+  r = run_kiln_mpi(2, args(2, 0, "grid") + " --set parallel.tp=2");
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("parallel.tp = 2: tensor parallelism is not supported yet"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(DataParallelRun, AStartUpRefusalIsNotRetried) {
+  // Data too small for 3 ranks' global batch: the same command would fail the same way.
   std::ofstream(dir_ / "short.txt") << "Too short for a global batch of six sequences.";
   auto p = run_kiln("data prepare --tokenizer bytes --val-fraction 0 --input " +
                     (dir_ / "short.txt") + " --output " + (dir_ / "short"));
   ASSERT_EQ(p.exit_code, 0) << p.output;
-  auto r = run_kiln("launch -n 3 --max-restarts 1 " + config_ +
+  auto r = run_kiln("launch -n 3 --max-restarts 2 " + config_ +
                     " --set train.batch_size=2 --set data.train=" + (dir_ / "short/train_*.bin") +
                     " --set train.out_dir=" + (dir_ / "fail"));
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("global batch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("refused its input at start-up"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarting from"), std::string::npos) << r.output;
+  // --resume where there is nothing to resume is refused the same way.
+  auto none = run_kiln("launch -n 2 --resume --max-restarts 2 " + config_ +
+                       " --set train.batch_size=4 --set train.out_dir=" + (dir_ / "empty"));
+  EXPECT_EQ(none.exit_code, 78) << none.output;
+  EXPECT_NE(none.output.find("no complete checkpoint"), std::string::npos) << none.output;
+  EXPECT_EQ(none.output.find("restarting from"), std::string::npos) << none.output;
+}
+
+// A shard whose token `at` is outside the vocabulary (9999 > 257).
+void write_shard_with_a_bad_token(const std::string& path, size_t at) {
+  std::vector<uint16_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<uint16_t>((i * 7) % 200);
+  tokens[at] = 9999;
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header.data()), 1024);
+  f.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+}
+
+TEST_F(DataParallelRun, LaunchGivesUpAfterMaxRestartsWithTheStory) {
+  // A failure during training (not at start-up) is retried, here in vain, K + 1 times.
+  write_shard_with_a_bad_token(dir_ / "bad.bin", 40);
+  auto r = run_kiln("launch -n 2 --max-restarts 1 " + config_ +
+                    " --set train.batch_size=2 --set data.shuffle=false --set data.train=" +
+                    (dir_ / "bad.bin") + " --set train.out_dir=" + (dir_ / "fail"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("giving up after 2 attempts"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("global batch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("token id 9999"), std::string::npos) << r.output;
 }
 
 TEST_F(DataParallelRun, AnErrorOnOneRankEndsTheWholeJobWithItsStory) {
-  // A token outside the vocabulary that only rank 1 reads (rank 1's first micro-batch, without
-  // shuffling, holds tokens 32..64): rank 1 fails, and rank 0, waiting for it in a reduction,
-  // must be stopped too rather than wait for the collective timeout.
-  std::vector<uint16_t> tokens(4000);
-  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<uint16_t>((i * 7) % 200);
-  tokens[40] = 9999;
-  {
-    std::vector<int32_t> header(256, 0);
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = static_cast<int32_t>(tokens.size());
-    std::ofstream f(dir_ / "bad.bin", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(header.data()), 1024);
-    f.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
-  }
+  // A token outside the vocabulary that only rank 1 reads, in step 5: without shuffling, rank r
+  // of 2 reads window 2k + r of 32 tokens (+1) for its micro-batch k, so tokens 288..320 in
+  // step 5. Rank 1 fails, and rank 0, waiting for it in a reduction, must be stopped too rather
+  // than wait for the collective timeout. Progress lines are off (log_every), yet the launcher
+  // knows the step.
+  write_shard_with_a_bad_token(dir_ / "bad.bin", 300);
   auto r = run_kiln(
-      "launch -n 2 " + config_ + " --set train.batch_size=2 --set data.shuffle=false" +
+      "launch -n 2 " + config_ +
+      " --set train.batch_size=2 --set data.shuffle=false --set train.log_every=1000" +
       " --set data.train=" + (dir_ / "bad.bin") + " --set train.out_dir=" + (dir_ / "bad"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("[rank 1] kiln: error: data.train: token id 9999"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("rank 1 exited with code 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exited with code 1 after step 4"), std::string::npos) << r.output;
+}
+
+TEST_F(DataParallelRun, MpirunKilledIsSaidSoItsRanksStoppedAndTheJobRestarted) {
+  const std::string common = config_ + " --set train.batch_size=4 --set train.steps=200";
+  auto full = run_kiln("launch -n 2 " + common + " --set train.out_dir=" + (dir_ / "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  std::string out = dir_ / "killed";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string log = out + ".log";
+    std::freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), STDERR_FILENO);
+    std::string o = "train.out_dir=" + out;
+    execl(KILN_BIN, KILN_BIN, "launch", "-n", "2", "--max-restarts", "1", config_.c_str(), "--set",
+          "train.batch_size=4", "--set", "train.steps=200", "--set", o.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool seen = false;
+  for (int i = 0; i < 30000 && !seen; i++) {
+    seen = fs::exists(out + "/checkpoints/step_00000020") && fs::exists(out + "/pids/rank-1.pid");
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(seen) << bytes_of(out + ".log");
+  // mpirun is kiln launch's child: kill it, not the ranks.
+  auto children = run_command("pgrep -P " + std::to_string(pid) + " -x mpirun");
+  pid_t mpirun = std::atoi(children.output.c_str());
+  ASSERT_GT(mpirun, 0) << children.output;
+  kill(mpirun, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string log = bytes_of(out + ".log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_NE(log.find("mpirun itself was killed by signal 9"), std::string::npos) << log;
+  EXPECT_EQ(log.find("exited with code 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("restarting from the newest complete checkpoint"), std::string::npos) << log;
+  // Left running, the old ranks would have held the run directory and trained on beside the
+  // new ones; the restarted job resumed and ended with an uninterrupted run's bits.
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000200/model.safetensors") ==
+              bytes_of(out + "/checkpoints/step_00000200/model.safetensors"));
+}
+
+TEST_F(DataParallelRun, LaunchResumeContinuesAnEndedRun) {
+  const std::string common =
+      config_ + " --set train.batch_size=4 --set train.out_dir=" + (dir_ / "run");
+  auto first = run_kiln("launch -n 2 " + common + " --set train.steps=10");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto again = run_kiln("launch -n 2 " + common + " --set train.steps=20");
+  EXPECT_EQ(again.exit_code, 78) << again.output;  // a fresh run there is refused
+  EXPECT_NE(again.output.find("holds an earlier run"), std::string::npos) << again.output;
+  auto more = run_kiln("launch -n 2 --resume " + common + " --set train.steps=20");
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("resumed from"), std::string::npos) << more.output;
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_00000020/model.safetensors"));
 }
 
 TEST_F(DataParallelRun, BenchRunsItselfUnderMpirunAndReportsTheWait) {

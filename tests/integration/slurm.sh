@@ -133,7 +133,7 @@ records() {
 last_step() { grep '"type":"train"' "$1/metrics.jsonl" 2> /dev/null | tail -1 | sed 's/.*"step":\([0-9]*\).*/\1/'; }
 
 # --- 1. a 2-task job trains to the end -------------------------------------------------------
-OUT1=$S/run1
+OUT1="$S/run 1"  # a space: kiln submit must quote it on its #SBATCH lines
 J1=$(submit "$OUT1" 20)
 [ -n "$J1" ] || die "kiln submit printed no job id"
 wait_for 180 ended "$J1" && state_is "$J1" COMPLETED || {

@@ -45,6 +45,23 @@ TEST(Slurm, BatchScriptAsksForRequeueAndTheWarningSignalAndRequeuesOnTheStopCode
   EXPECT_EQ(s.find("--partition"), std::string::npos);  // not asked for: not written
 }
 
+TEST(Slurm, SbatchLinesQuotePathsWithSpacesQuotesAndHashes) {
+  EXPECT_EQ(sbatch_quote("/runs/x/slurm-%j.out"), "/runs/x/slurm-%j.out");
+  EXPECT_EQ(sbatch_quote("/my runs/x"), "\"/my runs/x\"");
+  EXPECT_EQ(sbatch_quote("a\"b\\c#d"), "\"a\\\"b\\\\c#d\"");
+  EXPECT_THROW(sbatch_quote("two\nlines"), Error);
+  SubmitOptions o;
+  o.config = "/c.toml";
+  o.kiln_binary = "/k";
+  o.workdir = "/work dir";
+  o.out_dir = "/runs/my run #2";
+  o.job_name = "my job";
+  std::string s = sbatch_script(o);
+  for (const char* want : {"#SBATCH --output=\"/runs/my run #2/slurm-%j.out\"\n",
+                           "#SBATCH --chdir=\"/work dir\"\n", "#SBATCH --job-name=\"my job\"\n"})
+    EXPECT_NE(s.find(want), std::string::npos) << want << "\n" << s;
+}
+
 TEST(Slurm, SubmitDryRunChecksTheConfigAndPrintsTheScript) {
   auto r = kiln::testing::run_kiln("submit " + kiln::testing::source_path("configs/tiny.toml") +
                                    " --dry-run --ntasks-per-node 2 -J tinyjob");

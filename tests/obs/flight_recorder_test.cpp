@@ -1,5 +1,6 @@
 // The flight recorder's ring, and the recording wrapper that feeds it for any backend.
 #include "obs/flight_recorder.h"
+#include "train/comm_observer.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,7 @@ TEST(FlightRecorder, KeepsTheLastNEventsInOrderAndFindsThePendingOne) {
 }
 
 TEST(FlightRecorder, RecordingCommunicatorNumbersOperationsPerCommunicator) {
+  observe_communicators();
   auto c = with_flight_recorder(make_self_communicator(), "test-comm");
   float x[3] = {1, 2, 3};
   c->all_reduce(x, 3, DType::F32);
