@@ -5,17 +5,28 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 
 namespace kiln::testing {
+
+// No test reads or writes the developer's peak cache (~/.cache/kiln/peak.json, written by `kiln
+// bench peak`), also when kiln_tests runs outside ctest: unless the environment names a cache
+// directory, it is one where nothing can be created. A test that needs a cache points
+// KILN_CACHE_DIR at its own directory (ScopedEnv, or in the command it runs).
+inline const bool kNoDeveloperPeakCache = [] {
+  setenv("KILN_CACHE_DIR", "/dev/null/kiln-test-cache", /*overwrite=*/0);
+  return true;
+}();
 
 // A fresh directory removed when the object dies.
 class TempDir {
@@ -35,6 +46,31 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// Sets an environment variable (or unsets it: nullopt) until the object dies, then puts back
+// what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    if (value)
+      setenv(name, value->c_str(), 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
 };
 
 struct RunResult {

@@ -24,6 +24,7 @@
 #include "kernels/matmul.h"
 #include "launch/launcher.h"
 #include "train/config.h"
+#include "train/peak.h"
 #include "train/trainer.h"
 
 namespace kiln::cli {
@@ -114,8 +115,8 @@ void bench_train(const BenchTrainOpts& o) {
       static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len * world;
   const double tps = tokens / step_s;
   const double gflops = gpt2_flops_per_token(cfg.model, cfg.seq_len) * tps * 1e-9;
+  const double mfu = trainer.mfu(tps);  // raises an underestimated peak (train/peak.h)
   const double peak = trainer.peak_gflops() * world;
-  const double mfu = peak > 0 ? gflops / peak : 0.0;
   MemoryReport mem = trainer.memory();
   const ActivationBytes act = trainer.model().activation_breakdown();
   const int64_t rss = peak_rss_bytes();
@@ -140,6 +141,7 @@ void bench_train(const BenchTrainOpts& o) {
                         {"gflops", gflops},
                         {"mfu", mfu},
                         {"peak_gflops", peak},
+                        {"peak_source", trainer.peak().describe()},
                         {"threads", num_threads()},
                         {"ranks", world},
                         {"comm_backend", backend},
@@ -182,7 +184,8 @@ void bench_train(const BenchTrainOpts& o) {
   fmt::print("{:<28} {:>12.1f}\n", "comm wait ms/step", wait_s * 1e3);
   fmt::print("{:<28} {:>12.0f}\n", "tokens/s", tps);
   fmt::print("{:<28} {:>12.1f}\n", "model GFLOP/s", gflops);
-  fmt::print("{:<28} {:>12.1f}\n", "peak GFLOP/s (" + cfg.dtype + ")", peak);
+  fmt::print("{:<28} {:>12.1f}  ({})\n", "peak GFLOP/s (" + cfg.dtype + ")", peak,
+             trainer.peak().describe());
   fmt::print("{:<28} {:>11.1f}%\n", "MFU", mfu * 100);
   fmt::print("{:<28} {:>12.1f}\n", "memory: model state MiB", mem.model_state() / 1048576.0);
   fmt::print("{:<28} {:>12.1f}\n", "memory: params MiB", mem.params / 1048576.0);
@@ -501,21 +504,46 @@ void register_bench(CLI::App& app) {
   tokb->callback([to]() { bench_tokenizer(to->input, to->tokenizer, to->repeats, to->json); });
 
   auto* peak = bench->add_subcommand(
-      "peak", "Measure the best fp32 and bf16 matmul rates (the peaks MFU is measured against)");
+      "peak",
+      "Measure the best fp32 and bf16 matmul rates (the peaks MFU is measured against) and cache "
+      "them for `kiln train` on this machine");
   auto seconds = std::make_shared<double>(1.0);
   auto threads = std::make_shared<int>(0);
-  peak->add_option("--seconds", *seconds, "seconds per shape")->capture_default_str();
-  peak->add_option("--threads", *threads, "threads (0 = all cores)")->capture_default_str();
-  peak->callback([seconds, threads]() {
+  auto no_cache = std::make_shared<bool>(false);
+  peak->add_option("--seconds", *seconds, "seconds per shape (in three rounds)")
+      ->capture_default_str();
+  peak->add_option("--threads", *threads,
+                   "threads (0 = all cores; a rank of `kiln launch -n N` has cores/N)")
+      ->capture_default_str();
+  peak->add_flag("--no-cache", *no_cache, "print only; do not write the cache");
+  peak->callback([seconds, threads, no_cache]() {
+    if (!(*seconds > 0 && *seconds <= 3600)) fail("--seconds {}: expected (0, 3600]", *seconds);
+    if (*threads < 0 || *threads > 1024) fail("--threads {}: expected 0 to 1024", *threads);
     set_num_threads(*threads);
-    double g = measure_peak_gflops(*seconds);
+    // Best of three rounds across the shapes: a moment of load shrinks a round, not the best.
+    double g = measure_peak_gflops(*seconds, false, 3);
     fmt::print("peak fp32 matmul: {:.1f} GFLOP/s on {} threads\n", g, num_threads());
-    double gb = measure_peak_gflops(*seconds, true);
+    double gb = measure_peak_gflops(*seconds, true, 3);
     fmt::print("peak bf16 matmul (fp32 accumulation): {:.1f} GFLOP/s on {} threads\n", gb,
                num_threads());
+    if (*no_cache) {
+      fmt::print(
+          "use them with: --set hardware.peak_gflops={:.0f} (fp32), {:.0f} (train.dtype=bf16)\n", g,
+          gb);
+      return;
+    }
+    // `kiln train` on this CPU with this many threads uses these when the config states no
+    // hardware.peak_gflops (train/peak.h).
+    const std::string path = peak_cache_path();
+    const std::string cpu = cpu_model_name(), date = local_date();
+    std::string note;
+    store_peak(path, PeakEntry{cpu, num_threads(), "fp32", g, date}, &note);
+    store_peak(path, PeakEntry{cpu, num_threads(), "bf16", gb, date}, nullptr);
+    if (!note.empty()) fmt::print(stderr, "kiln: note: {}\n", note);
     fmt::print(
-        "use them with: --set hardware.peak_gflops={:.0f} (fp32), {:.0f} (train.dtype=bf16)\n", g,
-        gb);
+        "cached in {} for {} on {} threads: `kiln train` there measures MFU against them (a "
+        "config's hardware.peak_gflops comes first)\n",
+        path, cpu, num_threads());
   });
 }
 

@@ -5,8 +5,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/file.h"
 #include "launch/launcher.h"
+#include "obs/prometheus.h"
 #include "train/config.h"
 
 namespace kiln::cli {
@@ -21,7 +23,7 @@ void register_launch(CLI::App& app) {
     std::vector<std::string> sets;
     std::vector<std::string> mpirun_args;
     std::string trace, metrics_host;
-    int metrics_port = -1;
+    int metrics_port = 0;  // read only when --metrics-port is given
     bool resume = false;
     bool overwrite = false;
   };
@@ -39,10 +41,17 @@ void register_launch(CLI::App& app) {
                 "start over in an out_dir that holds an earlier run, as `kiln train --overwrite`");
   cmd->add_option("--mpirun-arg", o->mpirun_args, "an extra argument for mpirun (repeatable)");
   cmd->add_option("--trace", o->trace, "passed to `kiln train`: a Chrome trace of every rank");
-  cmd->add_option("--metrics-port", o->metrics_port,
-                  "passed to `kiln train`: Prometheus metrics on this port (rank 0)");
+  CLI::Option* port_opt = cmd->add_option(
+      "--metrics-port", o->metrics_port,
+      "passed to `kiln train`: Prometheus metrics on this port (rank 0; 0-65535, 0: any free)");
   cmd->add_option("--metrics-host", o->metrics_host, "passed to `kiln train`");
-  cmd->callback([o]() {
+  cmd->callback([o, port_opt]() {
+    // Refused here, once, with the bad-input code: every attempt would fail the same way.
+    try {
+      if (port_opt->count()) check_metrics_port(o->metrics_port);
+    } catch (const Error& e) {
+      throw ExitCodeError(kExitBadInput, e.what());
+    }
     LaunchOptions lo;
     lo.ranks = o->ranks;
     lo.max_restarts = o->max_restarts;
@@ -55,7 +64,7 @@ void register_launch(CLI::App& app) {
       lo.train_args.push_back(s);
     }
     if (!o->trace.empty()) lo.train_args.insert(lo.train_args.end(), {"--trace", o->trace});
-    if (o->metrics_port >= 0)
+    if (port_opt->count())
       lo.train_args.insert(lo.train_args.end(),
                            {"--metrics-port", std::to_string(o->metrics_port)});
     if (!o->metrics_host.empty())

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "obs/prometheus.h"
 #include "train/config.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
@@ -21,7 +22,7 @@ void register_train(CLI::App& app) {
     bool resume = false;
     bool overwrite = false;
     std::string init_from;
-    int metrics_port = -1;
+    int metrics_port = 0;  // read only when --metrics-port is given
     std::string metrics_host = "127.0.0.1";
     std::string trace;
     bool check = false;
@@ -37,10 +38,12 @@ void register_train(CLI::App& app) {
                 "metrics (train.overwrite = true; without it such a start is refused)");
   cmd->add_option("--init-from", o->init_from,
                   "start from GPT-2 weights in a Hugging Face safetensors file");
-  cmd->add_option("--metrics-port", o->metrics_port,
-                  "serve Prometheus metrics at http://HOST:PORT/metrics from rank 0 (0: any free "
-                  "port)");
-  cmd->add_option("--metrics-host", o->metrics_host, "address the metrics server binds")
+  CLI::Option* port_opt = cmd->add_option(
+      "--metrics-port", o->metrics_port,
+      "serve Prometheus metrics at http://HOST:PORT/metrics from rank 0 (0-65535; 0: any free "
+      "port, printed)");
+  cmd->add_option("--metrics-host", o->metrics_host,
+                  "address the metrics server binds (an IPv6 address such as ::1 too)")
       ->capture_default_str();
   cmd->add_option("--trace", o->trace,
                   "write a Chrome trace (chrome://tracing, Perfetto) of every rank's forward, "
@@ -52,7 +55,7 @@ void register_train(CLI::App& app) {
       "Config keys (each is checked: numbers must be finite and in range, see README.md):\n";
   for (const auto& k : train_config_keys()) keys += "  " + k + "\n";
   cmd->footer(keys);
-  cmd->callback([o]() {
+  cmd->callback([o, port_opt]() {
     std::vector<std::string> sets = o->sets;
     if (o->resume) sets.push_back("train.resume=must");
     if (o->overwrite) sets.push_back("train.overwrite=true");
@@ -61,6 +64,7 @@ void register_train(CLI::App& app) {
     // same command would fail the same way again, so launchers do not retry it.
     TrainConfig cfg;
     try {
+      if (port_opt->count()) check_metrics_port(o->metrics_port);
       if (o->resume && o->overwrite)
         fail("--resume and --overwrite contradict each other: continue the run or start over");
       cfg = load_train_config(o->config, sets);
@@ -74,7 +78,7 @@ void register_train(CLI::App& app) {
       return;
     }
     TrainerOptions opts;
-    opts.metrics_port = o->metrics_port;
+    opts.metrics_port = port_opt->count() ? o->metrics_port : -1;
     opts.metrics_host = o->metrics_host;
     opts.trace_path = o->trace;
     const TrainConfig asked = cfg;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
@@ -198,34 +199,57 @@ int num_threads() {
   return omp_get_max_threads();
 }
 
-double measure_peak_gflops(double seconds, bool bf16_operands) {
-  double best = 0;
+double measure_peak_gflops(double seconds, bool bf16_operands, int rounds) {
+  rounds = std::max(1, rounds);
+  // One probe per shape, its operands made once (in the dtype measured only).
+  struct Probe {
+    MatmulShape s;
+    Buffer<float> a, b, c;
+    Buffer<bf16> ab, bb;
+  };
   const int64_t shapes[][3] = {{1024, 1024, 1024}, {512, 3072, 768}, {2048, 768, 3072}};
+  std::vector<std::unique_ptr<Probe>> probes;
   for (auto& sh : shapes) {
-    MatmulShape s{sh[0], sh[1], sh[2]};
-    Buffer<float> a(s.M * s.K), b(s.K * s.N), c(s.M * s.N);
+    auto p = std::make_unique<Probe>();
+    p->s = MatmulShape{sh[0], sh[1], sh[2]};
+    const MatmulShape& s = p->s;
+    Buffer<float> a(s.M * s.K), b(s.K * s.N);
     for (size_t i = 0; i < a.size(); i++) a[i] = static_cast<float>(i % 7) * 0.01f;
     for (size_t i = 0; i < b.size(); i++) b[i] = static_cast<float>(i % 5) * 0.01f;
-    Buffer<bf16> ab(a.size()), bb(b.size());
-    to_bf16(ab.data(), a.data(), static_cast<int64_t>(a.size()));
-    to_bf16(bb.data(), b.data(), static_cast<int64_t>(b.size()));
-    auto once = [&]() {
-      if (bf16_operands)
-        matmul_bf16(s, ab.data(), bb.data(), c.data());
-      else
-        matmul(s, a.data(), b.data(), c.data());
-    };
-    once();  // warm-up, primitive creation
-    double flops = 2.0 * s.M * s.N * s.K;
-    double t0 = now_seconds();
-    std::vector<double> rates;
-    while (now_seconds() - t0 < seconds || rates.size() < 3) {
-      double t = now_seconds();
-      once();
-      rates.push_back(flops / (now_seconds() - t) * 1e-9);
+    if (bf16_operands) {
+      p->ab.resize(a.size());
+      p->bb.resize(b.size());
+      to_bf16(p->ab.data(), a.data(), static_cast<int64_t>(a.size()));
+      to_bf16(p->bb.data(), b.data(), static_cast<int64_t>(b.size()));
+    } else {
+      p->a = std::move(a);
+      p->b = std::move(b);
     }
-    best = std::max(best, *std::max_element(rates.begin(), rates.end()));
+    p->c.resize(s.M * s.N);
+    probes.push_back(std::move(p));
   }
+  auto once = [&](Probe& p) {
+    if (bf16_operands)
+      matmul_bf16(p.s, p.ab.data(), p.bb.data(), p.c.data());
+    else
+      matmul(p.s, p.a.data(), p.b.data(), p.c.data());
+  };
+  for (auto& p : probes) once(*p);  // warm-up: primitive creation, page faults
+  // Rounds across the shapes: a moment of load elsewhere on the machine then shrinks some
+  // rounds, not the best one.
+  const double slot = seconds / rounds;
+  const size_t min_reps = rounds == 1 ? 3 : 1;
+  double best = 0;
+  for (int r = 0; r < rounds; r++)
+    for (auto& p : probes) {
+      const double flops = 2.0 * p->s.M * p->s.N * p->s.K;
+      const double t0 = now_seconds();
+      for (size_t reps = 0; now_seconds() - t0 < slot || reps < min_reps; reps++) {
+        const double t = now_seconds();
+        once(*p);
+        best = std::max(best, flops / (now_seconds() - t) * 1e-9);
+      }
+    }
   return best;
 }
 

@@ -49,8 +49,9 @@ void set_num_threads(int n);
 int num_threads();
 
 // Best GEMM rate this machine reaches, in GFLOP/s, over a few large shapes, each run for about
-// `seconds` (the ceiling MFU is measured against when the config states none). With bf16, the
-// operands are bf16 and the accumulation fp32, as in training with train.dtype = "bf16".
-double measure_peak_gflops(double seconds, bool bf16 = false);
+// `seconds` in all, split into `rounds` passes over the shapes (the ceiling MFU is measured
+// against, see train/peak.h). With bf16, the operands are bf16 and the accumulation fp32, as in
+// training with train.dtype = "bf16".
+double measure_peak_gflops(double seconds, bool bf16 = false, int rounds = 1);
 
 }  // namespace kiln

@@ -4,7 +4,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 
@@ -93,6 +97,92 @@ std::string MetricsRegistry::exposition() const {
   return out;
 }
 
+namespace {
+
+// host:port as a URL writes it: an IPv6 literal in brackets (RFC 3986), or its colons read as the
+// port's, with a zone's "%" escaped (RFC 6874: [fe80::1%25eth0]).
+std::string host_port(const std::string& host, int port) {
+  if (host.find(':') == std::string::npos || host.front() == '[')
+    return fmt::format("{}:{}", host, port);
+  std::string h;
+  for (char c : host) h += c == '%' ? std::string("%25") : std::string(1, c);
+  return fmt::format("[{}]:{}", h, port);
+}
+
+}  // namespace
+
+void check_metrics_port(int port) {
+  if (port < 0 || port > 65535)
+    fail("--metrics-port {}: a TCP port is 0 (any free port) to 65535", port);
+}
+
+std::string metrics_url(const std::string& host, int port) {
+  return "http://" + host_port(host, port) + "/metrics";
+}
+
+namespace {
+
+// How long a connection may hold a thread without sending anything: a scrape sends its request at
+// once, so only idle keep-alive connections and slow clients meet these.
+constexpr time_t kReadTimeoutSeconds = 2;
+constexpr time_t kWriteTimeoutSeconds = 2;
+constexpr time_t kKeepAliveSeconds = 2;
+constexpr size_t kKeepAliveRequests = 16;
+// Connections served at once; more wait in a queue, each for at most the timeouts above.
+constexpr size_t kMaxConnectionThreads = 64;
+
+// cpp-httplib hands each accepted connection to a task queue, and a connection holds its thread
+// until it closes. Its default pool has a fixed 8 threads, so 8 idle or slow clients left a
+// scrape queued behind them. This pool starts a thread whenever a connection would otherwise
+// wait (up to kMaxConnectionThreads; they stay for the server's life), so a scrape is answered
+// at once whatever other clients do, as long as fewer than that many hold a thread.
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && threads_.size() < kMaxConnectionThreads) {
+      idle_++;  // counted idle from its start, so a burst starts one thread per connection
+      threads_.emplace_back([this] { work(); });
+    }
+    cv_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, nothing left to serve
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      idle_--;
+      lock.unlock();
+      fn();
+      lock.lock();
+      idle_++;
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace
+
 struct MetricsServer::Impl {
   httplib::Server server;
   std::thread thread;
@@ -101,6 +191,13 @@ struct MetricsServer::Impl {
 MetricsServer::MetricsServer(std::shared_ptr<const MetricsRegistry> registry,
                              const std::string& host, int port)
     : impl_(std::make_unique<Impl>()) {
+  check_metrics_port(port);
+  httplib::Server& s = impl_->server;
+  s.new_task_queue = [] { return new ConnectionPool; };
+  s.set_read_timeout(kReadTimeoutSeconds, 0);
+  s.set_write_timeout(kWriteTimeoutSeconds, 0);
+  s.set_keep_alive_timeout(kKeepAliveSeconds);
+  s.set_keep_alive_max_count(kKeepAliveRequests);
   impl_->server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry->exposition(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -114,9 +211,9 @@ MetricsServer::MetricsServer(std::shared_ptr<const MetricsRegistry> registry,
   }
   if (port_ < 0)
     fail(
-        "--metrics-port: cannot listen on {}:{} (in use, or not an address of this machine); "
+        "--metrics-port: cannot listen on {} (in use, or not an address of this machine); "
         "choose another port or --metrics-host",
-        host, port);
+        host_port(host, port));
   impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
   // stop() is a no-op until the server runs: wait for it, or the destructor could hang.
   while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -44,10 +44,18 @@ class MetricsRegistry {
 // Label values escaped as the exposition format requires (\\, \", \n).
 std::string render_labels(const MetricLabels& labels);
 
+// Fails, naming --metrics-port, unless port is a TCP port (0: any free one, to 65535).
+void check_metrics_port(int port);
+
+// http://HOST:PORT/metrics, with an IPv6 host in brackets (http://[::1]:9400/metrics).
+std::string metrics_url(const std::string& host, int port);
+
 class MetricsServer {
  public:
-  // Binds host:port (port 0 picks a free one) and serves /metrics from its own thread. Fails
-  // with a message naming the address when it cannot bind.
+  // Binds host:port (port 0 picks a free one, 0..65535) and serves /metrics from its own threads:
+  // one per open connection, up to 64, so idle keep-alive or slow clients (dropped after 2 s of
+  // silence) do not hold a scrape back. Fails with a message naming the address when it cannot
+  // bind.
   MetricsServer(std::shared_ptr<const MetricsRegistry> registry, const std::string& host, int port);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;

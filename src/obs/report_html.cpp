@@ -230,6 +230,9 @@ RunData read_run(const std::string& run_dir) {
       s.host = r.str("host");
       s.launcher = r.str("launcher");
       s.restarts = r.integer("restarts", -1);
+      s.peak_gflops = r.num("peak_gflops");
+      s.peak_source = r.str("peak_source");
+      s.peak_date = r.str("peak_date");
       if (auto it = j.find("slurm_job_id"); it != j.end() && !it->is_null())
         s.job_id = it->is_string() ? it->get<std::string>() : it->dump();
       if (auto it = j.find("config"); it != j.end() && it->is_object()) {
@@ -260,6 +263,8 @@ RunData read_run(const std::string& run_dir) {
       run.restarts.push_back(std::move(x));
     } else if (type == "stopped") {
       run.stops.push_back({r.step(), r.integer("signal", 0), r.num("time")});
+    } else if (type == "peak_raised") {
+      run.peak_raises.push_back({r.step(), r.num("peak_gflops"), r.num("was_gflops")});
     } else {
       unknown_types[type]++;  // a newer kiln's record: not an error
     }
@@ -843,6 +848,38 @@ td.num, table.numeric td { font-variant-numeric: tabular-nums; }
 footer { color: #5c6570; font-size: 12px; margin-top: 30px; }
 )";
 
+// What MFU is measured against, from the newest run_start record that says (kiln before the
+// peak's source was recorded: nothing), and any raise by a step that outran it.
+std::string mfu_peak_note(const RunData& run) {
+  std::string note;
+  int64_t from_step = 0;
+  for (auto it = run.runs.rbegin(); it != run.runs.rend(); ++it) {
+    if (!std::isfinite(it->peak_gflops) || it->peak_gflops <= 0) continue;
+    std::string source = it->peak_source == "kiln bench peak" && !it->peak_date.empty()
+                             ? "cached by kiln bench peak on " + it->peak_date
+                             : it->peak_source;
+    note =
+        fmt::format("Against a peak of {:.1f} GFLOP/s per process ({}).", it->peak_gflops, source);
+    from_step = it->step;
+    break;
+  }
+  const PeakRaisedRecord* first = nullptr;
+  const PeakRaisedRecord* last = nullptr;
+  for (const auto& r : run.peak_raises) {
+    if (r.step < from_step) continue;
+    if (!first) first = &r;
+    last = &r;
+  }
+  if (first)
+    note += fmt::format(
+        "{}Step {} ran faster than the peak ({:.1f} GFLOP/s per process), so the peak was "
+        "underestimated (a busy machine when it was measured?) and was raised to the fastest "
+        "step's rate, {:.1f} GFLOP/s from step {} on. `kiln bench peak` on an idle machine, or "
+        "hardware.peak_gflops, gives a true peak.",
+        note.empty() ? "" : " ", first->step, first->was_gflops, last->peak_gflops, last->step);
+  return note;
+}
+
 }  // namespace
 
 std::string render_report(const RunData& run) {
@@ -1018,6 +1055,7 @@ std::string render_report(const RunData& run) {
     c.from_zero = true;
     c.series.push_back(series_of(run, &TrainRecord::mfu, "MFU", 0, 100.0));
     c.vlines = ev;
+    c.note = mfu_peak_note(run);
     out += render_line_chart(c);
   }
   // Step time and its parts.

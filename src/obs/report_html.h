@@ -40,6 +40,14 @@ struct RunStartRecord {
   int64_t world = 1;
   int64_t restarts = -1;  // how many times the launcher had restarted the job (-1: not said)
   std::string resumed_from, host, launcher, job_id;
+  double peak_gflops;  // the peak MFU is measured against, per process (NaN: not said)
+  std::string peak_source, peak_date;
+};
+
+// A step ran faster than the peak MFU was measured against, which was raised to its rate.
+struct PeakRaisedRecord {
+  int64_t step = 0;
+  double peak_gflops, was_gflops;
 };
 
 // The trainer stopped as asked (a signal: Slurm's warning before a time limit or preemption).
@@ -78,6 +86,7 @@ struct RunData {
   std::vector<CheckpointRecord> checkpoints;  // by step; from the run directory for older runs
   std::vector<RestartRecord> restarts;        // in file order
   std::vector<StopRecord> stops;              // in file order
+  std::vector<PeakRaisedRecord> peak_raises;  // in file order
   std::string rank_field;                     // "rank_step_ms", "rank_compute_ms" or ""
   nlohmann::json config;                      // resolved config (sections → keys), or null
   std::string config_source;                  // where it came from

@@ -118,7 +118,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"parallel.tp", &c.tp, "tensor-parallel ranks per layer (only 1 is supported so far)"},
       {"parallel.pp", &c.pp, "pipeline stages (only 1 is supported so far)"},
       {"hardware.peak_gflops", &c.peak_gflops,
-       "peak FLOP/s for MFU in GFLOP/s (0: measure at start)"},
+       "peak FLOP/s of one process for MFU in GFLOP/s (0: what `kiln bench peak` cached for "
+       "this CPU, thread count and dtype, else measured at start)"},
       {"comm.backend", &c.comm_backend,
        "collectives: \"auto\" (shared memory inside a node, hierarchical across nodes), \"mpi\", "
        "\"shm\" or \"hier\""},
@@ -419,7 +420,8 @@ void TrainConfig::validate() const {
        "must be more than 0 and at most 1e6 (1 TB)");
   real(watchdog_seconds, watchdog_seconds >= 0, "train.watchdog_seconds",
        "must be 0 (off) or more");
-  real(peak_gflops, peak_gflops >= 0, "hardware.peak_gflops", "must be 0 (measure) or more");
+  real(peak_gflops, peak_gflops >= 0, "hardware.peak_gflops",
+       "must be 0 (cached by kiln bench peak, or measured) or more");
 
   if (dtype != "fp32" && dtype != "bf16")
     fail("{}: train.dtype must be \"fp32\" or \"bf16\", got '{}'", source, dtype);

@@ -72,7 +72,7 @@ struct TrainConfig {
   int pp = 1;  // pipeline stages (1 only, for now)
 
   // [hardware]
-  double peak_gflops = 0;  // 0: measure at start
+  double peak_gflops = 0;  // 0: kiln bench peak's cache, else measured at start (train/peak.h)
 
   // [comm]
   std::string comm_backend = "auto";   // "auto" | "mpi" | "shm" | "hier" (docs/collectives.md)

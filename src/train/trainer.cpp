@@ -125,10 +125,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     params_.release(0, params_.size());
   }
   if (!zero3()) model_->set_weights(params_.data());  // bf16: the first weight copy
-  // MFU is measured against the peak of the dtype the matmuls run in.
-  peak_gflops_ = cfg_.peak_gflops;
-  if (peak_gflops_ <= 0 && opts_.measure_peak)
-    peak_gflops_ = measure_peak_gflops(0.1, cfg_.dtype == "bf16");
+  // MFU is measured against the peak of the dtype the matmuls run in, on this many threads.
+  std::vector<std::string> peak_notes;
+  peak_ =
+      resolve_peak(cfg_.peak_gflops, cfg_.dtype, num_threads(), opts_.measure_peak, &peak_notes);
+  if (world_->rank() == 0)
+    for (const auto& note : peak_notes) fmt::print(stderr, "kiln: note: {}\n", note);
   fs::create_directories(cfg_.out_dir);
   if (!opts_.batches && world_->rank() == 0)
     metrics_.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string());
@@ -138,7 +140,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     if (opts_.metrics_port >= 0) {
       server_ = std::make_unique<MetricsServer>(registry_, opts_.metrics_host, opts_.metrics_port);
       if (!opts_.quiet)
-        fmt::print("metrics at http://{}:{}/metrics\n", opts_.metrics_host, server_->port());
+        fmt::print("metrics at {}\n", metrics_url(opts_.metrics_host, server_->port()));
     }
   }
 }
@@ -221,6 +223,9 @@ void Trainer::declare_metrics() {
   m.declare("kiln_tokens_per_second", T::Gauge, "Tokens per second of the last step, whole job.");
   m.declare("kiln_mfu_ratio", T::Gauge,
             "Model FLOPs utilisation of the last step against the measured or configured peak.");
+  m.declare("kiln_peak_gflops", T::Gauge,
+            "Peak GFLOP/s of one process that MFU is measured against (configured, cached by kiln "
+            "bench peak, or probed at start-up; raised to any rate a step achieved).");
   m.declare("kiln_step_seconds", T::Gauge, "Wall time of the last step.");
   m.declare("kiln_step_phase_seconds", T::Gauge,
             "Rank 0's time in each phase of the last step (data, forward, backward, optimizer, "
@@ -248,6 +253,7 @@ void Trainer::declare_metrics() {
          {"out_dir", cfg_.out_dir}});
   m.set("kiln_steps_target", static_cast<double>(cfg_.steps));
   m.set("kiln_world_size", world_->size());
+  m.set("kiln_peak_gflops", peak_.gflops);
   m.set("kiln_restarts_total", restart_count());
   m.set_function("kiln_checkpoint_age_seconds", [this] {
     double t = last_checkpoint_unix_;
@@ -720,13 +726,38 @@ std::vector<double> ms(std::span<const double> seconds) {
 }
 }  // namespace
 
+double Trainer::mfu(double tokens_per_sec) {
+  if (peak_.gflops <= 0) return 0.0;
+  // The peak is one process's; the job has world_->size() of them.
+  const double achieved = flops_per_token_ * tokens_per_sec * 1e-9 / world_->size();
+  if (achieved > peak_.gflops) {
+    // No step outruns the best matmul: the peak was measured low (a busy machine at start-up).
+    if (peak_.raised_at_step < 0 && world_->rank() == 0)
+      fmt::print(stderr,
+                 "kiln: note: step {} ran at {:.1f} GFLOP/s per process, above the peak MFU is "
+                 "measured against ({:.1f} GFLOP/s, {}): that peak was underestimated, so MFU is "
+                 "now measured against the fastest step. For a true peak, run `kiln bench peak` "
+                 "on an idle machine or set hardware.peak_gflops\n",
+                 step_, achieved, peak_.gflops, peak_.describe());
+    if (metrics_)
+      metrics_->write({{"type", "peak_raised"},
+                       {"step", step_},
+                       {"peak_gflops", achieved},
+                       {"was_gflops", peak_.gflops},
+                       {"was_source", peak_.source},
+                       {"time", unix_seconds()}});
+    peak_.gflops = achieved;
+    if (peak_.raised_at_step < 0) peak_.raised_at_step = step_;
+    if (registry_) registry_->set("kiln_peak_gflops", achieved);
+  }
+  return achieved / peak_.gflops;
+}
+
 void Trainer::log_step(const StepResult& r) {
   const int64_t tokens =
       static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * dp_group_->size();
   double tps = tokens / r.seconds;
-  // The peak is one process's; the job has world_->size() of them.
-  double mfu =
-      peak_gflops_ > 0 ? flops_per_token_ * tps / (peak_gflops_ * 1e9 * world_->size()) : 0.0;
+  double mfu = this->mfu(tps);
   if (metrics_)
     metrics_->write({{"type", "train"},
                      {"step", step_},
@@ -836,10 +867,11 @@ bool Trainer::run() {
   if (!opts_.quiet) {
     fmt::print(
         "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
-        "({}) | {} threads/rank | peak {:.0f} GFLOP/s\n",
+        "({}) | {} threads/rank | peak {:.{}f} GFLOP/s ({})\n",
         KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
         gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
-        dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(), peak_gflops_);
+        dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(), peak_.gflops,
+        peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
     std::fflush(stdout);
   }
   // Each rank leaves its pid where operators (and the recovery tests) find it.
@@ -853,18 +885,22 @@ bool Trainer::run() {
     Tracer::instance().start(world_->rank(), now_seconds());
   }
   if (metrics_)
-    metrics_->write({{"type", "run_start"},
-                     {"time", unix_seconds()},
-                     {"step", step_},
-                     {"world", world_->size()},
-                     {"host", host_name()},
-                     {"restarts", restart_count()},
-                     {"launcher", job_env().launcher},
-                     {"slurm_job_id", job_env().job_id},
-                     {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr)
-                                                            : nlohmann::json(resumed_from_)},
-                     {"config_changes", config_changes_},
-                     {"config", cfg_.to_json()}});
+    metrics_->write(
+        {{"type", "run_start"},
+         {"time", unix_seconds()},
+         {"step", step_},
+         {"world", world_->size()},
+         {"host", host_name()},
+         {"restarts", restart_count()},
+         {"launcher", job_env().launcher},
+         {"slurm_job_id", job_env().job_id},
+         {"resumed_from",
+          resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_from_)},
+         {"config_changes", config_changes_},
+         {"peak_gflops", peak_.gflops},
+         {"peak_source", peak_.source},
+         {"peak_date", peak_.date.empty() ? nlohmann::json(nullptr) : nlohmann::json(peak_.date)},
+         {"config", cfg_.to_json()}});
   if (cfg_.watchdog_seconds > 0) {
     WatchdogOptions w;
     w.timeout_seconds = cfg_.watchdog_seconds;

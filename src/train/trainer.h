@@ -25,6 +25,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 #include "train/config.h"
+#include "train/peak.h"
 #include "train/run_directory.h"
 #include "train/trainer_state.h"
 
@@ -54,11 +55,12 @@ struct StepResult {
 using BatchSource = std::function<void(int32_t* inputs, int32_t* targets)>;
 
 struct TrainerOptions {
-  BatchSource batches;       // when set, replaces data.train (benchmarks, tests); no metrics file
-  bool quiet = false;        // no progress lines
-  bool measure_peak = true;  // measure peak GFLOP/s when the config states none
-  // Rank 0 serves Prometheus metrics at http://metrics_host:metrics_port/metrics (-1: off; 0: a
-  // free port, printed).
+  BatchSource batches;  // when set, replaces data.train (benchmarks, tests); no metrics file
+  bool quiet = false;   // no progress lines
+  // Find the peak GFLOP/s when the config states none: kiln bench peak's cache, else a probe.
+  bool measure_peak = true;
+  // Rank 0 serves Prometheus metrics at http://metrics_host:metrics_port/metrics (0: a free
+  // port, printed; -1, internal only: off, what `kiln train` without --metrics-port sets).
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   std::string trace_path;  // when set, a Chrome trace of the run is written here at the end
@@ -104,7 +106,13 @@ class Trainer {
   const float* grads() const { return grads_.data(); }
   int64_t num_params() const { return params_.size(); }
   MemoryReport memory() const;
-  double peak_gflops() const { return peak_gflops_; }
+  // The peak MFU is measured against, per process (train/peak.h), and where it came from.
+  double peak_gflops() const { return peak_.gflops; }
+  const Peak& peak() const { return peak_; }
+  // MFU of a step at tokens_per_sec (the job's). A rate above the peak shows the peak was
+  // underestimated: the peak is raised to it (a note once, a `peak_raised` record each time), so
+  // MFU is at most 1.
+  double mfu(double tokens_per_sec);
   int rank() const { return grid_->rank(); }
   int world() const { return grid_->shape().size(); }
   std::string checkpoint_root() const;
@@ -163,7 +171,7 @@ class Trainer {
   // Per-rank compute times of the last step, and the all-gather's counts (one per rank).
   std::vector<double> rank_compute_;
   std::vector<int64_t> ones_;
-  double peak_gflops_ = 0;
+  Peak peak_;
   double flops_per_token_ = 0;
   int64_t peak_resident_params_ = 0;  // ZeRO-3, measured
   double run_start_ = 0;

@@ -14,6 +14,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/exit_codes.h"
+#include "data/shards.h"
 #include "model/gpt2.h"
 #include "test_util.h"
 #include "train/config.h"
@@ -290,6 +291,48 @@ TEST_F(BadInputCli, ABatchThatCannotFitSaysHowMuchMemoryAndWhy) {
                   " --check --set train.batch_size=20000");
   expect_refused(r, kExitBadInput, "train.batch_size = 20000", "activations above ulimit -v");
   EXPECT_NE(r.output.find("976.6 MiB of memory here"), std::string::npos) << r.output;
+}
+
+TEST_F(BadInputCli, MetricsPortOutsideTcpsRangeIsRefusedNamingTheOption) {
+  // Before: 70000 bound port 4464 (70000 mod 65536) and printed 70000; -5 silently served none.
+  struct Row {
+    std::string command, args, names;
+  };
+  const Row rows[] = {
+      {"train", "--metrics-port 70000", "--metrics-port 70000"},
+      {"train", "--metrics-port 65536", "--metrics-port 65536"},
+      {"train", "--metrics-port -5", "--metrics-port -5"},
+      {"train", "--metrics-port=-1", "--metrics-port -1"},  // "off" is not a port
+      {"launch -n 1", "--metrics-port 70000", "--metrics-port 70000"},
+      {"launch -n 1", "--metrics-port=-5", "--metrics-port -5"},
+  };
+  for (const auto& row : rows) {
+    auto r = run_kiln_bounded(row.command + " " + config_ + " " + row.args);
+    expect_refused(r, kExitBadInput, row.names, row.command + " " + row.args);
+    EXPECT_NE(r.output.find("0 (any free port) to 65535"), std::string::npos) << r.output;
+  }
+}
+
+TEST(MetricsHost, AnIpv6HostPrintsABracketedUrl) {
+  // Before: "metrics at http://::1:PORT/metrics", which no client parses.
+  TempDir dir;
+  std::vector<uint16_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<uint16_t>(i % 200);
+  write_shard(dir / "train.bin", tokens);
+  auto values = base_values();
+  values["data.train"] = "\"" + (dir / "train.bin") + "\"";
+  values["train.out_dir"] = "\"" + (dir / "run") + "\"";
+  values["train.steps"] = "1";
+  values["train.val_every"] = "0";
+  values["train.sample_tokens"] = "0";
+  values["hardware.peak_gflops"] = "100.0";
+  std::ofstream(dir / "c.toml") << render(values);
+  auto r = run_kiln_bounded("train " + (dir / "c.toml") + " --metrics-host ::1 --metrics-port 0");
+  if (r.exit_code != 0 && r.output.find("cannot listen on [::1]") != std::string::npos)
+    GTEST_SKIP() << "no IPv6 loopback here (metrics_url is unit-tested in prometheus_test)";
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("metrics at http://[::1]:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("http://::1"), std::string::npos) << r.output;
 }
 
 // A checkpoint of a tiny model (zero weights), enough for generate's checks.

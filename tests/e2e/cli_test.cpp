@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/exit_codes.h"
 #include "core/rng.h"
@@ -177,6 +178,44 @@ TEST_F(Cli, BenchTrainPrintsTableAndJson) {
   for (const char* k : {"step_ms", "tokens_per_sec", "gflops", "mfu", "config"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
+}
+
+TEST_F(Cli, BenchPeakCachesItsPeaksAndTrainSaysItMeasuresMfuAgainstThem) {
+  prepare();
+  const std::string cache = dir_ / "cache";
+  auto r = run_kiln("bench peak --seconds 0.03 --threads 1");  // KILN_CACHE_DIR: none (ctest)
+  EXPECT_NE(r.exit_code, 0) << "wrote a cache outside the test's directory\n" << r.output;
+  r = kiln::testing::run_command("KILN_CACHE_DIR=" + cache + " " + KILN_BIN +
+                                 " bench peak --seconds 0.03 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cached in " + cache + "/peak.json"), std::string::npos) << r.output;
+  auto j = nlohmann::json::parse(std::ifstream(cache + "/peak.json"));
+  ASSERT_EQ(j["entries"].size(), 2u) << j.dump();
+  std::set<std::string> dtypes;
+  for (const auto& e : j["entries"]) {
+    EXPECT_EQ(e["threads"], 1);
+    EXPECT_GT(e["gflops"].get<double>(), 0);
+    dtypes.insert(e["dtype"].get<std::string>());
+  }
+  EXPECT_EQ(dtypes, (std::set<std::string>{"fp32", "bf16"}));
+  const std::string date = j["entries"][0]["date"];
+  // A run on one thread without hardware.peak_gflops takes the cached fp32 peak and says so.
+  r = kiln::testing::run_command("KILN_CACHE_DIR=" + cache + " " + KILN_BIN + " train " + config_ +
+                                 " --set hardware.peak_gflops=0 --set train.threads=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(cached by kiln bench peak on " + date + ")"), std::string::npos)
+      << r.output;
+  // With the config's peak, that one, named.
+  r = kiln::testing::run_command("KILN_CACHE_DIR=" + cache + " " + KILN_BIN + " train " + config_ +
+                                 " --overwrite --set train.threads=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("peak 100 GFLOP/s (hardware.peak_gflops)"), std::string::npos)
+      << r.output;
+  // --no-cache prints only.
+  r = kiln::testing::run_command("KILN_CACHE_DIR=" + (dir_ / "cache2") + " " + KILN_BIN +
+                                 " bench peak --seconds 0.03 --threads 1 --no-cache");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "cache2"));
 }
 
 std::string file_bytes(const std::string& path) {

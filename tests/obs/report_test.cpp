@@ -352,6 +352,29 @@ TEST(ReportRead, AStepWrittenAgainAfterAResumeKeepsItsLaterValues) {
   EXPECT_EQ(series_paths(render_report(run))["train loss"].counted, 5);
 }
 
+TEST(ReportRead, TheMfuChartSaysWhichPeakAndWhenAStepRaisedIt) {
+  TempDir dir;
+  write_lines(dir / "metrics.jsonl",
+              {R"({"type":"run_start","step":0,"world":1,"peak_gflops":50.0,)"
+               R"("peak_source":"kiln bench peak","peak_date":"2026-11-25"})",
+               train_line(1, 5.0),
+               R"({"type":"peak_raised","step":2,"peak_gflops":61.5,"was_gflops":50.0})",
+               train_line(2, 4.0),
+               R"({"type":"peak_raised","step":3,"peak_gflops":62.25,"was_gflops":61.5})",
+               train_line(3, 3.0)});
+  RunData run = read_run(dir.path());
+  ASSERT_EQ(run.peak_raises.size(), 2u);
+  const std::string page = render_report(run);
+  EXPECT_NE(page.find("Against a peak of 50.0 GFLOP/s per process (cached by kiln bench peak on "
+                      "2026-11-25)."),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("Step 2 ran faster than the peak (50.0 GFLOP/s per process)"),
+            std::string::npos);
+  EXPECT_NE(page.find("62.2 GFLOP/s from step 3 on"), std::string::npos);
+  EXPECT_EQ(page.find("unknown to this kiln"), std::string::npos);  // its own record
+}
+
 TEST(ReportRead, NonFiniteStepsAreMarkedNotDrawn) {
   TempDir dir;
   write_lines(
@@ -572,14 +595,15 @@ TEST(ReportRead, LongTablesKeepTheNewestRows) {
 TEST(ReportRead, RandomRecordsEitherReportOrFailWithAKilnError) {
   // Fields of every record type with values of random types: the page is written, or a
   // kiln::Error names the line; nothing else escapes, nothing hangs.
-  const char* types[] = {"train",      "val",     "sample",  "run_start", "memory",
-                         "checkpoint", "restart", "stopped", "other"};
+  const char* types[] = {"train",      "val",     "sample",  "run_start",   "memory",
+                         "checkpoint", "restart", "stopped", "peak_raised", "other"};
   const char* keys[] = {
-      "step",     "loss",         "lr",      "grad_norm",    "tokens_per_sec",  "step_ms",
-      "mfu",      "forward_ms",   "skipped", "rank_step_ms", "rank_compute_ms", "val_loss",
-      "text",     "time",         "world",   "config",       "resumed_from",    "params",
-      "peak_rss", "seconds",      "dir",     "rank",         "after_step",      "how",
-      "signal",   "slurm_job_id", "restarts"};
+      "step",      "loss",         "lr",       "grad_norm",    "tokens_per_sec",  "step_ms",
+      "mfu",       "forward_ms",   "skipped",  "rank_step_ms", "rank_compute_ms", "val_loss",
+      "text",      "time",         "world",    "config",       "resumed_from",    "params",
+      "peak_rss",  "seconds",      "dir",      "rank",         "after_step",      "how",
+      "signal",    "slurm_job_id", "restarts", "peak_gflops",  "peak_source",     "peak_date",
+      "was_gflops"};
   Rng rng(11);
   auto value = [&]() -> nlohmann::json {
     if (rng.below(100) < 93) return static_cast<int64_t>(rng.below(50));  // mostly plausible

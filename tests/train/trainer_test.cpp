@@ -19,6 +19,7 @@
 #include "kernels/matmul.h"
 #include "test_util.h"
 #include "train/gpt2_weights.h"
+#include "train/peak.h"
 
 namespace fs = std::filesystem;
 
@@ -26,6 +27,7 @@ namespace kiln {
 namespace {
 
 using kiln::testing::error_of;
+using kiln::testing::ScopedEnv;
 using kiln::testing::TempDir;
 
 // A small run: 2 layers, vocab 100 (padded to 128), random-but-seeded tokens with some
@@ -89,6 +91,67 @@ peak_gflops = 100.0
 bool same_bits(const Trainer& a, const Trainer& b) {
   return a.num_params() == b.num_params() &&
          std::memcmp(a.params(), b.params(), a.num_params() * sizeof(float)) == 0;
+}
+
+std::vector<nlohmann::json> records_of(const std::string& metrics, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(metrics);
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == type) out.push_back(j);
+  }
+  return out;
+}
+
+TEST_F(TrainerTest, AStepFasterThanThePeakRaisesItSoMfuNeverExceedsOne) {
+  // Before: a peak probed while the machine was busy gave MFU 159% (metrics.jsonl mfu 2.36).
+  Trainer t(config(dir_ / "run", {"hardware.peak_gflops=0.001"}), quiet());
+  t.run();
+  const std::string metrics = dir_ / "run/metrics.jsonl";
+  auto start = records_of(metrics, "run_start");
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_EQ(start[0]["peak_gflops"], 0.001);
+  EXPECT_EQ(start[0]["peak_source"], "hardware.peak_gflops");
+  auto train = records_of(metrics, "train");
+  ASSERT_EQ(train.size(), 8u);
+  for (const auto& r : train) {
+    EXPECT_GT(r["mfu"].get<double>(), 0) << r.dump();
+    EXPECT_LE(r["mfu"].get<double>(), 1.0) << r.dump();
+  }
+  auto raised = records_of(metrics, "peak_raised");
+  ASSERT_GE(raised.size(), 1u);
+  EXPECT_EQ(raised[0]["step"], 1);
+  EXPECT_EQ(raised[0]["was_gflops"], 0.001);
+  EXPECT_EQ(raised[0]["was_source"], "hardware.peak_gflops");
+  double last = 0.001;
+  for (const auto& r : raised) {  // each a new, higher peak
+    EXPECT_GT(r["peak_gflops"].get<double>(), last) << r.dump();
+    last = r["peak_gflops"].get<double>();
+  }
+  EXPECT_EQ(t.peak_gflops(), last);
+  EXPECT_EQ(t.peak().raised_at_step, 1);
+  // The step that set the peak reads exactly 100%.
+  bool at_peak = false;
+  for (const auto& r : train) at_peak |= r["mfu"].get<double>() == 1.0;
+  EXPECT_TRUE(at_peak);
+}
+
+TEST_F(TrainerTest, WithoutAConfiguredPeakKilnBenchPeaksCacheIsUsedAndNamed) {
+  TempDir cache;
+  ScopedEnv env("KILN_CACHE_DIR", cache.path());
+  // train.threads = 1: the entry for this CPU with one thread, in fp32.
+  store_peak(cache / "peak.json", {cpu_model_name(), 1, "fp32", 4321, "2026-11-25"}, nullptr);
+  store_peak(cache / "peak.json", {cpu_model_name(), 1, "bf16", 8765, "2026-11-24"}, nullptr);
+  Trainer t(config(dir_ / "run", {"hardware.peak_gflops=0", "train.threads=1", "train.steps=1"}),
+            quiet());
+  EXPECT_EQ(t.peak_gflops(), 4321);
+  EXPECT_EQ(t.peak().describe(), "cached by kiln bench peak on 2026-11-25");
+  t.run();
+  auto start = records_of(dir_ / "run/metrics.jsonl", "run_start");
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_EQ(start[0]["peak_gflops"], 4321);
+  EXPECT_EQ(start[0]["peak_source"], "kiln bench peak");
+  EXPECT_EQ(start[0]["peak_date"], "2026-11-25");
 }
 
 TEST_F(TrainerTest, LossFallsOnLearnableData) {
