@@ -95,6 +95,35 @@ inline RunResult run_kiln(const std::string& args) {
   return run_command(std::string(KILN_BIN) + " " + args);
 }
 
+// Starts `kiln <args>` in the background with its stdout and stderr in `log` ("/dev/null" to
+// drop them); the shell execs kiln, so the returned pid is kiln's own and signals reach it.
+inline pid_t spawn_kiln(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + std::string(KILN_BIN) + " " + args + " > " + log + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls `ready` every millisecond for up to `seconds`: true once it holds; false when time ran
+// out or process `pid` ended first (its wait status then in *status).
+inline bool wait_until(pid_t pid, const std::function<bool()>& ready, double seconds,
+                       int* status = nullptr) {
+  const int polls = static_cast<int>(seconds * 1000);
+  for (int i = 0; i < polls; i++) {
+    if (ready()) return true;
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      if (status) *status = st;
+      return ready();
+    }
+    usleep(1000);
+  }
+  return ready();
+}
+
 // Runs `kiln <args>` as n ranks under tests/mpirun.sh (one thread each), output captured.
 inline RunResult run_kiln_mpi(int n, const std::string& args) {
   return run_command(std::string(KILN_MPIRUN) + " -n " + std::to_string(n) +

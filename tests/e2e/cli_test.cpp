@@ -23,7 +23,9 @@ namespace kiln {
 namespace {
 
 using kiln::testing::run_kiln;
+using kiln::testing::spawn_kiln;
 using kiln::testing::TempDir;
+using kiln::testing::wait_until;
 
 class Cli : public ::testing::Test {
  protected:
@@ -233,21 +235,13 @@ TEST_F(Cli, RunKilledWithSigkillResumesToTheSameBits) {
   ASSERT_EQ(full.exit_code, 0) << full.output;
   // The same run, killed with SIGKILL once its step-20 checkpoint exists.
   std::string out_dir = dir_ / "killed";
-  std::string cmd = std::string(KILN_BIN) + " train " + config_ + sets +
-                    " --set train.out_dir=" + out_dir + " > /dev/null 2>&1";
-  pid_t pid = fork();
+  pid_t pid =
+      spawn_kiln("train " + config_ + sets + " --set train.out_dir=" + out_dir, "/dev/null");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool seen = false;
-  for (int i = 0; i < 20000 && !seen; i++) {
-    seen = fs::exists(out_dir + "/checkpoints/step_00000020");
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  kill(pid, SIGKILL);
   int status = 0;
+  bool seen = wait_until(
+      pid, [&] { return fs::exists(out_dir + "/checkpoints/step_00000020"); }, 20, &status);
+  kill(pid, SIGKILL);
   waitpid(pid, &status, 0);
   ASSERT_TRUE(seen) << "the run never wrote its step-20 checkpoint";
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it could be killed; make it longer";

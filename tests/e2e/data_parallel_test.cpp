@@ -24,8 +24,10 @@ using kiln::testing::run_command;
 using kiln::testing::run_kiln;
 using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
+using kiln::testing::spawn_kiln;
 using kiln::testing::TempDir;
 using kiln::testing::train_losses;
+using kiln::testing::wait_until;
 
 class DataParallelRun : public ::testing::Test {
  protected:
@@ -152,21 +154,17 @@ TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
   const int at = 10 * static_cast<int>(2 + gen() % 10);
   SCOPED_TRACE("killing rank " + std::to_string(victim) + " after step " + std::to_string(at));
   std::string out = dir_ / "killed";
-  pid_t pid = fork();
+  pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
+                         out + ".log");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::string cmd = std::string(KILN_BIN) + " launch -n 2 --max-restarts 1 " + common +
-                      " --set train.out_dir=" + out + " > " + out + ".log 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   std::string ck = out + "/checkpoints/" + fmt::format("step_{:08d}", at);
-  bool seen = false;
-  for (int i = 0; i < 30000 && !seen; i++) {
-    seen = fs::exists(ck) && fs::exists(out + "/pids/rank-" + std::to_string(victim) + ".pid");
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(seen);
+  ASSERT_TRUE(wait_until(
+      pid,
+      [&] {
+        return fs::exists(ck) && fs::exists(out + "/pids/rank-" + std::to_string(victim) + ".pid");
+      },
+      30))
+      << bytes_of(out + ".log");
   std::ifstream pidf(out + "/pids/rank-" + std::to_string(victim) + ".pid");
   pid_t rank_pid = 0;
   pidf >> rank_pid;
@@ -270,24 +268,17 @@ TEST_F(DataParallelRun, MpirunKilledIsSaidSoItsRanksStoppedAndTheJobRestarted) {
   auto full = run_kiln("launch -n 2 " + common + " --set train.out_dir=" + (dir_ / "full"));
   ASSERT_EQ(full.exit_code, 0) << full.output;
   std::string out = dir_ / "killed";
-  pid_t pid = fork();
+  pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
+                         out + ".log");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::string log = out + ".log";
-    std::freopen(log.c_str(), "w", stdout);
-    dup2(fileno(stdout), STDERR_FILENO);
-    std::string o = "train.out_dir=" + out;
-    execl(KILN_BIN, KILN_BIN, "launch", "-n", "2", "--max-restarts", "1", config_.c_str(), "--set",
-          "train.batch_size=4", "--set", "train.steps=200", "--set", o.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool seen = false;
-  for (int i = 0; i < 30000 && !seen; i++) {
-    seen = fs::exists(out + "/checkpoints/step_00000020") && fs::exists(out + "/pids/rank-1.pid");
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(seen) << bytes_of(out + ".log");
+  ASSERT_TRUE(wait_until(
+      pid,
+      [&] {
+        return fs::exists(out + "/checkpoints/step_00000020") &&
+               fs::exists(out + "/pids/rank-1.pid");
+      },
+      30))
+      << bytes_of(out + ".log");
   // mpirun is kiln launch's child: kill it, not the ranks.
   auto children = run_command("pgrep -P " + std::to_string(pid) + " -x mpirun");
   pid_t mpirun = std::atoi(children.output.c_str());

@@ -24,35 +24,27 @@ namespace {
 using kiln::testing::bytes_of;
 using kiln::testing::run_kiln_mpi;
 using kiln::testing::source_path;
+using kiln::testing::spawn_kiln;
 using kiln::testing::TempDir;
+using kiln::testing::wait_until;
 
 TEST(Watchdog, StoppedRankIsNamedAndTheJobRestartsFromItsCheckpoint) {
   TempDir dir;
   const std::string out = dir / "run";
-  pid_t pid = fork();
+  pid_t pid =
+      spawn_kiln("launch -n 2 --max-restarts 1 " + source_path("configs/tiny.toml") +
+                     " --set train.steps=200 --set checkpoint.every=10 --set checkpoint.keep_last=0"
+                     " --set train.val_every=0 --set train.sample_tokens=0 --set train.threads=1"
+                     " --set train.watchdog_seconds=3 --set 'data.train=" +
+                     source_path("data/licenses/train_*.bin") + "' --set 'data.val=" +
+                     source_path("data/licenses/val_*.bin") + "' --set train.out_dir=" + out,
+                 out + ".log");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::string cmd =
-        std::string(KILN_BIN) + " launch -n 2 --max-restarts 1 " +
-        source_path("configs/tiny.toml") +
-        " --set train.steps=200 --set checkpoint.every=10 --set checkpoint.keep_last=0"
-        " --set train.val_every=0 --set train.sample_tokens=0 --set train.threads=1"
-        " --set train.watchdog_seconds=3 --set data.train=" +
-        source_path("data/licenses/train_*.bin") +
-        " --set data.val=" + source_path("data/licenses/val_*.bin") +
-        " --set train.out_dir=" + out + " > " + out + ".log 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   const std::string ck = out + "/checkpoints/step_00000020";
-  bool seen = false;
   int status = 0;
-  for (int i = 0; i < 60000 && !seen; i++) {
-    seen = fs::exists(ck) && fs::exists(out + "/pids/rank-1.pid");
-    if (!seen && waitpid(pid, &status, WNOHANG) == pid) break;  // the job ended early
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(seen) << bytes_of(out + ".log");
+  ASSERT_TRUE(wait_until(
+      pid, [&] { return fs::exists(ck) && fs::exists(out + "/pids/rank-1.pid"); }, 60, &status))
+      << bytes_of(out + ".log");
   pid_t rank1 = 0;
   std::ifstream(out + "/pids/rank-1.pid") >> rank1;
   ASSERT_GT(rank1, 0);
@@ -100,31 +92,20 @@ TEST(Watchdog, StoppedRankIsNamedAndTheJobRestartsFromItsCheckpoint) {
 TEST(Launch, SigtermStopsTheJobAfterACheckpointWithoutRestarting) {
   TempDir dir;
   const std::string out = dir / "run";
-  pid_t pid = fork();
+  const std::string tiny = source_path("configs/tiny.toml");
+  pid_t pid = spawn_kiln("launch -n 2 --max-restarts 2 " + tiny +
+                             " --set train.steps=100000 --set train.val_every=0 --set "
+                             "train.sample_tokens=0 --set train.threads=1 --set checkpoint.every=10"
+                             " --set 'data.train=" +
+                             source_path("data/licenses/train_*.bin") +
+                             "' --set 'data.val=" + source_path("data/licenses/val_*.bin") +
+                             "' --set train.out_dir=" + out,
+                         out + ".log");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // exec, so that the signal reaches kiln launch itself (not a shell around it).
-    std::string log = out + ".log";
-    std::freopen(log.c_str(), "w", stdout);
-    dup2(fileno(stdout), STDERR_FILENO);
-    std::string tiny = source_path("configs/tiny.toml"),
-                train = "data.train=" + source_path("data/licenses/train_*.bin"),
-                val = "data.val=" + source_path("data/licenses/val_*.bin"),
-                o = "train.out_dir=" + out;
-    execl(KILN_BIN, KILN_BIN, "launch", "-n", "2", "--max-restarts", "2", tiny.c_str(), "--set",
-          "train.steps=100000", "--set", "train.val_every=0", "--set", "train.sample_tokens=0",
-          "--set", "train.threads=1", "--set", "checkpoint.every=10", "--set", train.c_str(),
-          "--set", val.c_str(), "--set", o.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool seen = false;
   int status = 0;
-  for (int i = 0; i < 60000 && !seen; i++) {
-    seen = fs::exists(out + "/checkpoints/step_00000020");
-    if (!seen && waitpid(pid, &status, WNOHANG) == pid) break;
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(seen) << bytes_of(out + ".log");
+  ASSERT_TRUE(wait_until(
+      pid, [&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60, &status))
+      << bytes_of(out + ".log");
   kill(pid, SIGTERM);
   waitpid(pid, &status, 0);
   std::string log = bytes_of(out + ".log");
