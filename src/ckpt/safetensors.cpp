@@ -258,28 +258,49 @@ std::vector<int32_t> SafeTensorsReader::read_i32(const std::string& name) const 
   return out;
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+size_t tensor_bytes(const SafeTensorOut& t) {
+  int64_t n = 1;
+  for (auto d : t.shape) n *= d;
+  return static_cast<size_t>(n) * dtype_size(t.dtype);
+}
+}  // namespace
+
+SafeTensorsWriter::SafeTensorsWriter(const std::string& path,
+                                     const std::vector<SafeTensorOut>& tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : file_(path) {
   nlohmann::ordered_json h;
   if (!metadata.empty()) h["__metadata__"] = metadata;
   size_t off = 0;
   for (const auto& t : tensors) {
-    int64_t n = 1;
-    for (auto d : t.shape) n *= d;
-    size_t bytes = static_cast<size_t>(n) * dtype_size(t.dtype);
+    const size_t bytes = tensor_bytes(t);
     h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    bytes_.push_back(bytes);
     off += bytes;
   }
   std::string header = h.dump();
   while ((8 + header.size()) % 8 != 0) header.push_back(' ');
-  uint64_t hlen = header.size();
-  std::vector<std::pair<const void*, size_t>> pieces{{&hlen, 8}, {header.data(), header.size()}};
-  for (const auto& t : tensors) {
-    int64_t n = 1;
-    for (auto d : t.shape) n *= d;
-    pieces.emplace_back(t.data, static_cast<size_t>(n) * dtype_size(t.dtype));
-  }
-  write_file_atomic(path, pieces);
+  const uint64_t hlen = header.size();
+  file_.append(&hlen, 8);
+  file_.append(header.data(), header.size());
+}
+
+void SafeTensorsWriter::write(const void* data) {
+  KILN_CHECK(next_ < bytes_.size());
+  file_.append(data, bytes_[next_++]);
+}
+
+void SafeTensorsWriter::finish() {
+  KILN_CHECK(next_ == bytes_.size());
+  file_.commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  SafeTensorsWriter w(path, tensors, metadata);
+  for (const auto& t : tensors) w.write(t.data);
+  w.finish();
 }
 
 }  // namespace kiln

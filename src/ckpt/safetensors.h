@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file.h"
 #include "core/input_file.h"
 
 namespace kiln {
@@ -65,6 +66,23 @@ struct SafeTensorOut {
 // Writes the file durably (temporary name, fsync, rename).
 void write_safetensors(const std::string& path, const std::vector<SafeTensorOut>& tensors,
                        const std::map<std::string, std::string>& metadata);
+
+// The same, one tensor at a time (e.g. each gathered just before it is written): the header
+// comes from the tensors' names, dtypes and shapes (their data pointers are not read); write()
+// takes each tensor's bytes in that order; finish() publishes the file. Destroyed unfinished, it
+// leaves nothing behind.
+class SafeTensorsWriter {
+ public:
+  SafeTensorsWriter(const std::string& path, const std::vector<SafeTensorOut>& tensors,
+                    const std::map<std::string, std::string>& metadata);
+  void write(const void* data);
+  void finish();
+
+ private:
+  AtomicFileWriter file_;
+  std::vector<size_t> bytes_;
+  size_t next_ = 0;
+};
 
 std::string shape_str(const std::vector<int64_t>& shape);
 

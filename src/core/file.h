@@ -17,6 +17,26 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // fsynced: for small files rewritten every second that a crash may lose (heartbeats).
 void replace_file(const std::string& path, const std::string& text);
 void fsync_path(const std::string& path);  // a file or a directory
+
+// The same written piece by piece (a file larger than memory, or whose parts come one at a
+// time): bytes go to a temporary name beside `path`; commit() fsyncs it (durable), renames it into
+// place and fsyncs the directory. Destroyed without commit(), or after a failed write, it leaves
+// `path` as it was and removes the temporary file.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path, bool durable = true);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void append(const void* data, size_t bytes);
+  void commit();
+
+ private:
+  [[noreturn]] void abandon(const char* what);
+  std::string path_, tmp_;
+  bool durable_;
+  int fd_ = -1;
+};
 std::string read_file(const std::string& path, const std::string& what);
 // The path of the running executable ("" if it cannot be found).
 std::string self_executable();

@@ -576,16 +576,15 @@ std::string Trainer::save_checkpoint() {
   if (world_->rank() == 0 && !error.empty()) discard_checkpoint_temp(tmp);
   agree_on_failure(error, fmt::format("wrote its part of checkpoint step {}", step_));
   std::string dir;
-  if (zero3()) fetch_all();
+  write_model_file(tmp, &error);
   if (world_->rank() == 0) {
     try {
-      dir = write_checkpoint(tmp, state);
+      if (error.empty()) dir = finish_checkpoint(tmp, state);
     } catch (const std::exception& e) {
-      discard_checkpoint_temp(tmp);
       error = e.what();
     }
+    if (!error.empty()) discard_checkpoint_temp(tmp);
   }
-  if (zero3()) drop_all();
   // Nobody goes on before the checkpoint is complete (or has failed everywhere).
   agree_on_failure(error, fmt::format("published checkpoint step {}", step_));
   return dir.empty() ? (fs::path(root) / checkpoint_name(step_)).string() : dir;
@@ -618,15 +617,52 @@ std::string Trainer::text_from_rank0(const std::string& text) {
   return std::string(reinterpret_cast<const char*>(buf.data()));
 }
 
-// Rank 0's part of a checkpoint, into the temporary directory tmp; publishes it.
-std::string Trainer::write_checkpoint(const std::string& tmp, const nlohmann::json& state) {
-  const auto& layout = model_->layout();
-  const Gpt2Config& mc = cfg_.model;
+// model.safetensors in tmp, written by rank 0 one tensor at a time. With ZeRO-3 every rank takes
+// part in gathering each tensor just before it is written and its pages go back right after, so
+// no rank holds more than one whole tensor beyond its shard. A write error is kept in *error
+// (the gathers go on, so that no peer waits in one alone).
+void Trainer::write_model_file(const std::string& tmp, std::string* error) {
+  const auto tensors = gpt2_named_tensors(model_->layout(), cfg_.model, params_.data());
+  std::optional<SafeTensorsWriter> file;
+  if (world_->rank() == 0) {
+    try {
+      file.emplace((fs::path(tmp) / "model.safetensors").string(), tensors,
+                   std::map<std::string, std::string>{{"format", "pt"}});
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+  }
+  for (const auto& t : tensors) {
+    const int64_t begin = static_cast<const float*>(t.data) - params_.data();
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (zero3()) {
+      dp_->fetch(params_, master_.data(), begin, begin + numel);
+      dp_->await(begin);
+    }
+    if (file && error->empty()) {
+      try {
+        file->write(t.data);
+      } catch (const std::exception& e) {
+        *error = e.what();
+      }
+    }
+    if (zero3()) dp_->drop(params_, begin, begin + numel);
+  }
+  if (file && error->empty()) {
+    try {
+      file->finish();
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+  }
+}
+
+// Rank 0's last files of a checkpoint (config.json, then trainer_state.json, whose presence marks
+// the others complete), and the checkpoint's publication.
+std::string Trainer::finish_checkpoint(const std::string& tmp, const nlohmann::json& state) {
   auto p = fs::path(tmp);
-  write_safetensors((p / "model.safetensors").string(),
-                    gpt2_named_tensors(layout, mc, params_.data()), {{"format", "pt"}});
-  write_file_atomic((p / "config.json").string(), gpt2_hf_config(mc).dump(2) + "\n");
-  // Written last: its presence marks the files above as complete.
+  write_file_atomic((p / "config.json").string(), gpt2_hf_config(cfg_.model).dump(2) + "\n");
   write_file_atomic((p / "trainer_state.json").string(), state.dump(2) + "\n");
   return publish_checkpoint(checkpoint_root(), step_, tmp, cfg_.keep_last);
 }

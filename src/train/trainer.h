@@ -131,7 +131,8 @@ class Trainer {
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
   void fetch_all();  // ZeRO-3: every parameter present (validation, samples, checkpoints)
   void drop_all();
-  std::string write_checkpoint(const std::string& tmp, const nlohmann::json& state);
+  void write_model_file(const std::string& tmp, std::string* error);
+  std::string finish_checkpoint(const std::string& tmp, const nlohmann::json& state);
   std::vector<FlatTensor> flat_tensors() const;
   // Every rank learns whether any failed; the failing ones throw their own error, the others
   // one that names `what` they could not do.
