@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "obs/metric_table.h"
 #include "obs/metrics_log.h"
 
 namespace fs = std::filesystem;
@@ -192,18 +193,18 @@ RunData read_run(const std::string& run_dir) {
       TrainRecord t;
       t.step = r.step();
       t.time = r.num("time");
-      t.loss = r.num("loss");
-      t.lr = r.num("lr");
-      t.grad_norm = r.num("grad_norm");
-      t.tokens = r.num("tokens");
-      t.tokens_per_sec = r.num("tokens_per_sec");
-      t.step_ms = r.num("step_ms");
-      t.mfu = r.num("mfu");
-      t.forward_ms = r.num("forward_ms");
-      t.backward_ms = r.num("backward_ms");
-      t.optimizer_ms = r.num("optimizer_ms");
-      t.comm_wait_ms = r.num("comm_wait_ms");
-      t.data_ms = r.num("data_ms");
+      t.loss = r.num(metric_json_key(Metric::Loss));
+      t.lr = r.num(metric_json_key(Metric::LearningRate));
+      t.grad_norm = r.num(metric_json_key(Metric::GradNorm));
+      t.tokens = r.num(metric_json_key(Metric::Tokens));
+      t.tokens_per_sec = r.num(metric_json_key(Metric::TokensPerSecond));
+      t.step_ms = r.num(metric_json_key(Metric::StepSeconds));
+      t.mfu = r.num(metric_json_key(Metric::Mfu));
+      t.forward_ms = r.num(metric_json_key(Metric::PhaseSeconds, "forward"));
+      t.backward_ms = r.num(metric_json_key(Metric::PhaseSeconds, "backward"));
+      t.optimizer_ms = r.num(metric_json_key(Metric::PhaseSeconds, "optimizer"));
+      t.comm_wait_ms = r.num(metric_json_key(Metric::PhaseSeconds, "comm_wait"));
+      t.data_ms = r.num(metric_json_key(Metric::PhaseSeconds, "data"));
       t.skipped = r.boolean("skipped");
       for (const char* key : {"rank_step_ms", "rank_compute_ms"}) {
         auto it = j.find(key);
@@ -218,7 +219,7 @@ RunData read_run(const std::string& run_dir) {
       }
       run.train.push_back(std::move(t));
     } else if (type == "val") {
-      run.val.push_back({r.step(), r.num("val_loss")});
+      run.val.push_back({r.step(), r.num(metric_json_key(Metric::ValLoss))});
     } else if (type == "sample") {
       run.samples.push_back({r.step(), r.str("text")});
     } else if (type == "run_start") {
@@ -243,15 +244,18 @@ RunData read_run(const std::string& run_dir) {
     } else if (type == "memory") {
       MemoryRecord m;
       m.step = r.integer("step", 0);
-      for (const char* k :
-           {"params", "grads", "optimizer", "working", "activations", "comm_buffers"}) {
+      for (const char* kind : kMemoryKinds) {  // peak_rss apart: not held memory, a high mark
+        const std::string k = metric_json_key(Metric::MemoryBytes, kind);
+        if (k == "peak_rss") continue;
         double b = r.num(k);
         if (std::isfinite(b)) m.bytes.emplace_back(k, b);
       }
-      m.peak_rss = r.num("peak_rss");
+      m.peak_rss = r.num(metric_json_key(Metric::MemoryBytes, "peak_rss"));
       run.memory.push_back(std::move(m));
     } else if (type == "checkpoint") {
-      run.checkpoints.push_back({r.step(), r.num("seconds"), r.num("time"), r.str("dir"), false});
+      run.checkpoints.push_back({r.step(), r.num(metric_json_key(Metric::CheckpointSeconds)),
+                                 r.num(metric_json_key(Metric::CheckpointTimestamp)), r.str("dir"),
+                                 false});
     } else if (type == "restart") {
       RestartRecord x;
       x.time = r.num("time");

@@ -22,6 +22,7 @@
 #include "kernels/matmul.h"
 #include "launch/job_env.h"
 #include "model/sampler.h"
+#include "obs/metric_table.h"
 #include "obs/trace.h"
 #include "train/comm_observer.h"
 #include "train/gpt2_weights.h"
@@ -210,68 +211,41 @@ bool Trainer::params_finite() {
 }
 
 void Trainer::declare_metrics() {
-  using T = MetricsRegistry::Type;
   MetricsRegistry& m = *registry_;
-  m.declare("kiln_info", T::Gauge, "Constant 1, labelled with the run's version and layout.");
-  m.declare("kiln_step", T::Gauge, "Optimizer steps completed.");
-  m.declare("kiln_steps_target", T::Gauge, "Steps the run is configured to train (train.steps).");
-  m.declare("kiln_loss", T::Gauge, "Mean training loss of the last step.");
-  m.declare("kiln_val_loss", T::Gauge, "Mean validation loss at the last validation.");
-  m.declare("kiln_learning_rate", T::Gauge, "Learning rate of the last step.");
-  m.declare("kiln_grad_norm", T::Gauge,
-            "Global gradient L2 norm of the last step, before clipping.");
-  m.declare("kiln_tokens_per_second", T::Gauge, "Tokens per second of the last step, whole job.");
-  m.declare("kiln_mfu_ratio", T::Gauge,
-            "Model FLOPs utilisation of the last step against the measured or configured peak.");
-  m.declare("kiln_peak_gflops", T::Gauge,
-            "Peak GFLOP/s of one process that MFU is measured against (configured, cached by kiln "
-            "bench peak, or probed at start-up; raised to any rate a step achieved).");
-  m.declare("kiln_step_seconds", T::Gauge, "Wall time of the last step.");
-  m.declare("kiln_step_phase_seconds", T::Gauge,
-            "Rank 0's time in each phase of the last step (data, forward, backward, optimizer, "
-            "comm_wait).");
-  m.declare("kiln_rank_compute_seconds", T::Gauge,
-            "Each rank's forward+backward+optimizer time in the last step, waits excluded; the "
-            "largest is the straggler.");
-  m.declare("kiln_tokens_total", T::Counter, "Tokens trained on, whole job, since step 0.");
-  m.declare("kiln_skipped_steps_total", T::Counter, "Steps skipped for a non-finite loss or norm.");
-  m.declare("kiln_metrics_write_errors_total", T::Counter,
-            "Records of metrics.jsonl that could not be written (e.g. a full disk).");
-  m.declare("kiln_memory_bytes", T::Gauge, "Rank 0's memory by kind, bytes.");
-  m.declare("kiln_checkpoint_duration_seconds", T::Gauge, "Time to write the last checkpoint.");
-  m.declare("kiln_checkpoint_last_timestamp_seconds", T::Gauge,
-            "Unix time the last checkpoint was published.");
-  m.declare("kiln_checkpoint_age_seconds", T::Gauge, "Seconds since the last checkpoint.");
-  m.declare("kiln_restarts_total", T::Counter,
-            "Times the job was restarted (kiln launch) or requeued (Slurm) before this attempt.");
-  m.declare("kiln_world_size", T::Gauge, "Processes in the job.");
-  m.set("kiln_info", 1,
+  kiln::declare_metrics(m);
+  m.set(metric(Metric::Info).prometheus, 1,
         {{"version", KILN_VERSION},
          {"dp", std::to_string(dp_group_->size())},
          {"zero", std::to_string(cfg_.zero)},
          {"dtype", cfg_.dtype},
          {"out_dir", cfg_.out_dir}});
-  m.set("kiln_steps_target", static_cast<double>(cfg_.steps));
-  m.set("kiln_world_size", world_->size());
-  m.set("kiln_peak_gflops", peak_.gflops);
-  m.set("kiln_restarts_total", restart_count());
-  m.set_function("kiln_checkpoint_age_seconds", [this] {
+  set_metric(Metric::StepsTarget, static_cast<double>(cfg_.steps));
+  set_metric(Metric::WorldSize, world_->size());
+  set_metric(Metric::PeakGflops, peak_.gflops);
+  set_metric(Metric::Restarts, restart_count());
+  m.set_function(metric(Metric::CheckpointAge).prometheus, [this] {
     double t = last_checkpoint_unix_;
     return t > 0 ? unix_seconds() - t : std::nan("");
   });
 }
 
+void Trainer::set_metric(Metric id, double value, const std::string& label) {
+  if (!registry_) return;
+  const MetricSpec& s = metric(id);
+  if (!s.prometheus) return;
+  if (label.empty())
+    registry_->set(s.prometheus, value);
+  else
+    registry_->set(s.prometheus, value, {{s.label, label}});
+}
+
 void Trainer::publish_memory(const MemoryReport& mem) {
-  const std::pair<const char*, int64_t> kinds[] = {
-      {"params", mem.params},           {"grads", mem.grads},
-      {"optimizer", mem.optimizer},     {"working", mem.working},
-      {"activations", mem.activations}, {"comm_buffers", mem.comm_buffers},
-      {"peak_rss", peak_rss_bytes()}};
+  const int64_t bytes[] = {mem.params,      mem.grads,        mem.optimizer,   mem.working,
+                           mem.activations, mem.comm_buffers, peak_rss_bytes()};
   nlohmann::json rec = {{"type", "memory"}, {"step", step_}, {"time", unix_seconds()}};
-  for (const auto& [kind, bytes] : kinds) {
-    rec[kind] = bytes;
-    if (registry_)
-      registry_->set("kiln_memory_bytes", static_cast<double>(bytes), {{"kind", kind}});
+  for (size_t i = 0; i < std::size(kMemoryKinds); i++) {
+    rec[metric_json_key(Metric::MemoryBytes, kMemoryKinds[i])] = bytes[i];
+    set_metric(Metric::MemoryBytes, static_cast<double>(bytes[i]), kMemoryKinds[i]);
   }
   if (metrics_) metrics_->write(rec);
 }
@@ -754,14 +728,6 @@ void Trainer::resume_from(const std::string& dir) {
   resumed_from_ = dir;
 }
 
-namespace {
-std::vector<double> ms(std::span<const double> seconds) {
-  std::vector<double> out;
-  for (double s : seconds) out.push_back(s * 1e3);
-  return out;
-}
-}  // namespace
-
 double Trainer::mfu(double tokens_per_sec) {
   if (peak_.gflops <= 0) return 0.0;
   // The peak is one process's; the job has world_->size() of them.
@@ -784,7 +750,7 @@ double Trainer::mfu(double tokens_per_sec) {
                        {"time", unix_seconds()}});
     peak_.gflops = achieved;
     if (peak_.raised_at_step < 0) peak_.raised_at_step = step_;
-    if (registry_) registry_->set("kiln_peak_gflops", achieved);
+    set_metric(Metric::PeakGflops, achieved);
   }
   return achieved / peak_.gflops;
 }
@@ -794,47 +760,37 @@ void Trainer::log_step(const StepResult& r) {
       static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * dp_group_->size();
   double tps = tokens / r.seconds;
   double mfu = this->mfu(tps);
-  if (metrics_)
-    metrics_->write({{"type", "train"},
-                     {"step", step_},
-                     {"loss", r.loss},
-                     {"lr", r.lr},
-                     {"grad_norm", r.grad_norm},
-                     {"tokens", step_ * tokens},
-                     {"tokens_per_sec", tps},
-                     {"step_ms", r.seconds * 1e3},
-                     {"mfu", mfu},
-                     {"comm_wait_ms", r.comm_wait_seconds * 1e3},
-                     {"data_ms", r.data_seconds * 1e3},
-                     {"forward_ms", r.forward_seconds * 1e3},
-                     {"backward_ms", r.backward_seconds * 1e3},
-                     {"optimizer_ms", r.optimizer_seconds * 1e3},
-                     {"rank_compute_ms", ms(r.rank_compute_seconds)},
-                     {"skipped", r.skipped},
-                     {"time", unix_seconds()}});
-  if (registry_) {
-    MetricsRegistry& m = *registry_;
-    m.set("kiln_step", static_cast<double>(step_));
-    m.set("kiln_loss", r.loss);
-    m.set("kiln_learning_rate", r.lr);
-    m.set("kiln_grad_norm", r.grad_norm);
-    m.set("kiln_tokens_per_second", tps);
-    m.set("kiln_mfu_ratio", mfu);
-    m.set("kiln_step_seconds", r.seconds);
-    const std::pair<const char*, double> phases[] = {{"data", r.data_seconds},
-                                                     {"forward", r.forward_seconds},
-                                                     {"backward", r.backward_seconds},
-                                                     {"optimizer", r.optimizer_seconds},
-                                                     {"comm_wait", r.comm_wait_seconds}};
-    for (const auto& [phase, sec] : phases)
-      m.set("kiln_step_phase_seconds", sec, {{"phase", phase}});
-    for (size_t i = 0; i < r.rank_compute_seconds.size(); i++)
-      m.set("kiln_rank_compute_seconds", r.rank_compute_seconds[i], {{"rank", std::to_string(i)}});
-    m.set("kiln_tokens_total", static_cast<double>(step_ * tokens));
-    m.set("kiln_skipped_steps_total", static_cast<double>(skipped_steps_));
-    if (metrics_)
-      m.set("kiln_metrics_write_errors_total", static_cast<double>(metrics_->write_errors()));
+  // One record and the /metrics series from the same values (obs/metric_table.h).
+  nlohmann::json rec = {
+      {"type", "train"}, {"step", step_}, {"skipped", r.skipped}, {"time", unix_seconds()}};
+  auto put = [&](Metric id, double value, const std::string& label = "") {
+    rec[metric_json_key(id, label)] = value * metric(id).json_scale;
+    set_metric(id, value, label);
+  };
+  put(Metric::Loss, r.loss);
+  put(Metric::LearningRate, r.lr);
+  put(Metric::GradNorm, r.grad_norm);
+  rec[metric_json_key(Metric::Tokens)] = step_ * tokens;  // a count: an integer in the record
+  set_metric(Metric::Tokens, static_cast<double>(step_ * tokens));
+  put(Metric::TokensPerSecond, tps);
+  put(Metric::StepSeconds, r.seconds);
+  put(Metric::Mfu, mfu);
+  const double phases[] = {r.data_seconds, r.forward_seconds, r.backward_seconds,
+                           r.optimizer_seconds, r.comm_wait_seconds};
+  for (size_t i = 0; i < std::size(kStepPhases); i++)
+    put(Metric::PhaseSeconds, phases[i], kStepPhases[i]);
+  const MetricSpec& ranks = metric(Metric::RankComputeSeconds);
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (size_t i = 0; i < r.rank_compute_seconds.size(); i++) {
+    per_rank.push_back(r.rank_compute_seconds[i] * ranks.json_scale);
+    set_metric(Metric::RankComputeSeconds, r.rank_compute_seconds[i], std::to_string(i));
   }
+  rec[ranks.json] = per_rank;
+  if (metrics_) metrics_->write(rec);
+  set_metric(Metric::Step, static_cast<double>(step_));
+  set_metric(Metric::SkippedSteps, static_cast<double>(skipped_steps_));
+  if (metrics_)
+    set_metric(Metric::MetricsWriteErrors, static_cast<double>(metrics_->write_errors()));
   if (opts_.quiet || (step_ % cfg_.log_every != 0 && step_ != cfg_.steps)) return;
   double per_step = (now_seconds() - run_start_) / std::max<int64_t>(1, step_ - run_first_step_);
   double eta = per_step * static_cast<double>(cfg_.steps - step_);
@@ -859,13 +815,11 @@ void Trainer::save_checkpoint_logged() {
   if (metrics_)
     metrics_->write({{"type", "checkpoint"},
                      {"step", step_},
-                     {"seconds", sec},
+                     {metric_json_key(Metric::CheckpointSeconds), sec},
                      {"dir", dir},
-                     {"time", last_checkpoint_unix_}});
-  if (registry_) {
-    registry_->set("kiln_checkpoint_duration_seconds", sec);
-    registry_->set("kiln_checkpoint_last_timestamp_seconds", last_checkpoint_unix_);
-  }
+                     {metric_json_key(Metric::CheckpointTimestamp), last_checkpoint_unix_}});
+  set_metric(Metric::CheckpointSeconds, sec);
+  set_metric(Metric::CheckpointTimestamp, last_checkpoint_unix_);
   if (!opts_.quiet) fmt::print("checkpoint {} ({:.2f} s)\n", dir, sec);
   if (watchdog_) watchdog_->set_phase("train");
 }
@@ -996,9 +950,11 @@ bool Trainer::run() {
       if (watchdog_) watchdog_->set_phase("validate");
       double vl = validate();
       if (metrics_)
-        metrics_->write(
-            {{"type", "val"}, {"step", step_}, {"val_loss", vl}, {"time", unix_seconds()}});
-      if (registry_) registry_->set("kiln_val_loss", vl);
+        metrics_->write({{"type", "val"},
+                         {"step", step_},
+                         {metric_json_key(Metric::ValLoss), vl},
+                         {"time", unix_seconds()}});
+      set_metric(Metric::ValLoss, vl);
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
       if (zero3() && cfg_.sample_tokens > 0) fetch_all();
       if (cfg_.sample_tokens > 0 && world_->rank() == 0) {

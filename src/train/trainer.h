@@ -18,6 +18,7 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "model/gpt2.h"
+#include "obs/metric_table.h"
 #include "obs/metrics_log.h"
 #include "obs/progress.h"
 #include "obs/prometheus.h"
@@ -143,6 +144,8 @@ class Trainer {
   void next_batch();
   void log_step(const StepResult& r);
   void declare_metrics();
+  // The metric's Prometheus series (rank 0; nothing elsewhere), for a label value if it has one.
+  void set_metric(Metric id, double value, const std::string& label = "");
   void publish_memory(const MemoryReport& m);
   void write_trace();
   void save_checkpoint_logged();  // save_checkpoint() with its record, metrics and message

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/safetensors.h"
@@ -17,6 +19,7 @@
 #include "data/shards.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "obs/metric_table.h"
 #include "test_util.h"
 #include "train/gpt2_weights.h"
 #include "train/peak.h"
@@ -213,6 +216,43 @@ TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
   EXPECT_EQ(resumed.steps_done(), 4);
   resumed.run();
   EXPECT_TRUE(same_bits(full, resumed));
+}
+
+// Every number in metrics.jsonl's train, val, memory and checkpoint records is a row of the
+// metric table (obs/metric_table.h) and every row is there; every declared series is exported.
+TEST_F(TrainerTest, RecordsAndSeriesFollowTheMetricTable) {
+  Trainer t(config(dir_ / "run"), quiet());
+  t.run();
+  std::map<std::string, std::set<std::string>> want;  // record type -> keys
+  for (const auto& s : metric_specs()) {
+    if (!s.json) continue;
+    if (s.id == Metric::PhaseSeconds)
+      for (const char* p : kStepPhases) want[s.record].insert(metric_json_key(s.id, p));
+    else if (s.id == Metric::MemoryBytes)
+      for (const char* k : kMemoryKinds) want[s.record].insert(metric_json_key(s.id, k));
+    else
+      want[s.record].insert(s.json);
+  }
+  std::map<std::string, int> seen;
+  std::ifstream f(dir_ / "run/metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    const std::string type = j["type"];
+    if (type != "train" && type != "val" && type != "memory" && type != "checkpoint") continue;
+    seen[type]++;
+    std::set<std::string> numbers;
+    for (auto& [k, v] : j.items())
+      if ((v.is_number() || v.is_array()) && k != "step" && (k != "time" || type == "checkpoint"))
+        numbers.insert(k);
+    EXPECT_EQ(numbers, want[type]) << line;
+  }
+  for (const char* type : {"train", "val", "memory", "checkpoint"})
+    EXPECT_GT(seen[type], 0) << type;
+  const std::string page = t.metrics_registry()->exposition();
+  for (const auto& s : metric_specs())
+    EXPECT_NE(page.find(std::string("# TYPE ") + s.prometheus + " "), std::string::npos)
+        << s.prometheus << " is declared but not exported:\n"
+        << page;
 }
 
 TEST_F(TrainerTest, FourMicroBatchesEqualOneBatchFourTimesLarger) {
