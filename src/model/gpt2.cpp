@@ -207,9 +207,11 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
     }
     return shared.*f;
   };
-  A->encoded = take(BT * C);
-  A->h.resize(c.n_layer);
-  for (auto& b : A->h) {
+  const int first = opts.stage.first, last = opts.stage.last < 0 ? c.n_layer : opts.stage.last;
+  A->encoded = take(BT * C);  // the stage's input: the embedding's output, or what it received
+  A->h.assign(c.n_layer, Blk{});
+  for (int l = first; l < last; l++) {
+    Blk& b = A->h[l];
     b.ln1 = bf ? nullptr : field(full, 0, &Blk::ln1, BT * C);
     b.ln1_mean = field(full, 1, &Blk::ln1_mean, BT);
     b.ln1_rstd = field(full, 2, &Blk::ln1_rstd, BT);
@@ -232,14 +234,18 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
     }
   }
   kind = &bytes.head;
-  A->lnf = take(BT * C);
-  A->lnf_mean = take(BT);
-  A->lnf_rstd = take(BT);
-  A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
-  // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
-  A->logits = take((bf ? gpt2_head_chunk_rows(BT) : BT) * Vp);
-  A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
-  A->losses = take(BT);
+  A->lnf = A->lnf_mean = A->lnf_rstd = A->logits = A->losses = nullptr;
+  A->lnf_bf = A->dlogits_bf = nullptr;
+  if (opts.stage.head) {
+    A->lnf = take(BT * C);
+    A->lnf_mean = take(BT);
+    A->lnf_rstd = take(BT);
+    A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
+    // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
+    A->logits = take((bf ? gpt2_head_chunk_rows(BT) : BT) * Vp);
+    A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
+    A->losses = take(BT);
+  }
   if (fill) {
     KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
     KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
@@ -260,12 +266,22 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   layout_ = gpt2_param_layout(c);
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
   const bool bf = opts.bf16;
-  ActivationBytes plan = plan_activations(c, B, T, opts, nullptr);
-  acts_.mem.resize(plan.fp32_floats);
-  acts_.mem_bf16.resize(plan.bf16_values);
-  act_bytes_ = plan_activations(c, B, T, opts, &acts_);
-  acts_.B = B;
-  acts_.T = T;
+  StageSpec& st = opts_.stage;
+  if (st.last < 0) st.last = c.n_layer;
+  if (st.first < 0 || st.first > st.last || st.last > c.n_layer)
+    fail("a stage of layers [{}, {}) does not fit a model of {} layers", st.first, st.last,
+         c.n_layer);
+  if (opts_.slots < 1) fail("a model needs at least one activation slot, got {}", opts_.slots);
+  ActivationBytes plan = plan_activations(c, B, T, opts_, nullptr);
+  slots_.resize(opts_.slots);
+  for (Activations& a : slots_) {
+    a.mem.resize(plan.fp32_floats);
+    a.mem_bf16.resize(plan.bf16_values);
+    act_bytes_ = plan_activations(c, B, T, opts_, &a);
+    a.B = B;
+    a.T = T;
+  }
+  cur_ = &slots_[0];
 
   const int64_t datt =
       opts.flash_attention ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
@@ -332,14 +348,15 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 
 }  // namespace
 
-// One block's forward from its input `residual` into acts_.h[l] (P_ and params_ are set).
+// One block's forward from its input `residual` into the current slot's h[l] (P_ and params_ are
+// set).
 void Gpt2::block_forward(int l, const float* residual) {
   const Gpt2Config& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
   const bool bf = opts_.bf16;
   const BlockParams& W = P_.h[l];
-  Activations::Block& a = acts_.h[l];
+  Activations::Block& a = cur_->h[l];
   // y (+)= x @ w + b, from the fp32 x or its bf16 copy.
   auto linear = [&](float* y, const float* x, const bf16* x_bf, const float* w, const float* b,
                     int64_t K, int64_t N, bool accumulate) {
@@ -389,7 +406,18 @@ void Gpt2::block_forward(int l, const float* residual) {
 
 double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* targets,
                      float dloss, const BlockHooks& hooks) {
+  return forward_stage(params, inputs, nullptr, targets, dloss, hooks, 0);
+}
+
+const float* Gpt2::stage_output(int slot) const {
+  const Activations& A = slots_.at(slot);
+  return opts_.stage.last > opts_.stage.first ? A.h[opts_.stage.last - 1].residual3 : A.encoded;
+}
+
+double Gpt2::forward_stage(const float* params, const int32_t* inputs, const float* input,
+                           const int32_t* targets, float dloss, const BlockHooks& hooks, int slot) {
   const Gpt2Config& c = cfg_;
+  const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B) * T;
   if (opts_.bf16) KILN_CHECK(weights_source_ == params);  // set_weights(params) after each update
@@ -397,19 +425,24 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
     P_ = view_params(layout_, c, const_cast<float*>(params));
     params_ = params;
   }
-  Activations& A = acts_;
+  cur_ = &slots_.at(slot);
+  Activations& A = *cur_;
 
-  {
+  if (st.embedding) {
     Timed t(profile_, &Profile::embedding);
     encoder_forward(A.encoded, inputs, P_.wte, P_.wpe, B, T, C);
+  } else {
+    KILN_CHECK(input != nullptr);
+    copy(A.encoded, input, BT * C);  // kept: the first block's backward reads its input
   }
   const float* residual = A.encoded;
-  for (int l = 0; l < c.n_layer; l++) {
+  for (int l = st.first; l < st.last; l++) {
     if (hooks.before) hooks.before(l);
     block_forward(l, residual);
     residual = A.h[l].residual3;
     if (hooks.after) hooks.after(l);
   }
+  if (!st.head) return 0.0;
   {
     Timed t(profile_, &Profile::layernorm);
     layernorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.lnf_mean, A.lnf_rstd, residual, nullptr,
@@ -457,9 +490,48 @@ double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* 
   return sum;
 }
 
+// The head's backward for the current slot: the tied LM head (wte's gradient begun, dln_f) and
+// the final LayerNorm, leaving the gradient of the last block's output in scratch_.dresidual.
+void Gpt2::head_backward(Activations& A, bool accumulate) {
+  const Gpt2Config& c = cfg_;
+  const StageSpec& st = opts_.stage;
+  const int C = c.n_embd;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const bool bf = opts_.bf16;
+  const ModelParams& P = P_;
+  ModelParams& G = G_;
+  GradScratch& S = scratch_;
+  {
+    Timed t(profile_, &Profile::lm_head);
+    // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
+    MatmulShape dw{c.padded_vocab_size, C, BT, true, false, accumulate, false};
+    MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
+    if (bf) {
+      matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G.wte);  // written by the forward's loss
+      matmul_bf16(dx, A.dlogits_bf, wbf(P.wte), S.dln);
+    } else {
+      matmul(dw, A.logits, A.lnf, G.wte);
+      matmul(dx, A.logits, P.wte, S.dln);
+    }
+  }
+  Timed t(profile_, &Profile::layernorm);
+  std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
+  const bool blocks = st.last > st.first;
+  const float* last = blocks ? A.h[st.last - 1].residual3 : A.encoded;
+  layernorm_backward(S.dresidual, G.lnf_w, G.lnf_b, S.dln, last, P.lnf_w, A.lnf_mean, A.lnf_rstd,
+                     BT, C, bf && blocks ? S.dout_bf : nullptr, accumulate);
+}
+
 void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
                     const GradsReady& ready, const BlockHooks& hooks, bool accumulate) {
+  backward_stage(params, grads, inputs, nullptr, ready, hooks, accumulate, 0);
+}
+
+void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inputs,
+                          const float* doutput, const GradsReady& ready, const BlockHooks& hooks,
+                          bool accumulate, int slot) {
   const Gpt2Config& c = cfg_;
+  const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
   const bool bf = opts_.bf16;
@@ -474,41 +546,31 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
   }
   const ModelParams& P = P_;
   ModelParams& G = G_;
-  Activations& A = acts_;
+  cur_ = &slots_.at(slot);
+  Activations& A = *cur_;
   GradScratch& S = scratch_;
 
-  {
-    Timed t(profile_, &Profile::lm_head);
-    // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
-    MatmulShape dw{c.padded_vocab_size, C, BT, true, false, accumulate, false};
-    MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
-    if (bf) {
-      matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G.wte);  // written by the forward's loss
-      matmul_bf16(dx, A.dlogits_bf, wbf(P.wte), S.dln);
-    } else {
-      matmul(dw, A.logits, A.lnf, G.wte);
-      matmul(dx, A.logits, P.wte, S.dln);
-    }
-  }
-  {
-    Timed t(profile_, &Profile::layernorm);
-    std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
-    const float* last = c.n_layer > 0 ? A.h[c.n_layer - 1].residual3 : A.encoded;
-    layernorm_backward(S.dresidual, G.lnf_w, G.lnf_b, S.dln, last, P.lnf_w, A.lnf_mean, A.lnf_rstd,
-                       BT, C, bf && c.n_layer > 0 ? S.dout_bf : nullptr, accumulate);
-  }
   // Block l's parameters are the range [block_begin(l), block_begin(l+1)); ln_f follows the last.
   auto block_begin = [&](int l) {
     return static_cast<int64_t>(P.h.empty() || l >= c.n_layer ? P.lnf_w - params
                                                               : P.h[l].ln1_w - params);
   };
-  if (ready) ready(block_begin(c.n_layer), layout_.total);
-  for (int l = c.n_layer - 1; l >= 0; l--) {
+  if (st.head) {
+    head_backward(A, accumulate);
+    if (ready) ready(block_begin(c.n_layer), layout_.total);
+  } else {
+    KILN_CHECK(doutput != nullptr);
+    copy(S.dresidual, doutput, BT * C);
+    // The last block's output projection reads dresidual in bf16, as the LayerNorm backward
+    // would have rounded it.
+    if (bf && st.last > st.first) to_bf16(S.dout_bf, S.dresidual, BT * C);
+  }
+  for (int l = st.last - 1; l >= st.first; l--) {
     if (hooks.before) hooks.before(l);
     const BlockParams& W = P.h[l];
     BlockParams& D = G.h[l];
     Activations::Block& a = A.h[l];
-    const float* residual = l == 0 ? A.encoded : A.h[l - 1].residual3;
+    const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
     if (opts_.recompute == Recompute::full) block_forward(l, residual);
     // A linear layer's two products, dW += x^T @ dy and dx = dy @ W^T, in the model's
     // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
@@ -566,11 +628,12 @@ void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
     {
       Timed t(profile_, &Profile::layernorm);
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
-                         a.ln1_rstd, BT, C, bf && l > 0 ? S.dout_bf : nullptr, accumulate);
+                         a.ln1_rstd, BT, C, bf && l > st.first ? S.dout_bf : nullptr, accumulate);
     }
     if (hooks.after) hooks.after(l);
     if (ready) ready(block_begin(l), block_begin(l + 1));
   }
+  if (!st.embedding) return;  // input_grad() holds the gradient of the stage's input
   {
     Timed t(profile_, &Profile::embedding);
     // wte's gradient was begun by the LM head; wpe's has no other writer.

@@ -80,6 +80,17 @@ enum class Recompute { none, attention, full };
 Recompute parse_recompute(const std::string& s);  // "none" | "attention" | "full"
 const char* recompute_name(Recompute r);
 
+// A pipeline stage: layers [first, last) of the model, with the embedding (the stage reads token
+// ids) and/or the head (final LayerNorm, tied LM head, loss). Without the embedding a stage reads
+// the previous stage's output (B,T,C); without the head its backward takes the gradient of its
+// output and leaves the gradient of its input. The default is the whole model.
+struct StageSpec {
+  int first = 0;
+  int last = -1;  // -1: n_layer
+  bool embedding = true;
+  bool head = true;
+};
+
 struct ModelOptions {
   // Mixed precision: matmul operands in bf16 (activations converted as they are produced, the
   // weights from a bf16 copy made by set_weights()), accumulation and everything else in fp32.
@@ -88,6 +99,10 @@ struct ModelOptions {
   // Flash-style attention kernels: no (B,NH,T,T) probabilities kept or scratch (other bits than
   // the default kernels, same function).
   bool flash_attention = false;
+  StageSpec stage;
+  // Micro-batches whose activations can be held at once (a pipeline schedule keeps several in
+  // flight): each slot holds one's activations; backward's scratch is shared.
+  int slots = 1;
 };
 
 // Activations kept for backward, for a micro-batch of B x T. Tensors that a mode does not keep
@@ -190,6 +205,14 @@ class Gpt2 {
   const bf16* weight_copy() const { return weights_bf16_.data(); }
   double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss,
                  const BlockHooks& hooks = {});
+  // The same for this model's stage (ModelOptions::stage) into activation slot `slot`: from
+  // token ids `inputs` when the stage has the embedding, else from `input` (B,T,C), the previous
+  // stage's output. With the head, targets give the loss sum as forward() does; without it the
+  // result is 0 and stage_output(slot) holds the stage's output (B,T,C).
+  double forward_stage(const float* params, const int32_t* inputs, const float* input,
+                       const int32_t* targets, float dloss, const BlockHooks& hooks = {},
+                       int slot = 0);
+  const float* stage_output(int slot = 0) const;
   // Called during backward each time a range [begin, end) of the flat gradient buffer is final
   // for this backward: ln_f's range first, then each block from the last to the first, then
   // [0, first block) holding wte and wpe. Data parallelism starts its reductions from it.
@@ -199,10 +222,19 @@ class Gpt2 {
   // (and the weight-gradient products need not read it).
   void backward(const float* params, float* grads, const int32_t* inputs,
                 const GradsReady& ready = {}, const BlockHooks& hooks = {}, bool accumulate = true);
+  // The same for this model's stage and slot: with the head from the loss (the forward's
+  // dlogits), else from `doutput` (B,T,C), the gradient of stage_output(). With the embedding it
+  // ends in the embedding's gradients (`inputs` are the token ids); without it input_grad()
+  // holds the gradient of the stage's input, (B,T,C), until the next backward.
+  void backward_stage(const float* params, float* grads, const int32_t* inputs,
+                      const float* doutput, const GradsReady& ready = {},
+                      const BlockHooks& hooks = {}, bool accumulate = true, int slot = 0);
+  const float* input_grad() const { return scratch_.dresidual; }
+  const StageSpec& stage() const { return opts_.stage; }
 
   // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
-  const float* logits() const { return opts_.bf16 ? full_logits_.data() : acts_.logits; }
-  const float* losses() const { return acts_.losses; }
+  const float* logits() const { return opts_.bf16 ? full_logits_.data() : slots_[0].logits; }
+  const float* losses() const { return slots_[0].losses; }
   // Activations kept for backward plus backward's scratch, fp32 and bf16.
   int64_t activation_bytes() const { return act_bytes_.total(); }
   const ActivationBytes& activation_breakdown() const { return act_bytes_; }
@@ -211,6 +243,7 @@ class Gpt2 {
 
  private:
   void block_forward(int l, const float* residual);
+  void head_backward(Activations& A, bool accumulate);
   const bf16* wbf(const float* p) const { return weights_bf16_.data() + (p - params_); }
 
   Gpt2Config cfg_;
@@ -222,7 +255,8 @@ class Gpt2 {
   float* grads_ = nullptr;
   Buffer<bf16> weights_bf16_;  // bf16 mode: the parameters in bf16, same layout
   const float* weights_source_ = nullptr;
-  Activations acts_;
+  std::vector<Activations> slots_;  // one micro-batch's activations each
+  Activations* cur_ = nullptr;      // the slot of the forward or backward running
   ActivationBytes act_bytes_;
   Buffer<float> full_logits_;  // bf16 mode: made by the first forward without targets
   GradScratch scratch_;
