@@ -24,7 +24,7 @@ const std::map<std::string, std::set<std::string>> kMayUse = {
     {"ckpt", {"core", "comm"}},
     {"obs", {"core"}},
     {"launch", {"core", "obs"}},
-    {"plan", {"core"}},
+    {"plan", {"core", "model"}},  // model/spec.h only: the one model description
     {"train", {"core", "kernels", "model", "comm", "parallel", "data", "ckpt", "obs", "launch"}},
     {"cli",
      {"core", "kernels", "model", "comm", "parallel", "data", "ckpt", "obs", "launch", "plan",

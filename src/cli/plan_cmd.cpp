@@ -72,17 +72,9 @@ struct Given {
       *batch_tokens, *tokens, *dtype, *attention;
 };
 
+// The matmuls run over the padded vocabulary.
 ModelSpec model_from_config(const TrainConfig& cfg) {
-  ModelSpec m;
-  m.name = fs::path(cfg.source).stem().string();
-  m.n_layer = cfg.model.n_layer;
-  m.hidden = cfg.model.n_embd;
-  m.n_head = cfg.model.n_head;
-  m.n_kv_head = cfg.model.n_head;
-  m.ffn_hidden = 4 * cfg.model.n_embd;
-  m.vocab = cfg.model.padded_vocab_size;  // the matmuls run over the padded vocabulary
-  m.max_seq = cfg.model.block_size;
-  return m;  // GPT-2: GELU, LayerNorm, learned positions, biases, tied head, no dropout
+  return gpt2_spec(cfg.model, /*padded=*/true, fs::path(cfg.source).stem().string());
 }
 
 void list_models() {

@@ -643,10 +643,22 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
   if (ready) ready(0, block_begin(0));
 }
 
+ModelSpec gpt2_spec(const Gpt2Config& c, bool padded, const std::string& name) {
+  ModelSpec m;
+  m.name = name;
+  m.family = "gpt2";
+  m.n_layer = c.n_layer;
+  m.hidden = c.n_embd;
+  m.n_head = c.n_head;
+  m.n_kv_head = c.n_head;
+  m.ffn_hidden = 4 * c.n_embd;
+  m.vocab = padded ? c.padded_vocab_size : c.vocab_size;
+  m.max_seq = c.block_size;
+  return m;  // the rest are ModelSpec's defaults: GELU, LayerNorm, learned positions, biases, tied
+}
+
 int64_t gpt2_num_params(const Gpt2Config& c) {
-  Gpt2Config u = c;
-  u.padded_vocab_size = c.vocab_size;
-  return gpt2_param_layout(u).total;
+  return count_params(gpt2_spec(c, /*padded=*/false)).total;
 }
 
 double gpt2_flops_per_token(const Gpt2Config& c, int T) {

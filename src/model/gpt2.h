@@ -12,6 +12,7 @@
 
 #include "core/buffer.h"
 #include "kernels/bf16.h"
+#include "model/spec.h"
 
 namespace kiln {
 
@@ -26,6 +27,11 @@ struct Gpt2Config {
   // Throws kiln::Error naming the offending field.
   void validate() const;
 };
+
+// The config as a model description (model/spec.h): GELU MLP of 4·n_embd, LayerNorm, learned
+// positions, biases, tied embeddings, n_kv_head = n_head. `padded`: the vocabulary as the matmuls
+// see it (padded_vocab_size), else the real one.
+ModelSpec gpt2_spec(const Gpt2Config& c, bool padded = true, const std::string& name = "gpt2");
 
 // Rounds vocab up to a multiple of `multiple`.
 int pad_vocab(int vocab, int multiple);

@@ -1,60 +1,22 @@
-// The transformer architectures the planner reasons about, described by their shapes only:
-// GPT-2/GPT-3 style (learned positions, LayerNorm, GELU MLP, biases, tied embeddings) and Llama
-// style (rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases, untied head).
-//
-// Shape vocabulary, used across src/plan: L layers, h hidden, a query heads, g key/value heads,
-// d = h/a head size, f MLP width, V vocabulary, s sequence length, b micro-batch, t/p/d the
-// tensor/pipeline/data-parallel degrees.
+// The published architectures `kiln plan` knows (presets), each a model/spec.h ModelSpec (the
+// description the trainer uses too) with the recipe it was trained with.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "model/spec.h"
+
 namespace kiln::plan {
 
-enum class FfnKind { gelu, swiglu };  // h→f→h with GELU, or gate and up h→f, SiLU(gate)·up, f→h
-enum class NormKind { layernorm, rmsnorm };
-
-struct ModelSpec {
-  std::string name;
-  int n_layer = 0;     // L
-  int hidden = 0;      // h
-  int n_head = 0;      // a: query heads
-  int n_kv_head = 0;   // g: key/value heads (== a without grouped-query attention)
-  int ffn_hidden = 0;  // f
-  int64_t vocab = 0;   // V as the run's matmuls see it (padded where the run pads it)
-  int max_seq = 0;     // context length the model was built for
-  FfnKind ffn = FfnKind::gelu;
-  NormKind norm = NormKind::layernorm;
-  bool learned_positions = true;  // a (max_seq, h) position table; else rotary (no parameters)
-  bool bias = true;               // biases on every linear layer
-  bool tied_embeddings = true;    // the LM head reuses the token embedding
-  bool dropout = false;           // dropout layers present: masks are stored, extra passes run
-
-  int head_dim() const { return hidden / n_head; }
-  // Throws kiln::Error naming the field (and `where`, e.g. a file) when a shape is impossible.
-  void validate(const std::string& where) const;
-};
-
-struct ParamCounts {
-  int64_t embedding = 0;         // token table V·h, plus the position table when learned
-  int64_t per_layer = 0;         // one block: attention, MLP, norms, biases
-  int64_t per_layer_matmul = 0;  // the weights of one block's matmuls
-  int64_t final_norm = 0;
-  int64_t head = 0;  // the untied output projection V·h; 0 when tied to the embedding
-  int64_t total = 0;
-};
-ParamCounts count_params(const ModelSpec& m);
-
-// Model FLOPs of one token's forward and backward at sequence length s, the convention MFU uses
-// (PaLM, Chowdhery et al. 2022, appendix B): 6 × (weights of every matmul, the LM head included)
-// + 12·L·a·d·s for the attention score and value products at full, non-causal size. Embedding
-// lookups, norms and element-wise work are not counted, and neither is recomputation.
-double model_flops_per_token(const ModelSpec& m, int seq);
-// FLOPs of one token's forward through the blocks alone (what full recomputation repeats), and
-// of the attention score and value products alone (what selective recomputation repeats).
-double block_forward_flops_per_token(const ModelSpec& m, int seq);
-double attention_core_forward_flops_per_token(const ModelSpec& m, int seq);
+using kiln::attention_core_forward_flops_per_token;
+using kiln::block_forward_flops_per_token;
+using kiln::count_params;
+using kiln::FfnKind;
+using kiln::model_flops_per_token;
+using kiln::ModelSpec;
+using kiln::NormKind;
+using kiln::ParamCounts;
 
 // A published architecture with the training recipe it was published with; the recipe gives
 // `kiln plan` its defaults for sequence length, batch and training tokens.

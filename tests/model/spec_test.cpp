@@ -1,0 +1,58 @@
+// One model description for the trainer and the planner: the GPT-2 config maps to a ModelSpec
+// whose parameter count is the trainer's flat layout's, and the planner's GPT-2 preset is the
+// spec of the trainer's gpt2-124m config.
+#include "model/spec.h"
+
+#include <gtest/gtest.h>
+
+#include "model/gpt2.h"
+#include "plan/model_spec.h"
+#include "test_util.h"
+#include "train/config.h"
+
+namespace kiln {
+namespace {
+
+TEST(ModelSpec, TheGpt2LayoutHasTheSpecsParameters) {
+  for (auto [L, C, NH, V, ctx] : {std::tuple{2, 32, 2, 100, 32}, std::tuple{4, 64, 4, 257, 64},
+                                  std::tuple{12, 768, 12, 50257, 1024}}) {
+    Gpt2Config c;
+    c.n_layer = L;
+    c.n_embd = C;
+    c.n_head = NH;
+    c.vocab_size = V;
+    c.padded_vocab_size = pad_vocab(V, 128);
+    c.block_size = ctx;
+    EXPECT_EQ(gpt2_param_layout(c).total, count_params(gpt2_spec(c, /*padded=*/true)).total);
+    // Parameters with the real vocabulary: the layout of an unpadded config.
+    Gpt2Config u = c;
+    u.padded_vocab_size = V;
+    EXPECT_EQ(gpt2_num_params(c), gpt2_param_layout(u).total);
+    const ModelSpec m = gpt2_spec(c);
+    EXPECT_EQ(m.family, "gpt2");
+    EXPECT_EQ(m.n_kv_head, NH);
+    EXPECT_EQ(m.ffn_hidden, 4 * C);
+    EXPECT_TRUE(m.learned_positions && m.bias && m.tied_embeddings);
+    EXPECT_EQ(m.norm, NormKind::layernorm);
+    EXPECT_EQ(m.ffn, FfnKind::gelu);
+  }
+}
+
+TEST(ModelSpec, ThePlannersGpt2PresetIsTheTrainersGpt2Config) {
+  TrainConfig cfg = load_train_config(kiln::testing::source_path("configs/gpt2-124m.toml"), {});
+  const ModelSpec trainer = gpt2_spec(cfg.model, /*padded=*/false);
+  const ModelSpec& preset = plan::find_preset("gpt2-124m").model;
+  EXPECT_EQ(preset.family, trainer.family);
+  EXPECT_EQ(preset.n_layer, trainer.n_layer);
+  EXPECT_EQ(preset.hidden, trainer.hidden);
+  EXPECT_EQ(preset.n_head, trainer.n_head);
+  EXPECT_EQ(preset.n_kv_head, trainer.n_kv_head);
+  EXPECT_EQ(preset.ffn_hidden, trainer.ffn_hidden);
+  EXPECT_EQ(preset.vocab, trainer.vocab);
+  EXPECT_EQ(preset.max_seq, trainer.max_seq);
+  EXPECT_EQ(count_params(preset).total, gpt2_num_params(cfg.model));
+  EXPECT_EQ(plan::find_preset("llama2-7b").model.family, "llama");
+}
+
+}  // namespace
+}  // namespace kiln
