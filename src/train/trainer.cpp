@@ -124,6 +124,9 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     std::copy(params_.data() + dp_->shard_begin(), params_.data() + dp_->shard_end(),
               master_.data());
     params_.release(0, params_.size());
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    for (int l = 0; l < cfg_.model.n_layer; l++) blocks.push_back(block_range(l));
+    zero3_ = std::make_unique<Zero3Prefetch>(*dp_, params_, master_.data(), std::move(blocks));
   }
   if (!zero3()) model_->set_weights(params_.data());  // bf16: the first weight copy
   // MFU is measured against the peak of the dtype the matmuls run in, on this many threads.
@@ -303,15 +306,6 @@ std::pair<int64_t, int64_t> Trainer::block_range(int l) const {
   return {first.offset, layout.find(next).offset};
 }
 
-void Trainer::fetch_all() {
-  dp_->fetch(params_, master_.data(), 0, params_.size());
-  dp_->await(0);
-}
-
-void Trainer::drop_all() {
-  dp_->drop(params_, 0, params_.size());
-}
-
 std::string Trainer::checkpoint_root() const {
   return (fs::path(cfg_.out_dir) / "checkpoints").string();
 }
@@ -324,7 +318,7 @@ MemoryReport Trainer::memory() const {
   r.grads = zero >= 2 ? dp_->shard_grad_bytes() : grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
   if (zero >= 2) r.working = dp_->peak_resident_grad_bytes();
-  if (zero == 3) r.working += peak_resident_params_;
+  if (zero == 3) r.working += zero3_->peak_resident_bytes();
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
   r.comm_buffers += dp_group_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
@@ -351,48 +345,26 @@ StepResult Trainer::step() {
   // backward writes every gradient (no zeroing pass over the buffer) and later ones add.
   if (dp_->reduces_every_micro_batch()) grads_.release(0, grads_.size());
   double loss_sum = 0;
-  // ZeRO-3: the embedding and ln_f stay present for the whole micro-batch (wte is used at both
-  // ends); each block is gathered before its forward and its backward, the next one prefetched,
-  // and dropped after.
-  const int L = cfg_.model.n_layer;
-  const int64_t embed_end = block_range(0).first, lnf_begin = block_range(L - 1).second;
+  // ZeRO-3: the blocks' parameters come and go around each block (parallel/zero3_prefetch.h).
   Gpt2::BlockHooks fwd, bwd;
   if (zero3()) {
-    fwd.before = [&](int l) {
-      dp_->await(block_range(l).first);
-      if (l + 1 < L)
-        dp_->fetch(params_, master_.data(), block_range(l + 1).first, block_range(l + 1).second);
-    };
-    bwd.before = [&](int l) {
-      dp_->await(block_range(l).first);
-      if (l > 0)
-        dp_->fetch(params_, master_.data(), block_range(l - 1).first, block_range(l - 1).second);
-    };
-    fwd.after = bwd.after = [&](int l) {
-      peak_resident_params_ = std::max<int64_t>(peak_resident_params_, params_.resident_bytes());
-      dp_->drop(params_, block_range(l).first, block_range(l).second);
-    };
+    fwd.before = [&](int l) { zero3_->before_forward(l); };
+    bwd.before = [&](int l) { zero3_->before_backward(l); };
+    fwd.after = bwd.after = [&](int l) { zero3_->after_block(l); };
   }
   for (int micro = 0; micro < cfg_.grad_accum; micro++) {
     double tp = now_seconds();
     next_batch();
     r.data_seconds += now_seconds() - tp;
     tp = now_seconds();
-    if (zero3()) {
-      dp_->fetch(params_, master_.data(), 0, embed_end);
-      dp_->fetch(params_, master_.data(), lnf_begin, params_.size());
-      dp_->fetch(params_, master_.data(), block_range(0).first, block_range(0).second);
-      dp_->await(0);
-      dp_->await(lnf_begin);
-    }
+    if (zero3()) zero3_->begin_forward();
     {
       TraceSpan span("forward", "compute");
       loss_sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), dloss, fwd);
     }
     r.forward_seconds += now_seconds() - tp;
     tp = now_seconds();
-    if (zero3())
-      dp_->fetch(params_, master_.data(), block_range(L - 1).first, block_range(L - 1).second);
+    if (zero3()) zero3_->begin_backward();
     const bool accumulate = micro > 0 || dp_->reduces_every_micro_batch();
     if (micro + 1 < cfg_.grad_accum && !dp_->reduces_every_micro_batch()) {
       TraceSpan span("backward", "compute");
@@ -413,7 +385,7 @@ StepResult Trainer::step() {
       TraceSpan span("gradient reduction wait", "comm");
       r.comm_wait_seconds += dp_->finish();
     }
-    if (zero3()) drop_all();
+    if (zero3()) zero3_->drop_all();
   }
   const double t_opt = now_seconds();
   TraceSpan opt_span("optimizer", "compute");
@@ -486,12 +458,12 @@ double Trainer::validate() {
   const int R = dp_group_->size(), rank = dp_group_->rank();
   Loader val(val_shards_, cfg_.batch_size, cfg_.seq_len, cfg_.model.vocab_size, false, 0, rank, R);
   double sum = 0;
-  if (zero3()) fetch_all();
+  if (zero3()) zero3_->fetch_all();
   for (int i = rank; i < cfg_.val_batches; i += R) {
     val.next(inputs_.data(), targets_.data());
     sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
   }
-  if (zero3()) drop_all();
+  if (zero3()) zero3_->drop_all();
   if (R > 1) sum = dp_group_->all_reduce_scalar(sum);
   return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
 }
@@ -956,7 +928,7 @@ bool Trainer::run() {
                          {"time", unix_seconds()}});
       set_metric(Metric::ValLoss, vl);
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
-      if (zero3() && cfg_.sample_tokens > 0) fetch_all();
+      if (zero3() && cfg_.sample_tokens > 0) zero3_->fetch_all();
       if (cfg_.sample_tokens > 0 && world_->rank() == 0) {
         std::string text = sample_text();
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
@@ -966,7 +938,7 @@ bool Trainer::run() {
           fmt::print("step {} | sample: {}\n", step_, line);
         }
       }
-      if (zero3() && cfg_.sample_tokens > 0) drop_all();
+      if (zero3() && cfg_.sample_tokens > 0) zero3_->drop_all();
       if (watchdog_) watchdog_->set_phase("train");
     }
     if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) save_checkpoint_logged();

@@ -25,6 +25,7 @@
 #include "obs/watchdog.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
+#include "parallel/zero3_prefetch.h"
 #include "train/config.h"
 #include "train/peak.h"
 #include "train/run_directory.h"
@@ -130,8 +131,6 @@ class Trainer {
   void check_manifest(const std::string& first_shard) const;
   bool zero3() const { return dp_->zero() == 3; }
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
-  void fetch_all();  // ZeRO-3: every parameter present (validation, samples, checkpoints)
-  void drop_all();
   void write_model_file(const std::string& tmp, std::string* error);
   std::string finish_checkpoint(const std::string& tmp, const nlohmann::json& state);
   std::vector<FlatTensor> flat_tensors() const;
@@ -177,7 +176,7 @@ class Trainer {
   std::vector<int64_t> ones_;
   Peak peak_;
   double flops_per_token_ = 0;
-  int64_t peak_resident_params_ = 0;  // ZeRO-3, measured
+  std::unique_ptr<Zero3Prefetch> zero3_;  // ZeRO-3: when the blocks' parameters come and go
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
