@@ -24,6 +24,7 @@
 #include "model/sampler.h"
 #include "obs/metric_table.h"
 #include "obs/trace.h"
+#include "parallel/local_layout.h"
 #include "train/comm_observer.h"
 #include "train/gpt2_weights.h"
 #include "train/stop_request.h"
@@ -536,10 +537,18 @@ std::string Trainer::save_checkpoint() {
   return dir.empty() ? (fs::path(root) / checkpoint_name(step_)).string() : dir;
 }
 
+// This rank's tensors as sharded checkpoints see them: from the local layout (every tensor whole
+// while there is no tensor parallelism; parallel/local_layout.h).
 std::vector<FlatTensor> Trainer::flat_tensors() const {
+  std::vector<LogicalTensor> logical;
+  for (const auto& t : model_->layout().tensors) logical.push_back({t.name, t.shape});
+  const LocalLayout local = local_layout(logical, grid_->shape().tp, grid_->tp_rank());
   std::vector<FlatTensor> out;
-  for (const auto& t : model_->layout().tensors)
-    out.push_back({t.name, t.shape, t.offset, t.numel});
+  for (const auto& t : local.tensors) {
+    KILN_CHECK(t.split_dim < 0);  // slices of a tensor come with tensor parallelism
+    out.push_back({t.name, t.logical_shape, t.offset, t.numel()});
+  }
+  KILN_CHECK(local.total == model_->layout().total);
   return out;
 }
 

@@ -1,0 +1,86 @@
+// The local layout: every tensor whole on one part, placed back to back as the model's own flat
+// layout; cut along a dimension into parts that together hold every logical element exactly once.
+#include "parallel/local_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "model/gpt2.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+std::vector<LogicalTensor> gpt2_logical(const Gpt2Config& c) {
+  std::vector<LogicalTensor> out;
+  for (const auto& t : gpt2_param_layout(c).tensors) out.push_back({t.name, t.shape});
+  return out;
+}
+
+Gpt2Config small() {
+  Gpt2Config c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.vocab_size = 100;
+  c.padded_vocab_size = 128;
+  return c;
+}
+
+TEST(LocalLayout, OnePartIsTheModelsOwnFlatLayout) {
+  const Gpt2Config c = small();
+  const ParamLayout flat = gpt2_param_layout(c);
+  const LocalLayout local = local_layout(gpt2_logical(c), 1, 0);
+  ASSERT_EQ(local.tensors.size(), flat.tensors.size());
+  EXPECT_EQ(local.total, flat.total);
+  for (size_t i = 0; i < flat.tensors.size(); i++) {
+    EXPECT_EQ(local.tensors[i].offset, flat.tensors[i].offset) << flat.tensors[i].name;
+    EXPECT_EQ(local.tensors[i].local_shape, flat.tensors[i].shape);
+    EXPECT_EQ(local.tensors[i].split_dim, -1);
+    EXPECT_EQ(local.tensors[i].logical_index(5), 5);
+  }
+}
+
+TEST(LocalLayout, PartsAlongADimensionCoverEveryElementOnce) {
+  // Columns of the (C, 3C) QKV weight and rows of the (Vp, C) embedding, in 4 parts.
+  const std::vector<LogicalTensor> logical = {
+      {"h.0.attn.c_attn.weight", {32, 96}}, {"wte.weight", {128, 32}}, {"ln_f.weight", {32}}};
+  auto dim = [](const std::string& name) {
+    if (name == "h.0.attn.c_attn.weight") return 1;
+    if (name == "wte.weight") return 0;
+    return -1;
+  };
+  for (const auto& t : logical) {
+    int64_t numel = 1;
+    for (auto d : t.shape) numel *= d;
+    std::vector<int> hits(numel, 0);
+    for (int part = 0; part < 4; part++) {
+      const LocalLayout l = local_layout(logical, 4, part, dim);
+      const LocalTensor& lt = l.find(t.name);
+      for (int64_t i = 0; i < lt.numel(); i++) hits[lt.logical_index(i)]++;
+      if (t.name == "h.0.attn.c_attn.weight") {
+        EXPECT_EQ(lt.local_shape, (std::vector<int64_t>{32, 24}));
+        EXPECT_EQ(lt.split_begin, 24 * part);
+        EXPECT_EQ(lt.logical_index(0), 24 * part);        // row 0, first column of the part
+        EXPECT_EQ(lt.logical_index(24), 96 + 24 * part);  // row 1
+      }
+    }
+    const int expected = dim(t.name) < 0 ? 4 : 1;  // a whole tensor is on every part
+    for (int64_t i = 0; i < numel; i++) ASSERT_EQ(hits[i], expected) << t.name << " " << i;
+  }
+}
+
+TEST(LocalLayout, ADimensionThatDoesNotDivideIsAnErrorNamingTheTensor) {
+  std::string e = kiln::testing::error_of([] {
+    local_layout({{"h.0.mlp.c_fc.weight", {32, 100}}}, 3, 0, [](const std::string&) { return 1; });
+  });
+  EXPECT_NE(e.find("h.0.mlp.c_fc.weight: dimension 1 of size 100 does not divide into 3 parts"),
+            std::string::npos)
+      << e;
+}
+
+}  // namespace
+}  // namespace kiln
