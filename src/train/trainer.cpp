@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpointer.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/sharded_state.h"
 #include "core/clock.h"
@@ -492,49 +493,41 @@ std::string Trainer::save_checkpoint() {
   st.config = cfg_.to_json();
   st.train_tokens = train_loader_ ? static_cast<uint64_t>(train_shards_.num_tokens()) : 0;
   nlohmann::json state = trainer_state_to_json(st);
-  // Each rank that holds its own shard of the AdamW state (ZeRO 1-3; with ZeRO 0 rank 0, which
-  // holds it whole) writes it into the checkpoint's temporary directory: nothing is gathered.
-  // Rank 0 then writes the model, config.json and, last, trainer_state.json, and publishes the
-  // directory once every rank's file is durable. A failure anywhere leaves the newest checkpoint
-  // as it was.
-  const std::string root = checkpoint_root();
-  std::string tmp, error;
-  if (world_->rank() == 0) {
-    tmp = checkpoint_temp_dir(root, step_, host_name(), getpid());
-    try {
-      create_checkpoint_temp(tmp);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+  // What goes in (ckpt/checkpointer.h): the weights, whole, gathered tensor by tensor under
+  // ZeRO-3; each rank's own shard of the AdamW state (ZeRO 1-3; with ZeRO 0 rank 0 holds it
+  // whole); config.json and, last, trainer_state.json.
+  CheckpointContents c;
+  c.model = gpt2_named_tensors(model_->layout(), cfg_.model, params_.data());
+  c.model_metadata = {{"format", "pt"}};
+  if (zero3()) {
+    auto range = [this, &c](size_t i) {
+      const int64_t begin = static_cast<const float*>(c.model[i].data) - params_.data();
+      int64_t numel = 1;
+      for (int64_t d : c.model[i].shape) numel *= d;
+      return std::pair{begin, begin + numel};
+    };
+    c.before_tensor = [this, range](size_t i) {
+      auto [b, e] = range(i);
+      dp_->fetch(params_, master_.data(), b, e);
+      dp_->await(b);
+    };
+    c.after_tensor = [this, range](size_t i) {
+      auto [b, e] = range(i);
+      dp_->drop(params_, b, e);
+    };
   }
-  agree_on_failure(error, fmt::format("opened checkpoint step {}", step_));
-  tmp = text_from_rank0(tmp);
   const bool sharded = dp_->zero() > 0;
-  if (sharded || world_->rank() == 0) {
-    try {
-      write_state_shard(tmp, "optimizer", sharded ? dp_group_->rank() : 0,
-                        sharded ? dp_group_->size() : 1, flat_tensors(), dp_->shard_begin(),
-                        dp_->shard_end(), {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}},
-                        {{"optimizer", "adamw"}, {"step", std::to_string(step_)}});
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  if (world_->rank() == 0 && !error.empty()) discard_checkpoint_temp(tmp);
-  agree_on_failure(error, fmt::format("wrote its part of checkpoint step {}", step_));
-  std::string dir;
-  write_model_file(tmp, &error);
-  if (world_->rank() == 0) {
-    try {
-      if (error.empty()) dir = finish_checkpoint(tmp, state);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    if (!error.empty()) discard_checkpoint_temp(tmp);
-  }
-  // Nobody goes on before the checkpoint is complete (or has failed everywhere).
-  agree_on_failure(error, fmt::format("published checkpoint step {}", step_));
-  return dir.empty() ? (fs::path(root) / checkpoint_name(step_)).string() : dir;
+  c.writes_shard = sharded || world_->rank() == 0;
+  c.shard_rank = sharded ? dp_group_->rank() : 0;
+  c.shard_ranks = sharded ? dp_group_->size() : 1;
+  c.shard_tensors = flat_tensors();
+  c.shard_begin = dp_->shard_begin();
+  c.shard_end = dp_->shard_end();
+  c.shard_buffers = {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
+  c.shard_metadata = {{"optimizer", "adamw"}, {"step", std::to_string(step_)}};
+  c.files = {{"config.json", gpt2_hf_config(cfg_.model).dump(2) + "\n"},
+             {"trainer_state.json", state.dump(2) + "\n"}};
+  return Checkpointer(*world_, checkpoint_root(), cfg_.keep_last).save(step_, c);
 }
 
 // This rank's tensors as sharded checkpoints see them: from the local layout (every tensor whole
@@ -550,76 +543,6 @@ std::vector<FlatTensor> Trainer::flat_tensors() const {
   }
   KILN_CHECK(local.total == model_->layout().total);
   return out;
-}
-
-void Trainer::agree_on_failure(const std::string& error, const std::string& what) {
-  double failed = error.empty() ? 0.0 : 1.0;
-  if (world_->size() > 1) failed = world_->all_reduce_scalar(failed);
-  if (failed == 0) return;
-  if (!error.empty()) throw Error(error);
-  fail("rank {}: another rank could not have {} (its message says why)", world_->rank(), what);
-}
-
-// Rank 0's string on every rank (a path, up to 4 KiB).
-std::string Trainer::text_from_rank0(const std::string& text) {
-  if (world_->size() == 1) return text;
-  std::vector<double> buf(512, 0.0);  // 4 KiB of bytes carried in doubles
-  if (world_->rank() == 0) {
-    KILN_CHECK(text.size() < buf.size() * sizeof(double));
-    std::memcpy(buf.data(), text.data(), text.size());
-  }
-  world_->broadcast(buf.data(), static_cast<int64_t>(buf.size()), DType::F64, 0);
-  return std::string(reinterpret_cast<const char*>(buf.data()));
-}
-
-// model.safetensors in tmp, written by rank 0 one tensor at a time. With ZeRO-3 every rank takes
-// part in gathering each tensor just before it is written and its pages go back right after, so
-// no rank holds more than one whole tensor beyond its shard. A write error is kept in *error
-// (the gathers go on, so that no peer waits in one alone).
-void Trainer::write_model_file(const std::string& tmp, std::string* error) {
-  const auto tensors = gpt2_named_tensors(model_->layout(), cfg_.model, params_.data());
-  std::optional<SafeTensorsWriter> file;
-  if (world_->rank() == 0) {
-    try {
-      file.emplace((fs::path(tmp) / "model.safetensors").string(), tensors,
-                   std::map<std::string, std::string>{{"format", "pt"}});
-    } catch (const std::exception& e) {
-      *error = e.what();
-    }
-  }
-  for (const auto& t : tensors) {
-    const int64_t begin = static_cast<const float*>(t.data) - params_.data();
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    if (zero3()) {
-      dp_->fetch(params_, master_.data(), begin, begin + numel);
-      dp_->await(begin);
-    }
-    if (file && error->empty()) {
-      try {
-        file->write(t.data);
-      } catch (const std::exception& e) {
-        *error = e.what();
-      }
-    }
-    if (zero3()) dp_->drop(params_, begin, begin + numel);
-  }
-  if (file && error->empty()) {
-    try {
-      file->finish();
-    } catch (const std::exception& e) {
-      *error = e.what();
-    }
-  }
-}
-
-// Rank 0's last files of a checkpoint (config.json, then trainer_state.json, whose presence marks
-// the others complete), and the checkpoint's publication.
-std::string Trainer::finish_checkpoint(const std::string& tmp, const nlohmann::json& state) {
-  auto p = fs::path(tmp);
-  write_file_atomic((p / "config.json").string(), gpt2_hf_config(cfg_.model).dump(2) + "\n");
-  write_file_atomic((p / "trainer_state.json").string(), state.dump(2) + "\n");
-  return publish_checkpoint(checkpoint_root(), step_, tmp, cfg_.keep_last);
 }
 
 void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, int64_t se) {

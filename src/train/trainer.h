@@ -131,13 +131,7 @@ class Trainer {
   void check_manifest(const std::string& first_shard) const;
   bool zero3() const { return dp_->zero() == 3; }
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
-  void write_model_file(const std::string& tmp, std::string* error);
-  std::string finish_checkpoint(const std::string& tmp, const nlohmann::json& state);
   std::vector<FlatTensor> flat_tensors() const;
-  // Every rank learns whether any failed; the failing ones throw their own error, the others
-  // one that names `what` they could not do.
-  void agree_on_failure(const std::string& error, const std::string& what);
-  std::string text_from_rank0(const std::string& text);
   void load_whole_optimizer_state(const std::string& path, int64_t shard_begin, int64_t shard_end);
   std::string sample_text();
   void next_batch();
