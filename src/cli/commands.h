@@ -13,5 +13,6 @@ void register_launch(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_submit(CLI::App& app);
 void register_report(CLI::App& app);
+void register_ckpt(CLI::App& app);
 
 }  // namespace kiln::cli

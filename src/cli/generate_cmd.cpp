@@ -16,6 +16,7 @@
 #include "model/sampler.h"
 #include "train/config.h"
 #include "train/gpt2_weights.h"
+#include "train/model_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -66,30 +67,10 @@ void generate(const GenerateOpts& o) {
   check_options(o);
   set_num_threads(o.threads);
   // A run directory or its checkpoints folder resolves to the newest checkpoint in it.
-  std::string dir = o.checkpoint;
-  if (!fs::exists(fs::path(dir) / "model.safetensors")) {
-    for (auto root : {fs::path(dir), fs::path(dir) / "checkpoints"})
-      if (auto ck = latest_checkpoint(root.string())) {
-        dir = ck->dir;
-        break;
-      }
-  }
-  std::string cfg_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(cfg_path))
-    fail(
-        "--checkpoint {}: no config.json and model.safetensors there (give a checkpoint "
-        "directory such as runs/tiny/checkpoints/step_00000050, or a run directory)",
-        o.checkpoint);
-  nlohmann::json hf;
-  try {
-    hf = nlohmann::json::parse(read_file(cfg_path, "config"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", cfg_path, e.what());
-  }
-  Gpt2Config c = gpt2_config_from_hf(hf, cfg_path, 128);
-  Buffer<float> params(gpt2_param_layout(c).total);
-  SafeTensorsReader f((fs::path(dir) / "model.safetensors").string());
-  gpt2_load_tensors(f, gpt2_param_layout(c), c, params.data());
+  const std::string dir = resolve_model_dir(o.checkpoint, "--checkpoint");
+  LoadedModel model = load_model_dir(dir);
+  const Gpt2Config& c = model.config;
+  Buffer<float>& params = model.params;
 
   // The tokenizer the run was trained with, from its trainer state; else by vocabulary size.
   std::string tok_name = o.tokenizer;

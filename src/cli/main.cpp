@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   kiln::cli::register_plan(app);
   kiln::cli::register_submit(app);
   kiln::cli::register_report(app);
+  kiln::cli::register_ckpt(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -223,6 +224,38 @@ TEST_F(Cli, BenchPeakCachesItsPeaksAndTrainSaysItMeasuresMfuAgainstThem) {
 std::string file_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST_F(Cli, CkptExportWritesTheModelAsAHuggingFaceDirectory) {
+  prepare();
+  auto r = run_kiln("train " + config_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A run directory: its newest checkpoint, the model alone, the same bytes as the checkpoint's.
+  r = run_kiln("ckpt export " + (dir_ / "run") + " " + (dir_ / "hf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step_00000006"), std::string::npos) << r.output;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_ / "hf")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"}));
+  for (const char* f : {"model.safetensors", "config.json"})
+    EXPECT_TRUE(file_bytes(dir_ / ("hf/" + std::string(f))) ==
+                file_bytes(dir_ / ("run/checkpoints/step_00000006/" + std::string(f))))
+        << f;
+  // kiln generate reads it as it reads the checkpoint.
+  const std::string gen = " --prompt-ids 1,2,3 --max-new-tokens 8 --temperature 0 --ids";
+  auto a = run_kiln("generate --checkpoint " + (dir_ / "hf") + gen);
+  auto b = run_kiln("generate --checkpoint " + (dir_ / "run") + gen);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  // Never over something that exists.
+  r = run_kiln("ckpt export " + (dir_ / "run") + " " + (dir_ / "hf"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("not an empty directory"), std::string::npos) << r.output;
+  r = run_kiln("ckpt export " + (dir_ / "nowhere") + " " + (dir_ / "hf2"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("nowhere"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "hf2"));
 }
 
 TEST_F(Cli, RunKilledWithSigkillResumesToTheSameBits) {
