@@ -785,7 +785,7 @@ void register_plan(CLI::App& app) {
       ->capture_default_str()
       ->group(J);
   cmd->add_option("--layout", o->layout,
-                  "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective "
+                  "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention "
                   "(also vpp=N, sp=0|1); without it every layout is searched")
       ->group(L);
   cmd->add_option("--top", o->top, "layouts to list from a search")

@@ -133,25 +133,6 @@ void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, ui
   }
 }
 
-Recompute parse_recompute(const std::string& s) {
-  if (s == "none") return Recompute::none;
-  if (s == "attention") return Recompute::attention;
-  if (s == "full") return Recompute::full;
-  fail("recompute mode '{}' is not one of none, attention, full", s);
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none:
-      return "none";
-    case Recompute::attention:
-      return "attention";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
-
 int64_t gpt2_head_chunk_rows(int64_t rows) {
   return std::min<int64_t>(rows, 256);
 }

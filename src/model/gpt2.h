@@ -76,15 +76,7 @@ ModelParams view_params(const ParamLayout& layout, const Gpt2Config& c, float* b
 // rows are zero. Each tensor draws from its own stream seeded by (seed, tensor index).
 void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, uint64_t seed);
 
-// What backward recomputes instead of keeping from forward (train.recompute).
-//   none:      every activation is kept.
-//   attention: the softmax probabilities (B,NH,T,T per block) are recomputed from q and k.
-//   full:      each block keeps only its input; its forward is run again before its backward.
-// Results are bit-identical in all three: the recomputation runs the same kernels on the same
-// inputs.
-enum class Recompute { none, attention, full };
-Recompute parse_recompute(const std::string& s);  // "none" | "attention" | "full"
-const char* recompute_name(Recompute r);
+// Recompute (none, attention, full) is declared in model/spec.h.
 
 // A pipeline stage: layers [first, last) of the model, with the embedding (the stage reads token
 // ids) and/or the head (final LayerNorm, tied LM head, loss). Without the embedding a stage reads

@@ -4,6 +4,25 @@
 
 namespace kiln {
 
+Recompute parse_recompute(const std::string& s, const std::string& what) {
+  if (s == "none") return Recompute::none;
+  if (s == "attention" || s == "selective") return Recompute::attention;
+  if (s == "full") return Recompute::full;
+  fail("{} must be none, attention (also called selective) or full, got '{}'", what, s);
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return "none";
+    case Recompute::attention:
+      return "attention";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
 void ModelSpec::validate(const std::string& where) const {
   auto positive = [&](int64_t v, const char* field) {
     if (v <= 0) fail("{}: model {} must be positive, got {}", where, field, v);

@@ -17,6 +17,17 @@ namespace kiln {
 enum class FfnKind { gelu, swiglu };  // h→f→h with GELU, or gate and up h→f, SiLU(gate)·up, f→h
 enum class NormKind { layernorm, rmsnorm };
 
+// What backward recomputes instead of keeping from forward: the trainer's train.recompute and
+// the planner's recompute= share these names.
+//   none:      every activation is kept.
+//   attention: the attention core (the softmax probabilities, B·NH·T·T per block) is recomputed
+//              from q and k; Megatron-LM calls this "selective", accepted as another name.
+//   full:      each block keeps only its input; its forward runs again before its backward.
+enum class Recompute { none, attention, full };
+// "none", "attention" (or "selective") or "full"; `what` names the option in the error.
+Recompute parse_recompute(const std::string& s, const std::string& what = "recompute");
+const char* recompute_name(Recompute r);  // "none", "attention", "full"
+
 struct ModelSpec {
   std::string name;
   std::string family = "gpt2";  // "gpt2" (GPT-2/GPT-3 style) or "llama"; the traits below say how

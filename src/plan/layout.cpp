@@ -12,18 +12,6 @@
 
 namespace kiln::plan {
 
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
-
 std::string Layout::to_string() const {
   std::string s = fmt::format("tp={},pp={},", tp, pp);
   if (dp > 0) s += fmt::format("dp={},", dp);  // 0: not chosen yet
@@ -71,7 +59,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
   std::set<std::string> seen;
   size_t pos = 0;
   if (text.empty())
-    fail("--layout is empty; e.g. --layout tp=8,pp=4,mb=1,zero=1,recompute=selective");
+    fail("--layout is empty; e.g. --layout tp=8,pp=4,mb=1,zero=1,recompute=attention");
   while (pos <= text.size()) {
     size_t end = text.find(',', pos);
     if (end == std::string::npos) end = text.size();
@@ -80,7 +68,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
     if (item.empty()) continue;
     size_t eq = item.find('=');
     if (eq == std::string::npos)
-      fail("--layout: '{}' is not key=value; e.g. tp=8,pp=4,mb=1,zero=1,recompute=selective", item);
+      fail("--layout: '{}' is not key=value; e.g. tp=8,pp=4,mb=1,zero=1,recompute=attention", item);
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
       std::string close = closest_name(key, keys);
@@ -98,14 +86,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
                                       : &keys_given.sp;
     *flag = true;
     if (key == "recompute") {
-      if (value == "none")
-        l.recompute = Recompute::none;
-      else if (value == "selective")
-        l.recompute = Recompute::selective;
-      else if (value == "full")
-        l.recompute = Recompute::full;
-      else
-        fail("--layout: recompute must be none, selective or full, got '{}'", value);
+      l.recompute = parse_recompute(value, "--layout: recompute");
       continue;
     }
     int v = 0;

@@ -9,14 +9,17 @@
 //   mb   micro-batch size in sequences; m = global batch / (dp·mb) micro-batches per step
 //   zero ZeRO stage over the dp group (Rajbhandari et al. 2020): 1 shards optimizer state,
 //        2 also gradients, 3 also weights
-//   recompute none | selective (the attention core) | full (each layer from its input)
+//   recompute none | attention (the attention core; "selective" is accepted too) | full (each
+//             layer from its input): the trainer's train.recompute names (model/spec.h)
 #pragma once
 #include <string>
 
+#include "model/spec.h"
+
 namespace kiln::plan {
 
-enum class Recompute { none, selective, full };
-const char* recompute_name(Recompute r);
+using kiln::Recompute;
+using kiln::recompute_name;
 
 struct Layout {
   int tp = 1;
@@ -28,7 +31,7 @@ struct Layout {
   Recompute recompute = Recompute::none;
   bool sp = false;
 
-  // "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=selective" (+ ",vpp=2" and ",sp=1" when set).
+  // "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention" (+ ",vpp=2" and ",sp=1" when set).
   std::string to_string() const;
 };
 

@@ -132,9 +132,9 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   e.micro_batches = seqs / (int64_t(l.dp) * l.mb);
   e.memory = memory_per_gpu(m, c, j, l, e.micro_batches);
   e.time = step_time(m, c, j, l, e.micro_batches);
-  if (l.recompute == Recompute::selective && j.flash_attention)
+  if (l.recompute == Recompute::attention && j.flash_attention)
     e.notes.push_back(
-        "selective recompute does nothing with flash attention, which keeps no "
+        "attention recompute does nothing with flash attention, which keeps no "
         "attention scores");
   if (l.zero > 0 && l.dp == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
   if (l.tp > 1 && !l.sp)
@@ -148,7 +148,7 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   const double fpt = model_flops_per_token(m, j.seq_len);
   double hw = fpt;
   if (l.recompute == Recompute::full) hw += block_forward_flops_per_token(m, j.seq_len);
-  if (l.recompute == Recompute::selective && !j.flash_attention)
+  if (l.recompute == Recompute::attention && !j.flash_attention)
     hw += attention_core_forward_flops_per_token(m, j.seq_len);
   e.tflops_per_gpu_model = fpt * e.tokens_per_s / N * 1e-12;
   e.tflops_per_gpu_hw = hw * e.tokens_per_s / N * 1e-12;
@@ -177,7 +177,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   const LayoutKeys& k = fixed.keys;
   const Layout& v = fixed.values;
   std::vector<Recompute> recomputes = {Recompute::none, Recompute::full};
-  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::selective);
+  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::attention);
   if (k.recompute) recomputes = {v.recompute};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
   for (int tp : tps) {
@@ -358,7 +358,7 @@ std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, 
   };
   if (l.recompute != Recompute::full) {
     if (l.recompute == Recompute::none && !j.flash_attention)
-      with("recompute=selective", [](Layout& x) { x.recompute = Recompute::selective; });
+      with("recompute=attention", [](Layout& x) { x.recompute = Recompute::attention; });
     with("recompute=full", [](Layout& x) { x.recompute = Recompute::full; });
   }
   if (l.tp > 1 && !l.sp) with("sp=1", [](Layout& x) { x.sp = true; });

@@ -113,7 +113,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   double rec = 0;
   if (l.recompute == Recompute::full)
     rec = lt.fwd;
-  else if (l.recompute == Recompute::selective && !j.flash_attention)
+  else if (l.recompute == Recompute::attention && !j.flash_attention)
     rec = lt.attn_fwd;
 
   // Tensor-parallel collectives of one activation (n·h·e bytes) inside the node.

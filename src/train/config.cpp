@@ -425,9 +425,12 @@ void TrainConfig::validate() const {
 
   if (dtype != "fp32" && dtype != "bf16")
     fail("{}: train.dtype must be \"fp32\" or \"bf16\", got '{}'", source, dtype);
-  if (recompute != "none" && recompute != "attention" && recompute != "full")
-    fail("{}: train.recompute must be \"none\", \"attention\" or \"full\", got '{}'", source,
-         recompute);
+  if (recompute != "none" && recompute != "attention" && recompute != "selective" &&
+      recompute != "full")
+    fail(
+        "{}: train.recompute must be \"none\", \"attention\" (Megatron's \"selective\") or "
+        "\"full\", got '{}'",
+        source, recompute);
   if (resume != "none" && resume != "auto" && resume != "must")
     fail("{}: train.resume must be \"none\", \"auto\" or \"must\", got '{}'", source, resume);
   if (tokenizer != "gpt2" && tokenizer != "bytes")

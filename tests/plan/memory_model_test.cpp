@@ -64,12 +64,12 @@ TEST(PlanMemoryModel, ActivationsMatchKorthikanti) {
   l.sp = true;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none),
                    sbh * (34 / t + 5 * a * S / (h * t)));
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::selective), 34 * sbh / t);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::attention), 34 * sbh / t);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::full), 2 * sbh / t);
   // Flash attention keeps no score matrix: selective recompute saves nothing more.
   s.job.flash_attention = true;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none),
-                   layer_activation_bytes(s.model, s.job, l, Recompute::selective));
+                   layer_activation_bytes(s.model, s.job, l, Recompute::attention));
 }
 
 // 1F1B: stage k keeps min(m, p − k) micro-batches, so the first stage holds p × L/p = L layers'

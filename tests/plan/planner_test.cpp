@@ -167,7 +167,9 @@ TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_layout("tp=8,tp=4"); }).find("'tp' is given twice"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_layout("recompute=most"); }).find("none, selective or full"),
+  EXPECT_NE(error_of([&] {
+              parse_layout("recompute=most");
+            }).find("none, attention (also called selective) or full"),
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_layout("zero=4"); }).find("ZeRO stage 0..3"), std::string::npos);
   EXPECT_NE(error_of([&] {
