@@ -246,9 +246,9 @@ struct BenchCommOpts {
   std::string algorithm = "auto";  // an engine algorithm, a comma-separated list, or "all"
   int ranks = 2;
   int reps = 5;
-  int64_t chunk = CommOptions{}.shm_chunk_bytes;
+  int64_t chunk = CommOptions{}.shm.chunk_bytes;
   int64_t direct = -1;  // -1: the engine's defaults
-  int64_t inline_bytes = CommOptions{}.shm_inline_bytes;
+  int64_t inline_bytes = CommOptions{}.shm.inline_bytes;
   bool shared = false;
   bool json = false;
 };
@@ -321,12 +321,12 @@ void bench_comm(const BenchCommOpts& o) {
   b.max_bytes = parse_bytes(o.max, "--max");
   b.reps = std::max(1, o.reps);
   b.engine.backend = "shm";
-  b.engine.shm_chunk_bytes = o.chunk;
-  b.engine.shm_inline_bytes = o.inline_bytes;
+  b.engine.shm.chunk_bytes = o.chunk;
+  b.engine.shm.inline_bytes = o.inline_bytes;
   b.shared = o.shared;
   if (o.direct >= 0)
-    b.engine.shm_direct_bytes = b.engine.shm_direct_cores_bytes =
-        b.engine.shm_direct_broadcast_bytes = o.direct;
+    b.engine.shm.direct_bytes = b.engine.shm.direct_cores_bytes =
+        b.engine.shm.direct_broadcast_bytes = o.direct;
   // "all": every algorithm that applies to the op (all-gather and broadcast have one).
   if (o.algorithm == "all") {
     if (o.op == "allreduce") b.algorithms = {"one_shot", "direct", "ring", "halving_doubling"};

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/shm_options.h"
+
 namespace kiln {
 
 enum class DType { F32, BF16, F64 };  // BF16 is stored as uint16 and summed in fp32
@@ -35,38 +37,8 @@ struct CommOptions {
   // number of ranks on every node). "auto": shm on one node, hier across nodes of equal rank
   // counts (more than one each), MPI otherwise. See docs/collectives.md.
   std::string backend = "mpi";
-  // Shared-memory engine tuning (docs/collectives.md): bytes a rank stages per pipeline step,
-  // steps in flight; the tuner's thresholds (algorithm "auto", measured with `kiln bench comm
-  // --algorithm all`): one-shot all-reduce up to shm_one_shot_bytes, ring from
-  // shm_ring_bytes (all-reduce; below shm_ring_oversubscribed_below with more ranks than cores)
-  // and shm_ring_scatter_bytes (reduce-scatter) with 2 to shm_ring_max_ranks ranks, direct
-  // otherwise.
-  int64_t shm_chunk_bytes = 256 << 10;
-  int shm_slots = 4;
-  int64_t shm_one_shot_bytes = 4 << 10;
-  int64_t shm_ring_bytes = 512 << 10;
-  int64_t shm_ring_scatter_bytes = 32 << 10;
-  int shm_ring_max_ranks = 4;
-  int64_t shm_ring_oversubscribed_below = 4 << 20;  // more ranks than cores: ring below this only
-  // Collectives up to this many bytes (a reduce-scatter's input, an all-gather's largest slice)
-  // travel in the ranks' 64-byte lines rather than the staging slots (at most 448). With more
-  // ranks than cores broadcasts use the lines up to 448 bytes, so a root can run up to 32 of
-  // them ahead of peers that are not running.
-  int64_t shm_inline_bytes = 128;
-  // All-reduces ("auto") of at least shm_shared_bytes and below shm_shared_below whose buffers
-  // lie in alloc_shared memory on every rank read the peers' buffers in place instead of staging
-  // them (from 256 MiB the ring was twice as fast in every run here; cause not found).
-  int64_t shm_shared_bytes = 2 << 20;
-  int64_t shm_shared_below = 256 << 20;
-  // All-gathers and broadcasts from this size on copy straight from the peers' buffers
-  // (process_vm_readv, one copy instead of two) when the kernel allows it; 0: never.
-  int64_t shm_direct_bytes = 1 << 20;
-  // ... and from this size on when the node has no more ranks than cores (a peer then runs
-  // while it is read).
-  int64_t shm_direct_cores_bytes = 32 << 10;
-  // Broadcasts read the root's buffer directly from this size on, however many ranks: the staged
-  // broadcast's speed varied 5-fold from run to run at 16-512 KiB (docs/performance.md).
-  int64_t shm_direct_broadcast_bytes = 16 << 10;
+  // The shared-memory engine's own knobs (comm/shm_options.h).
+  ShmOptions shm = {};
   // The engine's all-reduce and reduce-scatter algorithm (docs/collectives.md): "auto" (chosen
   // by size and rank count), "one_shot", "direct", "ring" or "halving_doubling".
   std::string algorithm = "auto";

@@ -375,16 +375,16 @@ class ShmCommunicator : public Communicator {
  public:
   ShmCommunicator(std::unique_ptr<Communicator> mpi, const CommOptions& o)
       : mpi_(std::move(mpi)), opts_(o), rank_(mpi_->rank()), size_(mpi_->size()) {
-    if (o.shm_chunk_bytes < 4096 || o.shm_chunk_bytes % 4096)
+    if (o.shm.chunk_bytes < 4096 || o.shm.chunk_bytes % 4096)
       fail("comm: the shared-memory chunk ({} bytes) must be a positive multiple of 4096",
-           o.shm_chunk_bytes);
-    if (o.shm_slots < 2) fail("comm: the shared-memory engine needs at least 2 slots");
-    if (o.shm_inline_bytes < 0 || o.shm_inline_bytes > kInlineBytes)
-      fail("comm: shm_inline_bytes = {} is outside 0..{} (the bytes a rank's lines carry)",
-           o.shm_inline_bytes, kInlineBytes);
-    inline_max_ = o.shm_inline_bytes;
-    chunk_ = o.shm_chunk_bytes;
-    slots_ = o.shm_slots;
+           o.shm.chunk_bytes);
+    if (o.shm.slots < 2) fail("comm: the shared-memory engine needs at least 2 slots");
+    if (o.shm.inline_bytes < 0 || o.shm.inline_bytes > kInlineBytes)
+      fail("comm: shm.inline_bytes = {} is outside 0..{} (the bytes a rank's lines carry)",
+           o.shm.inline_bytes, kInlineBytes);
+    inline_max_ = o.shm.inline_bytes;
+    chunk_ = o.shm.chunk_bytes;
+    slots_ = o.shm.slots;
     algorithm_ = parse_algorithm(o.algorithm);
     scratch_.resize(chunk_ / sizeof(double));
     src_.resize(size_);
@@ -437,7 +437,7 @@ class ShmCommunicator : public Communicator {
                got == probe;
       int all_ok = 0;
       rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-      direct_ = all_ok == 1 && o.shm_direct_bytes > 0;
+      direct_ = all_ok == 1 && o.shm.direct_bytes > 0;
       return rc;
     });
     control_ = static_cast<Counter*>(base_);
@@ -882,12 +882,12 @@ class ShmCommunicator : public Communicator {
   // fastest here, so auto does not choose it.
   Algorithm choose(int64_t bytes) const {
     if (algorithm_ != Algorithm::kAuto) return algorithm_;
-    if (bytes <= std::min(opts_.shm_one_shot_bytes, chunk_)) return Algorithm::kOneShot;
+    if (bytes <= std::min(opts_.shm.one_shot_bytes, chunk_)) return Algorithm::kOneShot;
     // With more ranks than cores each of the ring's 2(P-1) hand-offs per round may wait for a
     // descheduled peer; for large buffers its timings then scattered 3-fold between runs, while
     // direct's (2 hand-offs) held.
-    if (size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_bytes &&
-        (!oversubscribed_ || bytes < opts_.shm_ring_oversubscribed_below))
+    if (size_ <= opts_.shm.ring_max_ranks && bytes >= opts_.shm.ring_bytes &&
+        (!oversubscribed_ || bytes < opts_.shm.ring_oversubscribed_below))
       return Algorithm::kRing;
     return Algorithm::kDirect;
   }
@@ -896,7 +896,7 @@ class ShmCommunicator : public Communicator {
   Algorithm choose_scatter(int64_t bytes) const {
     if (algorithm_ != Algorithm::kAuto) return algorithm_;
     if (bytes <= inline_max_) return Algorithm::kOneShot;
-    return size_ <= opts_.shm_ring_max_ranks && bytes >= opts_.shm_ring_scatter_bytes
+    return size_ <= opts_.shm.ring_max_ranks && bytes >= opts_.shm.ring_scatter_bytes
                ? Algorithm::kRing
                : Algorithm::kDirect;
   }
@@ -905,8 +905,8 @@ class ShmCommunicator : public Communicator {
   void do_all_reduce(void* buf, int64_t n, DType t, bool shared) {
     if (n == 0) return;
     const int64_t bytes = n * static_cast<int64_t>(dtype_bytes(t));
-    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm_shared_bytes &&
-        bytes < opts_.shm_shared_below && shared_all_reduce(buf, n, t))
+    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm.shared_bytes &&
+        bytes < opts_.shm.shared_below && shared_all_reduce(buf, n, t))
       return;
     switch (size_ == 1 ? Algorithm::kDirect : choose(bytes)) {
       case Algorithm::kOneShot:
@@ -929,8 +929,8 @@ class ShmCommunicator : public Communicator {
   void do_reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
                          bool shared) {
     const int64_t bytes = total(counts) * static_cast<int64_t>(dtype_bytes(t));
-    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm_shared_bytes &&
-        bytes < opts_.shm_shared_below && shared_reduce_scatter(in, out, counts, t))
+    if (size_ > 1 && algorithm_ == Algorithm::kAuto && shared && bytes >= opts_.shm.shared_bytes &&
+        bytes < opts_.shm.shared_below && shared_reduce_scatter(in, out, counts, t))
       return;
     const Algorithm a = size_ == 1 ? Algorithm::kDirect : choose_scatter(bytes);
     if (a == Algorithm::kRing)
@@ -1542,18 +1542,18 @@ class ShmCommunicator : public Communicator {
       return;
     }
     if (direct_ && n * static_cast<int64_t>(dtype_bytes(t)) >=
-                       std::min(direct_from(), opts_.shm_direct_broadcast_bytes))
+                       std::min(direct_from(), opts_.shm.direct_broadcast_bytes))
       direct_broadcast(buf, n, t, root);
     else
       broadcast_chunks(buf, n, t, root);
   }
 
   // Where direct copies start: with every rank on a core of its own one copy through the kernel
-  // wins from shm_direct_cores_bytes; with more ranks than cores the staged copies win up to
-  // shm_direct_bytes (measured, docs/collectives.md).
+  // wins from shm.direct_cores_bytes; with more ranks than cores the staged copies win up to
+  // shm.direct_bytes (measured, docs/collectives.md).
   int64_t direct_from() const {
-    return oversubscribed_ ? opts_.shm_direct_bytes
-                           : std::min(opts_.shm_direct_bytes, opts_.shm_direct_cores_bytes);
+    return oversubscribed_ ? opts_.shm.direct_bytes
+                           : std::min(opts_.shm.direct_bytes, opts_.shm.direct_cores_bytes);
   }
 
   bool node_ranks_exceed_cores() const {
@@ -1584,7 +1584,7 @@ class ShmCommunicator : public Communicator {
   char* result_ = nullptr;
   bool oversubscribed_ = false;
   int long_waits_ = 0;      // recent waits that outlasted the spin (see backoff)
-  int64_t inline_max_ = 0;  // shm_inline_bytes, at most kInlineBytes
+  int64_t inline_max_ = 0;  // shm.inline_bytes, at most kInlineBytes
   int64_t window_bytes_ = 0;
   bool direct_ = false;  // every rank may read its peers' memory (process_vm_readv)
   uint64_t step_ = 0;    // steps taken; identical on every rank between operations

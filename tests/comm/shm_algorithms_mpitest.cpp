@@ -40,10 +40,10 @@ Communicator& engine(const std::string& algorithm, bool small_chunk) {
     o.algorithm = algorithm;
     if (algorithm == "shared" || algorithm == "shared_fresh") {  // auto, in place at any size
       o.algorithm = "auto";
-      o.shm_shared_bytes = 1;
+      o.shm.shared_bytes = 1;
     }
-    o.shm_slots = small_chunk ? 2 : 4;
-    if (small_chunk) o.shm_chunk_bytes = 4096;
+    o.shm.slots = small_chunk ? 2 : 4;
+    if (small_chunk) o.shm.chunk_bytes = 4096;
     c = make_world_communicator(o);
   }
   return *c;
@@ -375,14 +375,14 @@ TEST(ShmAlgorithms, TheTunerPicksTheRingForLargeBuffersAndDirectBelow) {
   Communicator& c = engine("auto", false);
   const CommOptions d;
   const int P = c.size();
-  ASSERT_LE(P, d.shm_ring_max_ranks);
-  for (int64_t bytes : {d.shm_one_shot_bytes, d.shm_ring_bytes / 2, d.shm_ring_bytes}) {
-    check_all_reduce(bytes >= d.shm_ring_bytes ? "ring" : "direct", c, bytes / 4);
+  ASSERT_LE(P, d.shm.ring_max_ranks);
+  for (int64_t bytes : {d.shm.one_shot_bytes, d.shm.ring_bytes / 2, d.shm.ring_bytes}) {
+    check_all_reduce(bytes >= d.shm.ring_bytes ? "ring" : "direct", c, bytes / 4);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  for (int64_t bytes : {d.shm_ring_scatter_bytes / 2, d.shm_ring_scatter_bytes + 4 * P}) {
+  for (int64_t bytes : {d.shm.ring_scatter_bytes / 2, d.shm.ring_scatter_bytes + 4 * P}) {
     const int64_t n = bytes / 4 / P * P;
-    check_reduce_scatter(n * 4 >= d.shm_ring_scatter_bytes ? "ring" : "direct", c, n,
+    check_reduce_scatter(n * 4 >= d.shm.ring_scatter_bytes ? "ring" : "direct", c, n,
                          even_counts(n, P));
     if (::testing::Test::HasFatalFailure()) return;
   }

@@ -23,10 +23,10 @@ CommOptions shm_options(int64_t chunk_bytes, int64_t one_shot_bytes = 32 << 10,
   CommOptions o;
   o.timeout_seconds = 30;
   o.backend = "shm";
-  o.shm_chunk_bytes = chunk_bytes;
-  o.shm_one_shot_bytes = one_shot_bytes;
-  o.shm_direct_bytes = direct_bytes;
-  o.shm_slots = 3;
+  o.shm.chunk_bytes = chunk_bytes;
+  o.shm.one_shot_bytes = one_shot_bytes;
+  o.shm.direct_bytes = direct_bytes;
+  o.shm.slots = 3;
   o.algorithm = "direct";  // one-shot and direct (shm_algorithms_mpitest.cpp: the others)
   return o;
 }
