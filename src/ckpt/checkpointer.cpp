@@ -29,7 +29,7 @@ void Checkpointer::agree(const std::string& error, const std::string& what,
   fail("rank {}: another rank failed {} (its message says why)", world_.rank(), what);
 }
 
-// Rank 0's string on every rank (a path, up to 4 KiB).
+// Rank 0's string on every rank (a file name: far below the 4 KiB carried).
 std::string Checkpointer::from_rank0(const std::string& text) {
   if (world_.size() == 1) return text;
   std::vector<double> buf(512, 0.0);  // 4 KiB of bytes carried in doubles
@@ -53,7 +53,8 @@ std::string Checkpointer::save(int64_t step, const CheckpointContents& c) {
     }
   }
   agree(error, fmt::format("opening checkpoint step {}", step), writer ? tmp : "");
-  tmp = from_rank0(tmp);
+  // Its name only: a rank on another node may reach the run directory by another path.
+  tmp = (fs::path(root_) / from_rank0(fs::path(tmp).filename().string())).string();
 
   // Each rank's own shard.
   if (c.writes_shard) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -96,8 +97,25 @@ std::vector<std::string> mpirun_prefix(int ranks) {
 }
 
 std::string launch_id(int attempt) {
-  return fmt::format("{}.{}", getpid(), attempt);
+  // The pid alone could be reused by a later launcher while an earlier one's ranks live on: a
+  // random nonce drawn once per launcher process makes the mark its own.
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(now_seconds() * 1e9);
+  }();
+  return fmt::format("{}.{:016x}.{}", getpid(), nonce, attempt);
 }
+
+namespace {
+bool carries_mark(long pid, const std::string& want) {
+  std::ifstream f(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  if (!f) return false;  // gone, or another user's
+  std::string entry;
+  while (std::getline(f, entry, '\0'))
+    if (entry == want) return true;
+  return false;
+}
+}  // namespace
 
 std::vector<int> processes_of_attempt(const std::string& id) {
   std::vector<int> found;
@@ -108,14 +126,7 @@ std::vector<int> processes_of_attempt(const std::string& id) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
-    std::ifstream f(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-    if (!f) continue;  // gone, or another user's
-    std::string entry;
-    while (std::getline(f, entry, '\0'))
-      if (entry == want) {
-        found.push_back(static_cast<int>(pid));
-        break;
-      }
+    if (carries_mark(pid, want)) found.push_back(static_cast<int>(pid));
   }
   closedir(d);
   return found;
@@ -224,14 +235,29 @@ Attempt run_attempt(const std::vector<std::string>& cmd) {
 namespace {
 
 // Ranks of an attempt that outlived its mpirun (killed, crashed) would go on training and hold
-// the run directory: stop them before anything restarts. Returns how many there were.
+// the run directory: stop them before anything restarts. Returns how many there were; fails when
+// they do not go (a process stuck in uninterruptible I/O), since a restart would then find the
+// run directory held.
 int stop_left_behind_ranks(int attempt) {
-  const std::string id = launch_id(attempt);
+  const std::string id = launch_id(attempt), want = "KILN_LAUNCH_ID=" + id;
   std::vector<int> left = processes_of_attempt(id);
-  for (int pid : left) kill(pid, SIGKILL);
-  for (int i = 0; i < 500 && !processes_of_attempt(id).empty(); i++)
+  for (int pid : left)
+    if (carries_mark(pid, want)) kill(pid, SIGKILL);  // checked again: the pid is still ours
+  for (int i = 0; i < 6000; i++) {                    // up to a minute
+    std::vector<int> still = processes_of_attempt(id);
+    if (still.empty()) return static_cast<int>(left.size());
+    if (i % 500 == 499)
+      fmt::print(stderr, "launch: waiting for {} rank process{} of attempt {} to exit\n",
+                 still.size(), still.size() == 1 ? "" : "es", attempt + 1);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return static_cast<int>(left.size());
+  }
+  std::string pids;
+  for (int pid : processes_of_attempt(id)) pids += fmt::format(" {}", pid);
+  fail(
+      "launch: rank processes of attempt {} (pids{}) did not exit a minute after SIGKILL (stuck "
+      "in I/O?); not restarting while they may hold the run directory. Check them, then run "
+      "again with --resume",
+      attempt + 1, pids);
 }
 
 }  // namespace

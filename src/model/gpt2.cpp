@@ -252,6 +252,10 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   if (st.first < 0 || st.first > st.last || st.last > c.n_layer)
     fail("a stage of layers [{}, {}) does not fit a model of {} layers", st.first, st.last,
          c.n_layer);
+  if (st.embedding && st.first != 0)
+    fail("a stage with the embedding starts at layer 0, not {}", st.first);
+  if (st.head && st.last != c.n_layer)
+    fail("a stage with the head ends at the last layer ({}), not {}", c.n_layer, st.last);
   if (opts_.slots < 1) fail("a model needs at least one activation slot, got {}", opts_.slots);
   ActivationBytes plan = plan_activations(c, B, T, opts_, nullptr);
   slots_.resize(opts_.slots);
@@ -617,8 +621,11 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
   if (!st.embedding) return;  // input_grad() holds the gradient of the stage's input
   {
     Timed t(profile_, &Profile::embedding);
-    // wte's gradient was begun by the LM head; wpe's has no other writer.
+    // wte's gradient was begun by the LM head (in a stage without the head, this one begins
+    // it); wpe's has no other writer.
     if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
+    if (!accumulate && !st.head)
+      std::fill(G.wte, G.wte + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
     encoder_backward(G.wte, G.wpe, S.dresidual, inputs, B, T, C);
   }
   if (ready) ready(0, block_begin(0));

@@ -224,6 +224,8 @@ class Gpt2 {
   // dlogits), else from `doutput` (B,T,C), the gradient of stage_output(). With the embedding it
   // ends in the embedding's gradients (`inputs` are the token ids); without it input_grad()
   // holds the gradient of the stage's input, (B,T,C), until the next backward.
+  // A stage without the head reports no ready() range for ln_f nor for the other stages' layers:
+  // data parallelism over stages needs its buckets cut per stage first (pipeline parallelism).
   void backward_stage(const float* params, float* grads, const int32_t* inputs,
                       const float* doutput, const GradsReady& ready = {},
                       const BlockHooks& hooks = {}, bool accumulate = true, int slot = 0);
@@ -234,7 +236,10 @@ class Gpt2 {
   const float* logits() const { return opts_.bf16 ? full_logits_.data() : slots_[0].logits; }
   const float* losses() const { return slots_[0].losses; }
   // Activations kept for backward plus backward's scratch, fp32 and bf16.
-  int64_t activation_bytes() const { return act_bytes_.total(); }
+  // (every slot's; the scratch is shared)
+  int64_t activation_bytes() const {
+    return act_bytes_.total() + (opts_.slots - 1) * (act_bytes_.total() - act_bytes_.scratch);
+  }
   const ActivationBytes& activation_breakdown() const { return act_bytes_; }
   int64_t weight_copy_bytes() const { return static_cast<int64_t>(weights_bf16_.bytes()); }
   Profile& profile() { return profile_; }

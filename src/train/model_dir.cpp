@@ -52,7 +52,8 @@ std::string export_model(const std::string& from, const std::string& out) {
     fail("ckpt export: {} exists and is not an empty directory; give a new directory", out);
   const LoadedModel m = load_model_dir(dir);
   // Written beside `out` and renamed into place, so a failed export leaves nothing half-done.
-  const fs::path target = fs::absolute(out).lexically_normal();
+  fs::path target = fs::absolute(out).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "out/": the directory out
   const fs::path tmp = target.parent_path() / (".tmp-export-" + target.filename().string() + "." +
                                                std::to_string(::getpid()));
   fs::create_directories(target.parent_path());

@@ -58,8 +58,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   world_ = &grid_->world();
   dp_group_ = &grid_->dp_group();
   // The run directory, the data and the checkpoint are the job's input: refusing one of them is
-  // final (kExitBadInput), a launcher does not retry it.
-  if (opts_.claim_run_dir) refused_as_bad_input([&] { claim_run_directory(); });
+  // final (kExitBadInput), a launcher does not retry it; a failing collective is not a refusal.
+  if (opts_.claim_run_dir) claim_run_directory();
   // train.threads = 0: all cores, shared out among the ranks this machine runs.
   int threads = cfg_.threads;
   if (threads == 0) {
@@ -200,11 +200,14 @@ void Trainer::claim_run_directory() {
       run_lock_.reset();
     }
   }
+  // A refusal is final (kExitBadInput); a failure of the reduction itself (a timeout) is not.
   if (world_->size() > 1 && world_->all_reduce_scalar(error.empty() ? 0.0 : 1.0) > 0 &&
       error.empty())
-    fail("rank {}: rank 0 refused train.out_dir {} (its message says why)", world_->rank(),
-         cfg_.out_dir);
-  if (!error.empty()) throw Error(error);
+    throw ExitCodeError(
+        kExitBadInput,
+        fmt::format("rank {}: rank 0 refused train.out_dir {} (its message says why)",
+                    world_->rank(), cfg_.out_dir));
+  if (!error.empty()) throw ExitCodeError(kExitBadInput, error);
 }
 
 bool Trainer::params_finite() {

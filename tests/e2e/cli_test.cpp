@@ -252,6 +252,12 @@ TEST_F(Cli, CkptExportWritesTheModelAsAHuggingFaceDirectory) {
   r = run_kiln("ckpt export " + (dir_ / "run") + " " + (dir_ / "hf"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("not an empty directory"), std::string::npos) << r.output;
+  // An existing empty directory, named with a trailing slash (as shells complete it).
+  fs::create_directories(dir_ / "hf3");
+  r = run_kiln("ckpt export " + (dir_ / "run") + " " + (dir_ / "hf3") + "/");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(file_bytes(dir_ / "hf3/model.safetensors") ==
+              file_bytes(dir_ / "hf/model.safetensors"));
   r = run_kiln("ckpt export " + (dir_ / "nowhere") + " " + (dir_ / "hf2"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("nowhere"), std::string::npos) << r.output;
