@@ -290,22 +290,16 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   if (bf) {
     scratch_.mem_bf16.resize(BT * 4 * C);
     scratch_.dout_bf = scratch_.mem_bf16.data();
-    weights_bf16_.resize(layout_.total);
   }
   KILN_CHECK(act_bytes_.scratch ==
              static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
 }
 
-bf16* Gpt2::weight_copy_for_update(const float* params) {
-  if (!opts_.bf16) return nullptr;
-  weights_source_ = params;
-  return weights_bf16_.data();
-}
-
 void Gpt2::set_weights(const float* params) {
   if (!opts_.bf16) return;
-  to_bf16(weights_bf16_.data(), params, layout_.total);
-  weights_source_ = params;
+  if (!own_weights_) own_weights_ = std::make_unique<Bf16WeightCopy>(layout_.total);
+  own_weights_->refresh(params);
+  weights_ = own_weights_.get();
 }
 
 namespace {
@@ -405,7 +399,8 @@ double Gpt2::forward_stage(const float* params, const int32_t* inputs, const flo
   const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B) * T;
-  if (opts_.bf16) KILN_CHECK(weights_source_ == params);  // set_weights(params) after each update
+  // bf16: a copy of exactly these parameters (set_weights or the lent copy, after each update).
+  if (opts_.bf16) KILN_CHECK(weights_ && weights_->source() == params);
   if (params != params_) {
     P_ = view_params(layout_, c, const_cast<float*>(params));
     params_ = params;
@@ -520,7 +515,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
   const bool bf = opts_.bf16;
-  if (bf) KILN_CHECK(weights_source_ == params);
+  if (bf) KILN_CHECK(weights_ && weights_->source() == params);
   if (params != params_) {
     P_ = view_params(layout_, c, const_cast<float*>(params));
     params_ = params;

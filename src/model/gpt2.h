@@ -7,12 +7,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/buffer.h"
 #include "kernels/bf16.h"
 #include "model/spec.h"
+#include "model/weight_copy.h"
 
 namespace kiln {
 
@@ -91,7 +93,7 @@ struct StageSpec {
 
 struct ModelOptions {
   // Mixed precision: matmul operands in bf16 (activations converted as they are produced, the
-  // weights from a bf16 copy made by set_weights()), accumulation and everything else in fp32.
+  // weights from a bf16 copy, model/weight_copy.h), accumulation and everything else in fp32.
   bool bf16 = false;
   Recompute recompute = Recompute::none;
   // Flash-style attention kernels: no (B,NH,T,T) probabilities kept or scratch (other bits than
@@ -193,14 +195,14 @@ class Gpt2 {
     std::function<void(int block)> before, after;
   };
   //
-  // bf16 mode: set_weights(params) must have been called since params last changed; forward and
-  // backward then read the matrices from the bf16 copy (and everything else from params).
+  // bf16 mode: forward and backward read the matrices from a bf16 copy of params
+  // (model/weight_copy.h), and everything else from params. The code that owns precision lends
+  // its copy (use_weight_copy) and keeps it current; callers without one (tests, generation)
+  // call set_weights(params) after each change, which keeps a copy in the model. fp32 mode: both
+  // do nothing.
+  void use_weight_copy(const Bf16WeightCopy* copy) { weights_ = copy; }
   void set_weights(const float* params);
-  // The same copy written by the caller (AdamW writes it as it updates): returns the bf16 buffer
-  // (parameter layout) and records it as the copy of params; the caller must write the bf16 of
-  // every parameter before the next forward. nullptr in fp32 mode.
-  bf16* weight_copy_for_update(const float* params);
-  const bf16* weight_copy() const { return weights_bf16_.data(); }
+  const bf16* weight_copy() const { return weights_ ? weights_->data() : nullptr; }
   double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss,
                  const BlockHooks& hooks = {});
   // The same for this model's stage (ModelOptions::stage) into activation slot `slot`: from
@@ -241,13 +243,14 @@ class Gpt2 {
     return act_bytes_.total() + (opts_.slots - 1) * (act_bytes_.total() - act_bytes_.scratch);
   }
   const ActivationBytes& activation_breakdown() const { return act_bytes_; }
-  int64_t weight_copy_bytes() const { return static_cast<int64_t>(weights_bf16_.bytes()); }
+  // The copy set_weights keeps in the model (0 when the copy is lent).
+  int64_t weight_copy_bytes() const { return own_weights_ ? own_weights_->bytes() : 0; }
   Profile& profile() { return profile_; }
 
  private:
   void block_forward(int l, const float* residual);
   void head_backward(Activations& A, bool accumulate);
-  const bf16* wbf(const float* p) const { return weights_bf16_.data() + (p - params_); }
+  const bf16* wbf(const float* p) const { return weights_->data() + (p - params_); }
 
   Gpt2Config cfg_;
   int B_, T_;
@@ -256,10 +259,10 @@ class Gpt2 {
   ModelParams P_, G_;  // views of the buffers of the current forward/backward
   const float* params_ = nullptr;
   float* grads_ = nullptr;
-  Buffer<bf16> weights_bf16_;  // bf16 mode: the parameters in bf16, same layout
-  const float* weights_source_ = nullptr;
-  std::vector<Activations> slots_;  // one micro-batch's activations each
-  Activations* cur_ = nullptr;      // the slot of the forward or backward running
+  const Bf16WeightCopy* weights_ = nullptr;      // bf16 mode: the copy the matmuls read
+  std::unique_ptr<Bf16WeightCopy> own_weights_;  // set_weights's, when none is lent
+  std::vector<Activations> slots_;               // one micro-batch's activations each
+  Activations* cur_ = nullptr;                   // the slot of the forward or backward running
   ActivationBytes act_bytes_;
   Buffer<float> full_logits_;  // bf16 mode: made by the first forward without targets
   GradScratch scratch_;

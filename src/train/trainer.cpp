@@ -130,7 +130,12 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     for (int l = 0; l < cfg_.model.n_layer; l++) blocks.push_back(block_range(l));
     zero3_ = std::make_unique<Zero3Prefetch>(*dp_, params_, master_.data(), std::move(blocks));
   }
-  if (!zero3()) model_->set_weights(params_.data());  // bf16: the first weight copy
+  // bf16: the matmuls' copy of the weights is the trainer's (it owns precision), lent to the model.
+  if (cfg_.dtype == "bf16") {
+    weights_bf16_ = std::make_unique<Bf16WeightCopy>(model_->layout().total);
+    model_->use_weight_copy(weights_bf16_.get());
+    if (!zero3()) weights_bf16_->refresh(params_.data());  // the first copy
+  }
   // MFU is measured against the peak of the dtype the matmuls run in, on this many threads.
   std::vector<std::string> peak_notes;
   peak_ =
@@ -319,7 +324,7 @@ MemoryReport Trainer::memory() const {
   MemoryReport r;
   const int zero = dp_->zero();
   r.params = zero == 3 ? master_.bytes() : params_.bytes();
-  r.params += model_->weight_copy_bytes();  // bf16: the matmuls' copy of the weights
+  if (weights_bf16_) r.params += weights_bf16_->bytes();  // bf16: the matmuls' copy
   r.grads = zero >= 2 ? dp_->shard_grad_bytes() : grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
   if (zero >= 2) r.working = dp_->peak_resident_grad_bytes();
@@ -423,7 +428,8 @@ StepResult Trainer::step() {
       if (coef < 1.0) scale = static_cast<float>(coef);
     }
     // bf16 with the whole parameters updated here (zero 0): AdamW writes the weight copy too.
-    bf16* copy = dp_->zero() == 0 ? model_->weight_copy_for_update(params_.data()) : nullptr;
+    bf16* copy =
+        dp_->zero() == 0 && weights_bf16_ ? weights_bf16_->for_update(params_.data()) : nullptr;
     for (const auto& t : model_->layout().tensors) {
       const int64_t lo = std::max(t.offset, sb), hi = std::min(t.offset + t.numel, se);
       if (lo >= hi) continue;  // not in this rank's shard
@@ -439,7 +445,7 @@ StepResult Trainer::step() {
                    copy ? copy + lo : nullptr);
     }
     dp_->gather(params_.data());
-    if (!zero3() && !copy) model_->set_weights(params_.data());  // bf16: once per step
+    if (weights_bf16_ && !copy) weights_bf16_->refresh(params_.data());  // bf16: once per step
   }
   opt_span.end();
   step_++;

@@ -170,7 +170,8 @@ class Trainer {
   std::vector<int64_t> ones_;
   Peak peak_;
   double flops_per_token_ = 0;
-  std::unique_ptr<Zero3Prefetch> zero3_;  // ZeRO-3: when the blocks' parameters come and go
+  std::unique_ptr<Bf16WeightCopy> weights_bf16_;  // bf16: the copy the model's matmuls read
+  std::unique_ptr<Zero3Prefetch> zero3_;          // ZeRO-3: when the blocks' parameters come and go
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;
