@@ -26,7 +26,20 @@ class ExitCodeError : public Error {
   int code_;
 };
 
-// Runs f. An Error it throws (not already carrying an exit code) becomes an ExitCodeError with
+// A read or write that the system failed (EIO, too many open files, out of memory for a
+// mapping), as opposed to input that was refused: trying again may succeed.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Args>
+[[noreturn]] void fail_io(fmt::format_string<Args...> f, Args&&... args) {
+  throw IoError(fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Runs f. An Error it throws (not already carrying an exit code, nor an IoError) becomes an
+// ExitCodeError with
 // kExitBadInput: for start-up work whose failure means the input is refused (data, checkpoint,
 // run directory), which the same command would repeat, so launchers do not retry it.
 template <typename F>
@@ -35,6 +48,8 @@ void refused_as_bad_input(F&& f) {
     f();
   } catch (const ExitCodeError&) {
     throw;
+  } catch (const IoError&) {
+    throw;  // the system's failure, not the input's: a launcher may retry
   } catch (const Error& e) {
     throw ExitCodeError(kExitBadInput, e.what());
   }

@@ -35,14 +35,18 @@ int open_regular_file(const std::string& path, const std::string& what, size_t* 
   // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever.
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) fail("{} {} does not exist", what, path);
-    fail("cannot open {} {}: {}", what, path, std::strerror(errno));
+    const int e = errno;
+    if (e == ENOENT) fail("{} {} does not exist", what, path);
+    // A path that cannot name a readable file is the input's fault; the rest is the system's.
+    if (e == EACCES || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG || e == EPERM)
+      fail("cannot open {} {}: {}", what, path, std::strerror(e));
+    fail_io("cannot open {} {}: {}", what, path, std::strerror(e));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
-    fail("cannot stat {} {}: {}", what, path, std::strerror(e));
+    fail_io("cannot stat {} {}: {}", what, path, std::strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -68,7 +72,7 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
     if (k < 0) {
       int e = errno;
       ::close(fd);
-      fail("cannot read {} {}: {}", what, path, std::strerror(e));
+      fail_io("cannot read {} {}: {}", what, path, std::strerror(e));
     }
     if (k == 0) break;  // shrank while we read
     got += static_cast<size_t>(k);
@@ -85,7 +89,7 @@ MappedFile::MappedFile(const std::string& path, const std::string& what) {
     void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     ::close(fd);
-    if (m == MAP_FAILED) fail("cannot map {} {}: {}", what, path, std::strerror(e));
+    if (m == MAP_FAILED) fail_io("cannot map {} {}: {}", what, path, std::strerror(e));
     data_ = static_cast<const uint8_t*>(m);
     size_ = size;
   } else {
