@@ -128,6 +128,7 @@ std::string publish_checkpoint(const std::string& root, int64_t step, const std:
                                int keep_last) {
   const std::string name = checkpoint_name(step);
   const std::string final_dir = (fs::path(root) / name).string();
+  std::string leftover;  // once the new copy is in place: what is left to remove
   try {
     fsync_path(tmp);
     if (fs::exists(final_dir)) {
@@ -135,28 +136,41 @@ std::string publish_checkpoint(const std::string& root, int64_t step, const std:
       // it; otherwise the old copy moves aside first, so that at every instant one complete copy
       // exists under a name recover_checkpoint_dir knows.
       if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
-        fsync_path(root);
-        fs::remove_all(tmp);
+        leftover = tmp;  // now the old copy
       } else {
         std::string old = (fs::path(root) / (".tmp-old-" + name)).string();
         fs::remove_all(old);
         fs::rename(final_dir, old);
         fsync_path(root);
         fs::rename(tmp, final_dir);
-        fsync_path(root);
-        fs::remove_all(old);
+        leftover = old;
       }
     } else {
       fs::rename(tmp, final_dir);
     }
     fsync_path(root);
-  } catch (...) {
-    discard_checkpoint_temp(tmp);
-    throw;
+  } catch (const std::exception& e) {
+    if (leftover.empty()) {  // not published: the temporary directory goes
+      discard_checkpoint_temp(tmp);
+      throw;
+    }
+    fmt::print(stderr,
+               "kiln: warning: checkpoint {} is in place, but syncing {} failed: {} (a machine "
+               "crash now could lose it)\n",
+               final_dir, root, e.what());
   }
-  if (keep_last > 0) {
-    auto all = list_checkpoints(root);
-    for (size_t i = 0; i + keep_last < all.size(); i++) fs::remove_all(all[i].dir);
+  // The checkpoint is in place: failing to tidy up is said, not an error of the save.
+  try {
+    if (!leftover.empty()) fs::remove_all(leftover);
+    if (keep_last > 0) {
+      auto all = list_checkpoints(root);
+      for (size_t i = 0; i + keep_last < all.size(); i++) fs::remove_all(all[i].dir);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr,
+               "kiln: warning: checkpoint {} is complete, but tidying {} failed: {} (the next "
+               "start removes what is left)\n",
+               final_dir, root, e.what());
   }
   return final_dir;
 }
