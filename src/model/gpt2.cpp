@@ -26,6 +26,18 @@ void Gpt2Config::validate() const {
     fail("padded vocabulary {} is smaller than model.vocab_size {}", padded_vocab_size, vocab_size);
 }
 
+Gpt2Config gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int vocab_size,
+                       int vocab_multiple) {
+  Gpt2Config c;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.block_size = block_size;
+  c.vocab_size = vocab_size;
+  c.padded_vocab_size = pad_vocab(vocab_size, vocab_multiple);
+  return c;
+}
+
 int pad_vocab(int vocab, int multiple) {
   if (multiple <= 1) return vocab;
   return (vocab + multiple - 1) / multiple * multiple;

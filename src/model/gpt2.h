@@ -35,6 +35,10 @@ struct Gpt2Config {
 // see it (padded_vocab_size), else the real one.
 ModelSpec gpt2_spec(const Gpt2Config& c, bool padded = true, const std::string& name = "gpt2");
 
+// A config from its sizes, the vocabulary padded to a multiple of `vocab_multiple`.
+Gpt2Config gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int vocab_size,
+                       int vocab_multiple = 1);
+
 // Rounds vocab up to a multiple of `multiple`.
 int pad_vocab(int vocab, int multiple);
 

@@ -337,13 +337,7 @@ TEST(MetricsHost, AnIpv6HostPrintsABracketedUrl) {
 
 // A checkpoint of a tiny model (zero weights), enough for generate's checks.
 std::string write_tiny_checkpoint(const std::string& dir) {
-  Gpt2Config c;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 8;
-  c.block_size = 8;
-  c.vocab_size = 257;
-  c.padded_vocab_size = 257;
+  const Gpt2Config c = gpt2_config(1, 2, 8, 8, 257);
   ParamLayout layout = gpt2_param_layout(c);
   std::vector<float> params(layout.total, 0.0f);
   fs::create_directories(dir);

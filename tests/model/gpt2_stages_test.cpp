@@ -29,14 +29,7 @@ struct Result {
 constexpr int B = 2, T = 16;
 
 Gpt2Config config() {
-  Gpt2Config c;
-  c.n_layer = 4;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 32;
-  c.vocab_size = 100;
-  c.padded_vocab_size = pad_vocab(100, 64);
-  return c;
+  return gpt2_config(4, 2, 32, 32, 100, 64);
 }
 
 struct Batches {

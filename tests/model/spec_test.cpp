@@ -16,13 +16,7 @@ namespace {
 TEST(ModelSpec, TheGpt2LayoutHasTheSpecsParameters) {
   for (auto [L, C, NH, V, ctx] : {std::tuple{2, 32, 2, 100, 32}, std::tuple{4, 64, 4, 257, 64},
                                   std::tuple{12, 768, 12, 50257, 1024}}) {
-    Gpt2Config c;
-    c.n_layer = L;
-    c.n_embd = C;
-    c.n_head = NH;
-    c.vocab_size = V;
-    c.padded_vocab_size = pad_vocab(V, 128);
-    c.block_size = ctx;
+    const Gpt2Config c = gpt2_config(L, NH, C, ctx, V, 128);
     EXPECT_EQ(gpt2_param_layout(c).total, count_params(gpt2_spec(c, /*padded=*/true)).total);
     // Parameters with the real vocabulary: the layout of an unpadded config.
     Gpt2Config u = c;

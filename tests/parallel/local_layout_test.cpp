@@ -20,14 +20,7 @@ std::vector<LogicalTensor> gpt2_logical(const Gpt2Config& c) {
 }
 
 Gpt2Config small() {
-  Gpt2Config c;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  return c;
+  return gpt2_config(2, 4, 32, 16, 100, 128);
 }
 
 TEST(LocalLayout, OnePartIsTheModelsOwnFlatLayout) {
