@@ -268,7 +268,10 @@ void check_positive(double v, const char* flag, const char* what) {
 
 // --days D: the smallest cluster of whole nodes that trains the job in D days.
 void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed) {
-  const int max_nodes = std::max(1, (1 << 17) / in.cluster.gpus_per_node);  // 131,072 devices
+  // A sane cap: 131,072 devices, more than the largest published training clusters; a
+  // description with no network between nodes stays on one node.
+  const bool network = in.cluster.nics_per_node > 0 && in.cluster.nic_gbps > 0;
+  const int max_nodes = network ? std::max(1, (1 << 17) / in.cluster.gpus_per_node) : 1;
   const DeadlineResult r =
       smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes);
   const int per = in.cluster.gpus_per_node;
@@ -277,17 +280,25 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
         r.fastest_nodes > 0
             ? fmt::format("the fastest was {:.1f} days on {} nodes ({} devices)", r.fastest_days,
                           r.fastest_nodes, int64_t(r.fastest_nodes) * per)
-            : "none of them fits the model";
+        : r.sizes_runnable == 0
+            ? fmt::format(
+                  "on none of them does the global batch of {} sequences split over the "
+                  "devices (dp must divide it)",
+                  in.job.global_batch_seqs())
+            : "the model fits in memory on none of them";
     if (r.sizes_tried == 0)
       seen =
           fmt::format("even at the sustained matmul rate it needs at least {} nodes ({} devices)",
                       r.first_nodes, int64_t(r.first_nodes) * per);
     fail(
-        "--days {:g}: no cluster of up to {} nodes of {} × {} ({} devices) trains {} on {} "
-        "tokens in {:g} days ({} sizes searched from {} nodes; {}); allow more --days, or "
+        "--days {:g}: no cluster of up to {} node{} of {} × {} ({} devices{}) trains {} on {} "
+        "tokens in {:g} days ({} size{} searched from {} node{}; {}); allow more --days, or "
         "train fewer --tokens",
-        o.days, max_nodes, per, in.cluster.device.name, int64_t(max_nodes) * per, in.model.name,
-        si(in.job.train_tokens), o.days, r.sizes_tried, r.first_nodes, seen);
+        o.days, max_nodes, max_nodes == 1 ? "" : "s", per, in.cluster.device.name,
+        int64_t(max_nodes) * per,
+        network ? "" : "; the hardware describes no network between nodes: give --nic-gbps",
+        in.model.name, si(in.job.train_tokens), o.days, r.sizes_tried,
+        r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s", seen);
   }
   const PlanInputs found{in.model, r.cluster, in.job};
   const Estimate& e = r.best;
@@ -303,11 +314,11 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
     return;
   }
   fmt::print(
-      "--days {:g}: the smallest cluster is {} node{} ({} × {}), {} in {:.2f} days ({} sizes "
+      "--days {:g}: the smallest cluster is {} node{} ({} × {}), {} in {:.3g} days ({} size{} "
       "searched from {} node{}, the least that the sustained matmul rate allows)\n\n",
       o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
-      r.cluster.device.name, e.layout.to_string(), e.days, r.sizes_tried, r.first_nodes,
-      r.first_nodes == 1 ? "" : "s");
+      r.cluster.device.name, e.layout.to_string(), e.days, r.sizes_tried,
+      r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s");
   fmt::print("{}{}", inputs_text(found), estimate_text(e, found));
 }
 

@@ -29,6 +29,7 @@ DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& 
     cc.nodes = int(n);
     const SearchResult r = search(m, cc, j, fixed);
     out.sizes_tried++;
+    if (r.considered > 0) out.sizes_runnable++;
     if (r.fitting.empty()) continue;
     const Estimate& e = r.fitting.front();
     if (out.fastest_nodes == 0 || e.days < out.fastest_days) {

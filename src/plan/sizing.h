@@ -19,6 +19,7 @@ struct DeadlineResult {
   Estimate best;            // its fastest fitting layout
   int64_t first_nodes = 0;  // the lower bound the scan started from (may exceed max_nodes)
   int sizes_tried = 0;      // node counts searched
+  int sizes_runnable = 0;   // of those, sizes with a valid layout (the batch splits over them)
   // When nothing was found: the fastest run seen at any size tried (days 0 when none fit).
   double fastest_days = 0;
   int fastest_nodes = 0;
