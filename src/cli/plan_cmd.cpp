@@ -348,11 +348,12 @@ void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e) {
   fmt::print("{}{}", inputs_text(in), estimate_text(e, in));
   fmt::print(
       "\n--budget ${:g} at ${:g} per device-hour on {} devices, layout {}:\n"
-      "  {} steps of {} tokens = {} tokens ({:.1f} per parameter), {:.2f} days, {:.0f} "
-      "GPU-hours, ${:.0f}\n  (one step costs ${:.2f}; the {} tokens above would cost ${:.0f})\n",
-      o.budget, in.job.usd_per_gpu_hour, in.cluster.total_gpus(), e.layout.to_string(), b.steps,
-      si(e.tokens_per_step), si(b.tokens), b.tokens_per_param, b.days, b.gpu_hours, b.cost_usd,
-      b.usd_per_step, si(in.job.train_tokens), e.cost_usd);
+      "  {} steps of {} tokens = {} tokens ({:.1f} per parameter), {} days, {} GPU-hours, "
+      "${}\n  (one step costs ${:.2f}; the {} tokens above would cost ${})\n",
+      o.budget, in.job.usd_per_gpu_hour, in.cluster.total_gpus(), e.layout.to_string(),
+      amount(double(b.steps)), si(e.tokens_per_step), si(b.tokens), b.tokens_per_param,
+      amount(b.days), amount(b.gpu_hours), amount(b.cost_usd), b.usd_per_step,
+      si(in.job.train_tokens), amount(e.cost_usd));
 }
 
 void plan(const PlanOpts& o, const Given& g) {

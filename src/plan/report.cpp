@@ -23,14 +23,13 @@ std::string with_commas(double v) {
   return out;
 }
 
-// Whole numbers with commas from 1000 up, 4 significant digits below (0.04717, 83.2).
+}  // namespace
+
 std::string amount(double v) {
   if (std::fabs(v) >= 1000) return with_commas(v);
   if (v == 0) return "0";
   return fmt::format("{:.4g}", v);
 }
-
-}  // namespace
 
 std::string si(double v) {
   const char* units[] = {"", "K", "M", "B", "T", "P"};

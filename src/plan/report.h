@@ -30,6 +30,9 @@ nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top)
 std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s);
 nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& s);
 
+// Whole numbers with commas from 1000 up, 4 significant digits below (0.04717, 83.2).
+std::string amount(double v);
+
 // 1234567 → "1.23M", 2e12 → "2T" (for token counts).
 std::string si(double v);
 
