@@ -310,6 +310,17 @@ TEST(PlanCli, BudgetSaysWhatTheMoneyBuys) {
   EXPECT_LE(b["cost_usd"].get<double>(), run_cost / 2);
   EXPECT_DOUBLE_EQ(b["tokens"].get<double>(), double(b["steps"].get<int64_t>()) * 1024 * 4096);
 
+  // For people: the budget, the price, the cluster and layout, then what it buys.
+  r = run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --gpus 32 --usd-per-gpu-hour 2 --budget "
+      "100000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--budget $100000 at $2 per device-hour on 32 devices, layout " +
+                          whole["layout"]["text"].get<std::string>()),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" steps of 4.19M tokens = "), std::string::npos) << r.output;
+
   r = run_kiln("plan --model llama2-7b --gpu a100-80gb --nodes 4 --budget 1000");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--budget needs a price: give --usd-per-gpu-hour"), std::string::npos)
