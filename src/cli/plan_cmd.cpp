@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "kernels/matmul.h"
 #include "plan/planner.h"
 #include "plan/report.h"
+#include "plan/sizing.h"
 #include "train/config.h"
 
 namespace fs = std::filesystem;
@@ -42,7 +44,7 @@ struct PlanOpts {
   std::string model;
   // hardware
   std::string gpu, hardware;
-  int nodes = 1, gpus_per_node = 8, nics_per_node = 8;
+  int nodes = 1, gpus = 0, gpus_per_node = 8, nics_per_node = 8;
   std::string intra_link, network, topology = "fat-tree", rank_order = "tp-dp-pp";
   double intra_link_gbs = 0, nic_gbps = 0, oversubscription = 1;
   int nodes_per_domain = 32;
@@ -56,6 +58,7 @@ struct PlanOpts {
   // what to do
   std::string layout;
   int top = 5;
+  double days = 0, budget = 0;  // --days, --budget
   bool json = false, list_models = false, list_gpus = false;
   // calibration
   bool calibrate = false;
@@ -67,9 +70,9 @@ struct PlanOpts {
 
 // Which flags were given (they override a hardware file and the device's usual server).
 struct Given {
-  CLI::Option *nodes, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
+  CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
-      *batch_tokens, *tokens, *dtype, *attention;
+      *batch_tokens, *tokens, *dtype, *attention, *days, *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -101,6 +104,33 @@ void list_gpus() {
       "matmul rate; see docs/planner.md)\n");
 }
 
+// --gpus N as whole nodes of the cluster's server; with --nodes as well, the two must agree.
+int nodes_for_gpus(const PlanOpts& o, const Given& g, const ClusterSpec& c) {
+  const int per = c.gpus_per_node;
+  if (o.gpus < 1) fail("--gpus (devices in the cluster) must be at least 1, got {}", o.gpus);
+  if (per < 1) fail("--gpus-per-node must be at least 1, got {}", per);
+  if (g.nodes->count() && int64_t(o.nodes) * per != o.gpus)
+    fail(
+        "--gpus {} and --nodes {} disagree: {} nodes of {} devices are {} devices; give one of "
+        "them (or --gpus-per-node {} if the nodes are that size)",
+        o.gpus, o.nodes, o.nodes, per, int64_t(o.nodes) * per,
+        o.nodes > 0 && o.gpus % o.nodes == 0 ? std::to_string(o.gpus / o.nodes) : "N");
+  if (o.gpus % per != 0) {
+    const int below = o.gpus / per, above = below + 1;
+    std::string whole =
+        below > 0 ? fmt::format("--gpus {} ({} node{}) or --gpus {} ({} nodes)", below * per, below,
+                                below == 1 ? "" : "s", above * per, above)
+                  : fmt::format("--gpus {} (1 node)", per);
+    fail(
+        "--gpus {} is not a whole number of {}-device nodes of {}: the planner lays out whole "
+        "nodes; use {}, or --gpus-per-node to describe smaller nodes (--gpus-per-node {} "
+        "--gpus {} is {} node{})",
+        o.gpus, per, c.device.name, whole, std::gcd(o.gpus, per), o.gpus,
+        o.gpus / std::gcd(o.gpus, per), o.gpus / std::gcd(o.gpus, per) == 1 ? "" : "s");
+  }
+  return o.gpus / per;
+}
+
 ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   if (!o.gpu.empty() && !o.hardware.empty())
     fail(
@@ -122,6 +152,7 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   }
   if (g.nodes->count()) c.nodes = o.nodes;
   if (g.gpus_per_node->count()) c.gpus_per_node = o.gpus_per_node;
+  if (g.gpus->count()) c.nodes = nodes_for_gpus(o, g, c);
   if (g.intra_link->count()) {
     c.intra_link = o.intra_link;
     c.intra_link_gbs = find_link(o.intra_link, false).default_bw;
@@ -144,6 +175,8 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
 double gib(double bytes) {
   return bytes / double(1 << 30);
 }
+
+void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e);
 
 // A --layout that leaves keys out: the fastest layout with the given keys, after the table of
 // the search over the rest.
@@ -180,6 +213,7 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
     fail("{}: {}", in.model.name, msg);
   }
   const Estimate& best = r.fitting.front();
+  if (o.budget > 0) return plan_budget(o, in, best);
   if (o.json) {
     nlohmann::json j = inputs_json(in);
     j.update(estimate_json(best, in));
@@ -199,13 +233,147 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
                o.sets.empty() ? "" : " --set ...");
 }
 
+// No model: what the cluster is (devices, memory, peaks, links, power), for people or --json.
+void summarize(const PlanOpts& o, const Given& g) {
+  for (auto [opt, name] : {std::pair{g.days, "--days"},
+                           {g.budget, "--budget"},
+                           {g.seq_len, "--seq-len"},
+                           {g.batch_tokens, "--global-batch-tokens"},
+                           {g.tokens, "--tokens"}})
+    if (opt->count())
+      fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
+  if (!o.layout.empty())
+    fail("--layout plans a model: give --model NAME (see --list-models) or --config FILE");
+  if (!o.sets.empty()) fail("--set changes a --config; there is none");
+  if (!std::isfinite(o.gpu_power_w) || o.gpu_power_w < 0)
+    fail("--gpu-power-w must be a finite power in W, at least 0, got {}", o.gpu_power_w);
+  if (!std::isfinite(o.node_overhead_w))
+    fail("--node-overhead-w must be a finite power in W, got {}", o.node_overhead_w);
+  if (!std::isfinite(o.pue) || o.pue < 1)
+    fail("--pue is total facility power over IT power, at least 1 (got {})", o.pue);
+  const ClusterSpec c = cluster_from(o, g);
+  const ClusterSummary s =
+      summarize_cluster(c, PowerInputs{o.gpu_power_w, o.node_overhead_w, o.pue});
+  if (o.json)
+    fmt::print("{}\n", cluster_summary_json(c, s).dump(2));
+  else
+    fmt::print("{}", cluster_summary_text(c, s));
+}
+
+// A positive, finite number for `flag` (days, dollars).
+void check_positive(double v, const char* flag, const char* what) {
+  if (!std::isfinite(v) || !(v > 0))
+    fail("{} ({}) must be a positive number, got {}", flag, what, v);
+}
+
+// --days D: the smallest cluster of whole nodes that trains the job in D days.
+void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed) {
+  // A sane cap: 131,072 devices, more than the largest published training clusters; a
+  // description with no network between nodes stays on one node.
+  const bool network = in.cluster.nics_per_node > 0 && in.cluster.nic_gbps > 0;
+  const int max_nodes = network ? std::max(1, (1 << 17) / in.cluster.gpus_per_node) : 1;
+  const DeadlineResult r =
+      smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes);
+  const int per = in.cluster.gpus_per_node;
+  if (!r.found) {
+    std::string seen =
+        r.fastest_nodes > 0
+            ? fmt::format("the fastest was {:.1f} days on {} nodes ({} devices)", r.fastest_days,
+                          r.fastest_nodes, int64_t(r.fastest_nodes) * per)
+        : r.sizes_runnable == 0
+            ? fmt::format(
+                  "on none of them does the global batch of {} sequences split over the "
+                  "devices (dp must divide it)",
+                  in.job.global_batch_seqs())
+            : "the model fits in memory on none of them";
+    if (r.sizes_tried == 0)
+      seen =
+          fmt::format("even at the sustained matmul rate it needs at least {} nodes ({} devices)",
+                      r.first_nodes, int64_t(r.first_nodes) * per);
+    fail(
+        "--days {:g}: no cluster of up to {} node{} of {} × {} ({} devices{}) trains {} on {} "
+        "tokens in {:g} days ({} size{} searched from {} node{}; {}); allow more --days, or "
+        "train fewer --tokens",
+        o.days, max_nodes, max_nodes == 1 ? "" : "s", per, in.cluster.device.name,
+        int64_t(max_nodes) * per,
+        network ? "" : "; the hardware describes no network between nodes: give --nic-gbps",
+        in.model.name, si(in.job.train_tokens), o.days, r.sizes_tried,
+        r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s", seen);
+  }
+  const PlanInputs found{in.model, r.cluster, in.job};
+  const Estimate& e = r.best;
+  if (o.json) {
+    nlohmann::json j = inputs_json(found);
+    j.update(estimate_json(e, found));
+    j["days_target"] = {{"days_max", o.days},
+                        {"nodes", r.cluster.nodes},
+                        {"gpus", r.cluster.total_gpus()},
+                        {"sizes_searched", r.sizes_tried},
+                        {"searched_from_nodes", r.first_nodes}};
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print(
+      "--days {:g}: the smallest cluster is {} node{} ({} × {}), {} in {:.3g} days ({} size{} "
+      "searched from {} node{}, the least that the sustained matmul rate allows)\n\n",
+      o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
+      r.cluster.device.name, e.layout.to_string(), e.days, r.sizes_tried,
+      r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s");
+  fmt::print("{}{}", inputs_text(found), estimate_text(e, found));
+}
+
+// --budget USD: the whole steps, tokens and days it buys with the best (or given) layout.
+void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e) {
+  const BudgetResult b = what_budget_buys(in.model, in.cluster, in.job, e, o.budget);
+  if (b.steps == 0)
+    fail(
+        "--budget ${:g} buys no optimizer step of {} on {}: one step of {} tokens ({}, {:.3g} s) "
+        "costs ${:.2f} at ${:g} per device-hour",
+        o.budget, in.model.name, in.cluster.describe(), si(e.tokens_per_step), e.layout.to_string(),
+        e.time.step, b.usd_per_step, in.job.usd_per_gpu_hour);
+  if (o.json) {
+    nlohmann::json j = inputs_json(in);
+    j.update(estimate_json(e, in));
+    j["budget"] = {{"budget_usd", o.budget},
+                   {"usd_per_step", b.usd_per_step},
+                   {"steps", b.steps},
+                   {"tokens", b.tokens},
+                   {"tokens_per_param", b.tokens_per_param},
+                   {"days", b.days},
+                   {"gpu_hours", b.gpu_hours},
+                   {"cost_usd", b.cost_usd}};
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("{}{}", inputs_text(in), estimate_text(e, in));
+  fmt::print(
+      "\n--budget ${:g} at ${:g} per device-hour on {} devices, layout {}:\n"
+      "  {} steps of {} tokens = {} tokens ({:.1f} per parameter), {} days, {} GPU-hours, "
+      "${}\n  (one step costs ${:.2f}; the {} tokens above would cost ${})\n",
+      o.budget, in.job.usd_per_gpu_hour, in.cluster.total_gpus(), e.layout.to_string(),
+      amount(double(b.steps)), si(e.tokens_per_step), si(b.tokens), b.tokens_per_param,
+      amount(b.days), amount(b.gpu_hours), amount(b.cost_usd), b.usd_per_step,
+      si(in.job.train_tokens), amount(e.cost_usd));
+}
+
 void plan(const PlanOpts& o, const Given& g) {
   if (o.list_models) return list_models();
   if (o.list_gpus) return list_gpus();
-  if (o.config.empty() == o.model.empty())
+  if (o.config.empty() && o.model.empty()) return summarize(o, g);
+  if (!o.config.empty() && !o.model.empty())
     fail("give the model with --model NAME (see --list-models) or --config FILE (a kiln config)");
   if (!o.sets.empty() && o.config.empty()) fail("--set changes a --config; there is none");
   if (o.top < 1) fail("--top (layouts to list from a search) must be at least 1, got {}", o.top);
+  if (g.days->count()) check_positive(o.days, "--days", "the longest the run may take");
+  if (g.budget->count()) {
+    check_positive(o.budget, "--budget", "US dollars to spend");
+    if (!(o.usd > 0))
+      fail("--budget needs a price: give --usd-per-gpu-hour (the cost of one device-hour)");
+  }
+  if (g.days->count() && g.budget->count())
+    fail("give --days (the cluster for a deadline) or --budget (what money buys), not both");
+  if (g.days->count() && (g.nodes->count() || g.gpus->count()))
+    fail("--days searches the cluster size; leave out {}", g.nodes->count() ? "--nodes" : "--gpus");
 
   ModelSpec model;
   JobSpec job;
@@ -258,6 +426,16 @@ void plan(const PlanOpts& o, const Given& g) {
          dtype_name(job.dtype), job.dtype == Dtype::fp32 ? "bf16" : "fp32");
   const PlanInputs in{model, cluster, job};
 
+  if (g.days->count()) {
+    FixedFields fixed;
+    if (!o.layout.empty()) {
+      fixed.values = parse_layout(o.layout, &fixed.keys);
+      if (fixed.keys.dp)
+        fail("--days searches the cluster size, so dp follows from it; leave dp out of --layout");
+    }
+    return plan_days(o, in, fixed);
+  }
+
   if (!o.layout.empty()) {
     LayoutKeys keys;
     Layout l = parse_layout(o.layout, &keys);
@@ -279,6 +457,14 @@ void plan(const PlanOpts& o, const Given& g) {
       l = complete_layout(model, cluster, job, l);
     }
     Estimate e = evaluate(model, cluster, job, l);
+    if (o.budget > 0 && e.memory.fits()) return plan_budget(o, in, e);
+    if (o.budget > 0) {
+      const std::vector<std::string> one = layout_fixes(model, cluster, job, l);
+      fail("--budget: {} does not fit in memory on {} ({:.1f} of {:.1f} GiB); {}", l.to_string(),
+           cluster.describe(), gib(e.memory.total), gib(e.memory.capacity),
+           one.empty() ? "the cluster " + fit_advice(model, cluster, job)
+                       : "it fits with one change: " + join_names(one));
+    }
     std::vector<std::string> fixes;
     std::string advice;
     if (!e.memory.fits()) {
@@ -323,6 +509,7 @@ void plan(const PlanOpts& o, const Given& g) {
     fail("{} fits on no layout of {} ({} layouts tried): it {}", model.name, cluster.describe(),
          r.considered, advice);
   }
+  if (o.budget > 0) return plan_budget(o, in, r.fitting.front());
   if (o.json) {
     fmt::print("{}\n", search_json(r, in, o.top).dump(2));
     return;
@@ -723,6 +910,9 @@ void register_plan(CLI::App& app) {
       ->group(H);
   cmd->add_flag("--list-gpus", o->list_gpus, "list the device catalog and exit")->group(H);
   g->nodes = cmd->add_option("--nodes", o->nodes, "nodes (default 1)")->group(H);
+  g->gpus =
+      cmd->add_option("--gpus", o->gpus, "devices in the cluster, whole nodes (instead of --nodes)")
+          ->group(H);
   g->gpus_per_node = cmd->add_option("--gpus-per-node", o->gpus_per_node,
                                      "devices per node (default: the device's usual server)")
                          ->group(H);
@@ -788,6 +978,14 @@ void register_plan(CLI::App& app) {
                   "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention "
                   "(also vpp=N, sp=0|1); without it every layout is searched")
       ->group(L);
+  g->days = cmd->add_option("--days", o->days,
+                            "find the smallest cluster (whole nodes) that trains the model in "
+                            "this many days, and its layout")
+                ->group(L);
+  g->budget = cmd->add_option("--budget", o->budget,
+                              "US dollars to spend: the steps, tokens and days they buy (needs "
+                              "--usd-per-gpu-hour)")
+                  ->group(L);
   cmd->add_option("--top", o->top, "layouts to list from a search")
       ->capture_default_str()
       ->group(L);

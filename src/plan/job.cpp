@@ -28,7 +28,8 @@ void JobSpec::validate() const {
         global_batch_tokens);
   if (mem_allowance < 0 || mem_allowance > 1)
     fail("--mem-allowance is a fraction in [0, 1], got {}", mem_allowance);
-  if (usd_per_gpu_hour < 0) fail("--usd-per-gpu-hour must not be negative");
+  if (!std::isfinite(usd_per_gpu_hour) || usd_per_gpu_hour < 0)
+    fail("--usd-per-gpu-hour must be a finite price, not negative (got {})", usd_per_gpu_hour);
   if (gpu_power_w < 0) fail("--gpu-power-w must not be negative");
   if (pue < 1) fail("--pue is total facility power over IT power, at least 1 (got {})", pue);
   if (gco2_per_kwh < 0) fail("--gco2-per-kwh must not be negative");

@@ -23,14 +23,13 @@ std::string with_commas(double v) {
   return out;
 }
 
-// Whole numbers with commas from 1000 up, 4 significant digits below (0.04717, 83.2).
+}  // namespace
+
 std::string amount(double v) {
   if (std::fabs(v) >= 1000) return with_commas(v);
   if (v == 0) return "0";
   return fmt::format("{:.4g}", v);
 }
-
-}  // namespace
 
 std::string si(double v) {
   const char* units[] = {"", "K", "M", "B", "T", "P"};
@@ -284,6 +283,100 @@ nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top)
   j["faster_but_out_of_memory"] = nlohmann::json::array();
   for (int i = 0; i < int(r.faster_oom.size()) && i < 3; i++)
     j["faster_but_out_of_memory"].push_back(estimate_json(r.faster_oom[i], in));
+  return j;
+}
+
+}  // namespace kiln::plan
+
+namespace kiln::plan {
+
+std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s) {
+  std::string out = fmt::format("cluster: {}\n  {}\n", c.describe(), c.device.description);
+  auto row = [&](const std::string& what, const std::string& value) {
+    out += fmt::format("  {:<40} {}\n", what, value);
+  };
+  row("devices", fmt::format("{} ({} node{} × {})", s.gpus, s.nodes, s.nodes == 1 ? "" : "s",
+                             s.gpus_per_node));
+  row("memory",
+      fmt::format("{} GB per device, {} TB in all; {} GB/s per device", amount(s.hbm_per_gpu_gb),
+                  amount(s.hbm_total_tb), amount(s.hbm_bw_per_gpu_gbs)));
+  for (const auto& p : s.peaks)
+    row("peak " + p.dtype + (p.dtype == "fp32" ? "" : " dense"),
+        fmt::format("{} TFLOP/s per device, {} PFLOP/s in all", amount(p.per_gpu),
+                    amount(p.total)));
+  if (s.gpus_per_node > 1)
+    row("inside a node (" + s.intra_link + ")",
+        fmt::format("{} GB/s per device each way ({} as a collective's bus bandwidth), {} GB/s "
+                    "per node",
+                    amount(s.intra_per_gpu_gbs), amount(s.intra_per_gpu_effective_gbs),
+                    amount(s.intra_per_node_gbs)));
+  if (!(s.nic_gbps > 0 && s.nics_per_node > 0))
+    row("between nodes", "no network described (nic_gbps 0)");
+  else
+    row("between nodes (" + s.network + ")",
+        fmt::format("{} × {:g} Gb/s per node = {} GB/s each way; {} GB/s per device ({} as a "
+                    "collective's bus bandwidth)",
+                    s.nics_per_node, s.nic_gbps, amount(s.inter_per_node_gbs),
+                    amount(s.inter_per_gpu_gbs), amount(s.inter_per_gpu_effective_gbs)));
+  if (s.nodes > 1) {
+    row("injection, all nodes", fmt::format("{} GB/s each way", amount(s.injection_total_gbs)));
+    row("bisection (" + s.topology + ")",
+        fmt::format("{} GB/s each way ({})", amount(s.bisection_gbs), s.bisection_how));
+  }
+  if (s.has_power) {
+    row("power", fmt::format("{} kW IT ({} × {:g} W {} + {} × {:g} W rest of node), {} kW at "
+                             "PUE {:g}",
+                             amount(s.it_kw), s.gpus, s.gpu_w, s.power_source, s.nodes,
+                             s.node_overhead_w, amount(s.facility_kw), s.pue));
+  }
+  if (!s.power_note.empty()) row("power note", s.power_note);
+  row("sources", s.source.empty() ? "(none given)" : s.source);
+  return out;
+}
+
+nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& s) {
+  nlohmann::json peaks = nlohmann::json::object();
+  for (const auto& p : s.peaks)
+    peaks[p.dtype == "fp32" ? "fp32" : "bf16"] = {{"per_gpu_tflops", p.per_gpu},
+                                                  {"total_pflops", p.total}};
+  nlohmann::json j = {{"cluster", c.describe()},
+                      {"device", c.device.name},
+                      {"description", c.device.description},
+                      {"gpus", s.gpus},
+                      {"nodes", s.nodes},
+                      {"gpus_per_node", s.gpus_per_node},
+                      {"memory",
+                       {{"per_gpu_gb", s.hbm_per_gpu_gb},
+                        {"total_tb", s.hbm_total_tb},
+                        {"bandwidth_per_gpu_gbs", s.hbm_bw_per_gpu_gbs}}},
+                      {"peak", peaks},
+                      {"intra_node",
+                       {{"link", s.intra_link},
+                        {"per_gpu_gbs", s.intra_per_gpu_gbs},
+                        {"per_gpu_effective_gbs", s.intra_per_gpu_effective_gbs},
+                        {"per_node_gbs", s.intra_per_node_gbs}}},
+                      {"inter_node",
+                       {{"network", s.network},
+                        {"topology", s.topology},
+                        {"nics_per_node", s.nics_per_node},
+                        {"nic_gbps", s.nic_gbps},
+                        {"per_node_gbs", s.inter_per_node_gbs},
+                        {"per_gpu_gbs", s.inter_per_gpu_gbs},
+                        {"per_gpu_effective_gbs", s.inter_per_gpu_effective_gbs},
+                        {"injection_total_gbs", s.injection_total_gbs},
+                        {"bisection_gbs", s.bisection_gbs},
+                        {"bisection_how", s.bisection_how}}},
+                      {"source", s.source}};
+  if (s.has_power)
+    j["power"] = {{"gpu_w", s.gpu_w},
+                  {"gpu_w_from", s.power_source},
+                  {"node_overhead_w", s.node_overhead_w},
+                  {"it_kw", s.it_kw},
+                  {"pue", s.pue},
+                  {"facility_kw", s.facility_kw}};
+  else
+    j["power"] = nullptr;
+  if (!s.power_note.empty()) j["power_note"] = s.power_note;
   return j;
 }
 

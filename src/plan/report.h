@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "plan/cluster_summary.h"
 #include "plan/planner.h"
 
 namespace kiln::plan {
@@ -24,6 +25,13 @@ std::string inputs_text(const PlanInputs& in);
 // The ranked table of a search (best `top` layouts and up to 3 faster ones that do not fit).
 std::string search_table(const SearchResult& r, int top);
 nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top);
+
+// The cluster alone (no model): devices, memory, peaks, links, bisection, power, sources.
+std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s);
+nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& s);
+
+// Whole numbers with commas from 1000 up, 4 significant digits below (0.04717, 83.2).
+std::string amount(double v);
 
 // 1234567 → "1.23M", 2e12 → "2T" (for token counts).
 std::string si(double v);

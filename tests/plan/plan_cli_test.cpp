@@ -1,6 +1,8 @@
 // `kiln plan` end to end: the binary, its tables, its JSON and its errors.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
@@ -174,6 +176,175 @@ TEST(PlanCli, CalibrationWritesAMeasuredBf16PeakOrNone) {
               std::string::npos)
         << r.output;
   }
+}
+
+// --gpus N is N / (devices per node) whole nodes; a count that is not, or one that disagrees
+// with --nodes, is refused naming what to give instead.
+TEST(PlanCli, GpusIsWholeNodesAndAgreesWithNodes) {
+  const std::string base = "plan --model llama2-7b --gpu a100-80gb --layout zero=1 --json ";
+  auto by_gpus = run_kiln(base + "--gpus 32");
+  ASSERT_EQ(by_gpus.exit_code, 0) << by_gpus.output;
+  auto by_nodes = run_kiln(base + "--nodes 4");
+  ASSERT_EQ(by_nodes.exit_code, 0) << by_nodes.output;
+  auto a = nlohmann::json::parse(by_gpus.output), b = nlohmann::json::parse(by_nodes.output);
+  EXPECT_EQ(a["cluster"]["devices"], 32);
+  EXPECT_EQ(a["cluster"]["nodes"], 4);
+  EXPECT_EQ(a["step_time_s"], b["step_time_s"]);
+  EXPECT_EQ(run_kiln(base + "--gpus 32 --nodes 4").exit_code, 0);  // consistent: accepted
+  EXPECT_EQ(nlohmann::json::parse(
+                run_kiln(base + "--gpus 12 --gpus-per-node 4").output)["cluster"]["nodes"],
+            3);
+
+  auto r = run_kiln(base + "--gpus 12");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--gpus 12 is not a whole number of 8-device nodes of a100-80gb"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("use --gpus 8 (1 node) or --gpus 16 (2 nodes)"), std::string::npos)
+      << r.output;
+  r = run_kiln(base + "--gpus 16 --nodes 4");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--gpus 16 and --nodes 4 disagree: 4 nodes of 8 devices are 32"),
+            std::string::npos)
+      << r.output;
+  for (const char* bad : {"0", "-8"}) {
+    r = run_kiln(base + "--gpus " + bad);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("--gpus (devices in the cluster) must be at least 1"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// No --model and no --config: the cluster itself, for people and as JSON.
+TEST(PlanCli, ClusterSummaryWithoutAModel) {
+  auto r = run_kiln("plan --gpu h100-sxm --nodes 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text :
+       {"devices                                  128 (16 nodes × 8)", "10.24 TB in all",
+        "989 TFLOP/s per device, 126.6 PFLOP/s in all", "bisection (fat-tree)",
+        "3,200 GB/s each way", "163.2 kW IT (128 × 700 W TDP + 16 × 4600 W rest of node)",
+        "NVIDIA H100 datasheet"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  r = run_kiln("plan --gpu h100-sxm --gpus 128 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["gpus"], 128);
+  EXPECT_EQ(j["nodes"], 16);
+  EXPECT_DOUBLE_EQ(j["peak"]["bf16"]["total_pflops"].get<double>(), 126.592);
+  EXPECT_DOUBLE_EQ(j["inter_node"]["per_gpu_gbs"].get<double>(), 50);
+  EXPECT_DOUBLE_EQ(j["inter_node"]["bisection_gbs"].get<double>(), 3200);
+  EXPECT_DOUBLE_EQ(j["power"]["it_kw"].get<double>(), 163.2);
+  // Options that plan a model need one.
+  r = run_kiln("plan --gpu h100-sxm --nodes 16 --days 30");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--days plans a model: give --model NAME"), std::string::npos)
+      << r.output;
+  r = run_kiln("plan --gpu h100-sxm --nodes 16 --pue 0.5");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--pue is total facility power over IT power"), std::string::npos)
+      << r.output;
+}
+
+// --days D: the smallest cluster whose best layout trains the model in D days, and a clear
+// refusal when none up to the cap does.
+TEST(PlanCli, DaysFindsTheSmallestClusterThatMakesTheDeadline) {
+  auto r = run_kiln("plan --model llama2-7b --gpu a100-80gb --days 30 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  const int nodes = j["days_target"]["nodes"].get<int>();
+  EXPECT_LE(j["days"].get<double>(), 30);
+  EXPECT_EQ(j["cluster"]["nodes"], nodes);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  // One node fewer: slower than 30 days, or nothing fits or runs there.
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --json --nodes " +
+               std::to_string(nodes - 1));
+  ASSERT_EQ(r.exit_code, 0) << r.output;  // --json: advice instead of an error when none fits
+  for (const auto& below : nlohmann::json::parse(r.output)["best"])
+    EXPECT_GT(below["days"].get<double>(), 30) << below["layout"];
+  // The layout printed is accepted, and gives the same time, when given back.
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --json --nodes " + std::to_string(nodes) +
+               " --layout " + j["layout"]["text"].get<std::string>());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(r.output)["days"].get<double>(), j["days"].get<double>());
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --days 30");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--days 30: the smallest cluster is " + std::to_string(nodes) + " nodes"),
+            std::string::npos)
+      << r.output;
+
+  r = run_kiln("plan --model gpt3-175b --gpu a100-80gb --days 0.01");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--days 0.01: no cluster of up to 16384 nodes of 8 × a100-80gb"),
+            std::string::npos)
+      << r.output;
+  for (const char* bad : {"0", "-3", "nan", "inf"}) {
+    r = run_kiln(std::string("plan --model llama2-7b --gpu a100-80gb --days ") + bad);
+    EXPECT_EQ(r.exit_code, 1) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("--days (the longest the run may take) must be a positive number"),
+              std::string::npos)
+        << r.output;
+  }
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --days 30 --nodes 4");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--days searches the cluster size; leave out --nodes"), std::string::npos)
+      << r.output;
+}
+
+// --budget USD at --usd-per-gpu-hour: the whole steps it buys on the cluster, their tokens and
+// days, by the planner's own cost (GPU-hours × price).
+TEST(PlanCli, BudgetSaysWhatTheMoneyBuys) {
+  const std::string base =
+      "plan --model llama2-7b --gpu a100-80gb --nodes 4 --usd-per-gpu-hour 2 --json";
+  auto r = run_kiln(base);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto whole = nlohmann::json::parse(r.output)["best"][0];  // the search's fastest
+  const double run_cost = whole["cost_usd"].get<double>();
+  r = run_kiln(base + " --budget " + fmt::format("{:.6f}", run_cost / 2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  const auto& b = j["budget"];
+  EXPECT_EQ(j["layout"]["text"], whole["layout"]["text"]);  // the search's best layout
+  EXPECT_EQ(b["steps"].get<int64_t>(), whole["steps"].get<int64_t>() / 2);
+  EXPECT_DOUBLE_EQ(b["usd_per_step"].get<double>(), j["step_time_s"].get<double>() * 32 * 2 / 3600);
+  EXPECT_LE(b["cost_usd"].get<double>(), run_cost / 2);
+  EXPECT_DOUBLE_EQ(b["tokens"].get<double>(), double(b["steps"].get<int64_t>()) * 1024 * 4096);
+
+  // For people: the budget, the price, the cluster and layout, then what it buys.
+  r = run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --gpus 32 --usd-per-gpu-hour 2 --budget "
+      "100000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--budget $100000 at $2 per device-hour on 32 devices, layout " +
+                          whole["layout"]["text"].get<std::string>()),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" steps of 4.19M tokens = "), std::string::npos) << r.output;
+
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --nodes 4 --budget 1000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--budget needs a price: give --usd-per-gpu-hour"), std::string::npos)
+      << r.output;
+  r = run_kiln(base + " --budget 0.01");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--budget $0.01 buys no optimizer step of llama2-7b"), std::string::npos)
+      << r.output;
+  for (const char* bad : {"0", "-5", "nan", "inf"}) {
+    r = run_kiln(base + " --budget " + bad);
+    EXPECT_EQ(r.exit_code, 1) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("--budget (US dollars to spend) must be a positive number"),
+              std::string::npos)
+        << r.output;
+  }
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --usd-per-gpu-hour nan");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--usd-per-gpu-hour must be a finite price"), std::string::npos)
+      << r.output;
+  r = run_kiln(base + " --budget 1000 --days 30");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("give --days (the cluster for a deadline) or --budget"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+#include "plan/sizing.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::plan {
+
+int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, double days) {
+  // Every layout runs each matmul weight's 2 forward and 4 backward FLOPs per token (tensor and
+  // pipeline parallelism split them, recompute adds to them) at no more than the sustained
+  // matmul rate; attention, element-wise work and communication only add time.
+  const ParamCounts pc = count_params(m);
+  const double matmul_weights = double(m.n_layer) * double(pc.per_layer_matmul) +
+                                double(m.vocab) * double(m.hidden);  // blocks and LM head
+  const double flops = 6 * matmul_weights * double(j.steps()) * double(j.global_batch_tokens);
+  const double rate = c.device.peak_tflops(j.dtype) * 1e12 * c.device.matmul_efficiency;
+  const double devices = flops / (rate * days * 86400);
+  return std::max<int64_t>(1, int64_t(std::floor(devices / c.gpus_per_node)));
+}
+
+DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                                         double days, const FixedFields& fixed, int max_nodes) {
+  DeadlineResult out;
+  const int64_t lb = nodes_lower_bound(m, c, j, days);
+  out.first_nodes = lb;
+  out.cluster = c;
+  for (int64_t n = lb; n <= max_nodes; n++) {
+    ClusterSpec cc = c;
+    cc.nodes = int(n);
+    const SearchResult r = search(m, cc, j, fixed);
+    out.sizes_tried++;
+    if (r.considered > 0) out.sizes_runnable++;
+    if (r.fitting.empty()) continue;
+    const Estimate& e = r.fitting.front();
+    if (out.fastest_nodes == 0 || e.days < out.fastest_days) {
+      out.fastest_days = e.days;
+      out.fastest_nodes = int(n);
+    }
+    if (e.days <= days) {
+      out.found = true;
+      out.cluster = cc;
+      out.best = e;
+      return out;
+    }
+  }
+  return out;
+}
+
+BudgetResult what_budget_buys(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                              const Estimate& e, double usd) {
+  BudgetResult b;
+  const int N = c.total_gpus();
+  b.usd_per_step = e.time.step / 3600 * N * j.usd_per_gpu_hour;
+  // The division can land a hair below a whole number of steps the budget exactly buys.
+  b.steps = int64_t(std::floor(usd / b.usd_per_step * (1 + 1e-12)));
+  b.tokens = double(b.steps) * e.tokens_per_step;
+  const double seconds = double(b.steps) * e.time.step;
+  b.days = seconds / 86400;
+  b.gpu_hours = seconds / 3600 * N;
+  b.cost_usd = b.gpu_hours * j.usd_per_gpu_hour;
+  b.tokens_per_param = b.tokens / double(count_params(m).total);
+  return b;
+}
+
+}  // namespace kiln::plan

@@ -1,0 +1,45 @@
+// The questions asked before buying time: how large a cluster trains this in D days
+// (`--days`), and what a budget in dollars buys (`--budget`). Both answer with the planner's
+// own search and cost model (cost = GPU-hours × price per device-hour).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "plan/planner.h"
+
+namespace kiln::plan {
+
+// The smallest cluster, in whole nodes of `c`'s kind (c.nodes is ignored), whose fastest
+// fitting layout (with `fixed`'s fields) trains the job in at most `days`. Sizes are tried from
+// a lower bound upwards — every matmul weight's 6 FLOPs per token at the device's sustained
+// matmul rate, which no layout beats — up to `max_nodes`.
+struct DeadlineResult {
+  bool found = false;
+  ClusterSpec cluster;      // the cluster found (or the largest tried)
+  Estimate best;            // its fastest fitting layout
+  int64_t first_nodes = 0;  // the lower bound the scan started from (may exceed max_nodes)
+  int sizes_tried = 0;      // node counts searched
+  int sizes_runnable = 0;   // of those, sizes with a valid layout (the batch splits over them)
+  // When nothing was found: the fastest run seen at any size tried (days 0 when none fit).
+  double fastest_days = 0;
+  int fastest_nodes = 0;
+};
+DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                                         double days, const FixedFields& fixed = {},
+                                         int max_nodes = 16384);
+// The nodes below which no layout can train the job in `days` (at least 1).
+int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, double days);
+
+// What `usd` buys on `c` with the layout of `e` at the job's price per device-hour: whole
+// optimizer steps, their tokens and wall-clock time.
+struct BudgetResult {
+  double usd_per_step = 0;                       // step time × devices × price
+  int64_t steps = 0;                             // floor(budget / cost of a step)
+  double tokens = 0;                             // steps × tokens per step
+  double days = 0, gpu_hours = 0, cost_usd = 0;  // of those steps (cost ≤ budget)
+  double tokens_per_param = 0;                   // Hoffmann et al. 2022 put the optimum near 20
+};
+BudgetResult what_budget_buys(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                              const Estimate& e, double usd);
+
+}  // namespace kiln::plan
