@@ -103,8 +103,7 @@ std::vector<PipeAction> backward_order(const Setup& s) {
   return out;
 }
 
-// What a rank may run next, given what is ready: the policy of a schedule. Returns the index of
-// the chosen candidate (0: forward, 1: backward, 2: weight part) or -1 to wait.
+// A rank's progress while a schedule is made.
 struct RankState {
   size_t next_f = 0, next_b = 0;
   std::deque<PipeAction> pending_w;  // input parts done, weight parts to run
@@ -112,6 +111,8 @@ struct RankState {
   int max_held = 0;
   double free_at = 0;
 };
+// What a rank runs next, given what is ready: a schedule's policy. Returns 0 (its next forward),
+// 1 (its next backward), 2 (a waiting weight part) or -1 (wait).
 using Policy = std::function<int(int rank, const RankState& st, bool f_ready, bool b_ready,
                                  bool f_left, bool w_ready)>;
 
