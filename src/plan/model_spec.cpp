@@ -7,6 +7,14 @@
 
 namespace kiln::plan {
 
+JobSpec Preset::job() const {
+  JobSpec j;
+  j.seq_len = seq_len;
+  j.global_batch_tokens = global_batch_tokens;
+  j.train_tokens = train_tokens;
+  return j;
+}
+
 namespace {
 
 ModelSpec gpt(const char* name, int L, int h, int a, int64_t V, int ctx, bool dropout) {

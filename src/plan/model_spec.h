@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/spec.h"
+#include "plan/job.h"
 
 namespace kiln::plan {
 
@@ -26,6 +27,9 @@ struct Preset {
   int64_t global_batch_tokens = 0;
   double train_tokens = 0;
   std::string source;  // where the architecture and recipe are published
+  // The job of that recipe: its sequence length, global batch and training tokens (the job's
+  // other fields at their defaults).
+  JobSpec job() const;
 };
 const std::vector<Preset>& presets();
 // Throws kiln::Error listing the known names (and the closest one) when `name` is unknown.

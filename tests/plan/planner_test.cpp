@@ -17,11 +17,7 @@ namespace {
 using kiln::testing::error_of;
 
 JobSpec job_of(const Preset& p) {
-  JobSpec j;
-  j.seq_len = p.seq_len;
-  j.global_batch_tokens = p.global_batch_tokens;
-  j.train_tokens = p.train_tokens;
-  return j;
+  return p.job();
 }
 
 // GPT-2 1.5B has 25 heads: on 8 devices only tp=1 splits them evenly.

@@ -7,11 +7,7 @@ namespace kiln::plan {
 namespace {
 
 JobSpec job_of(const Preset& p) {
-  JobSpec j;
-  j.seq_len = p.seq_len;
-  j.global_batch_tokens = p.global_batch_tokens;
-  j.train_tokens = p.train_tokens;
-  return j;
+  return p.job();
 }
 
 // The answer trains in time, and no smaller cluster does: every size below it (those under the
