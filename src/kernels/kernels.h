@@ -76,6 +76,27 @@ void attention_backward_flash(float* dqkv, float* scratch, const float* dout, co
 void attention_decode(float* out, float* scores, const float* q, const float* k_cache,
                       const float* v_cache, int n, int C, int NH);
 
+// ---- grouped-query attention: the general form of the kernels above ----------------------------
+// NKV key/value heads shared by NH query heads (NH % NKV == 0; query head h reads kv head
+// h / (NH/NKV)); NKV == NH is the attention above, with its bits (the GPT-2 forms call these),
+// NKV == 1 multi-query attention. qkv (B,T,(NH + 2*NKV)*hs) holds the NH q heads, then the NKV k
+// heads, then the NKV v heads; out (B,T,NH*hs). att, lse and the flash scratch are per query
+// head, as above. dqkv is written; the gradient of a k or v head is the sum over the query heads
+// that share it, added in the order of those heads (the same bits for any thread count).
+void attention_forward_gqa(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                           int hs);
+void attention_backward_gqa(float* dqkv, float* datt, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int NH, int NKV, int hs);
+void attention_forward_flash_gqa(float* out, float* lse, float* scratch, const float* qkv, int B,
+                                 int T, int NH, int NKV, int hs);
+void attention_backward_flash_gqa(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* out, const float* lse, int B, int T, int NH, int NKV,
+                                  int hs);
+// q (NH*hs) against the first n rows of k_cache and v_cache, each (n, NKV*hs); out (NH*hs);
+// scores (n) is scratch.
+void attention_decode_gqa(float* out, float* scores, const float* q, const float* k_cache,
+                          const float* v_cache, int n, int NH, int NKV, int hs);
+
 // ---- bias gradient --------------------------------------------------------------------------
 // db (N) += column sums of dout (M,N); written (=) with accumulate = false.
 void bias_backward(float* db, const float* dout, int64_t M, int N, bool accumulate = true);
