@@ -15,10 +15,10 @@
 namespace kiln {
 
 // ---- embedding ------------------------------------------------------------------------------
-// out (B,T,C) = wte[inp] + wpe[t]; inp is (B,T).
+// out (B,T,C) = wte[inp] + wpe[t]; inp is (B,T). Without wpe (null), out = wte[inp].
 void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                      int T, int C);
-// dwte, dwpe += scatter of dout (B,T,C).
+// dwte, dwpe += scatter of dout (B,T,C); dwpe may be null.
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
                       int C);
 

@@ -8,18 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/llama_kernels.h"
 #include "model/spec.h"
 
 namespace kiln {
-
-// Llama 3's rotary frequency scaling (Hugging Face's rope_type "llama3"): off when factor is 0.
-struct RopeScaling {
-  double factor = 0;
-  double low_freq_factor = 1;
-  double high_freq_factor = 4;
-  int original_max_position = 8192;
-  bool enabled() const { return factor > 0; }
-};
 
 struct ModelConfig {
   int n_layer = 0;
@@ -30,12 +22,14 @@ struct ModelConfig {
   int padded_vocab_size = 0;    // vocab_size rounded up; padded logits are masked out of the loss
   std::string family = "gpt2";  // "gpt2" or "llama"
   // Llama only (a GPT-2 config refuses them): key/value heads (grouped-query attention; 0 means
-  // n_head), the SwiGLU width, RMSNorm's epsilon, the rotary base and scaling, and whether the LM
-  // head shares the token embedding.
+  // n_head), the SwiGLU width, RMSNorm's epsilon, the rotary base, Llama 3's rotary frequency
+  // scaling (kernels/llama_kernels.h) when rope_llama3 is set, and whether the LM head shares the
+  // token embedding.
   int n_kv_head = 0;
   int ffn_hidden = 0;
   float norm_eps = 1e-5f;
-  double rope_theta = 10000.0;
+  float rope_theta = 10000.0f;
+  bool rope_llama3 = false;
   RopeScaling rope_scaling = {};
   bool tie_embeddings = false;
 
@@ -61,6 +55,9 @@ struct ParamTensor {
 struct ParamLayout {
   std::vector<ParamTensor> tensors;
   int64_t total = 0;
+  // Where each block's parameters start, and after the last one where its parameters end
+  // (n_layer + 1 offsets): block l is the range [blocks[l], blocks[l+1]).
+  std::vector<int64_t> blocks;
   const ParamTensor& find(const std::string& name) const;  // throws if absent
   // Appends a tensor after the last one.
   void add(std::string name, std::vector<int64_t> shape, bool decay);

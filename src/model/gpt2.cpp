@@ -33,6 +33,7 @@ ParamLayout gpt2_param_layout(const ModelConfig& c) {
   add("wpe.weight", {c.block_size, C}, true);
   for (int l = 0; l < c.n_layer; l++) {
     std::string p = "h." + std::to_string(l) + ".";
+    L.blocks.push_back(L.total);
     add(p + "ln_1.weight", {C}, false);
     add(p + "ln_1.bias", {C}, false);
     add(p + "attn.c_attn.weight", {C, 3 * C}, true);
@@ -46,6 +47,7 @@ ParamLayout gpt2_param_layout(const ModelConfig& c) {
     add(p + "mlp.c_proj.weight", {4 * C, C}, true);
     add(p + "mlp.c_proj.bias", {C}, false);
   }
+  L.blocks.push_back(L.total);
   add("ln_f.weight", {C}, false);
   add("ln_f.bias", {C}, false);
   return L;
@@ -92,17 +94,7 @@ void gpt2_init(const ParamLayout& layout, const ModelConfig& c, float* params, u
           (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) ? residual_std : 0.02;
       int64_t n = t.numel;
       if (t.name == "wte.weight") n = static_cast<int64_t>(c.vocab_size) * c.n_embd;
-      // One stream per tensor, split into chunks that start where the serial draw would be
-      // (each normal takes two draws): the same bits on any number of threads.
-      const uint64_t tseed = mix_seed(seed, i);
-      constexpr int64_t kChunk = 1 << 16;
-#pragma omp parallel for schedule(static)
-      for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
-        Rng rng(tseed);
-        rng.skip(2 * static_cast<uint64_t>(j0));
-        const int64_t j1 = std::min(n, j0 + kChunk);
-        for (int64_t j = j0; j < j1; j++) p[j] = static_cast<float>(rng.normal() * std);
-      }
+      init_normal(p, n, std, mix_seed(seed, i));  // one stream per tensor
       for (int64_t j = n; j < t.numel; j++) p[j] = 0.0f;
     } else {
       float v = ends_with(".weight") ? 1.0f : 0.0f;  // LayerNorm weights; biases are zero

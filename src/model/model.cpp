@@ -1,8 +1,12 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "model/gpt2.h"
+#include "model/llama.h"
 
 namespace kiln {
 
@@ -30,13 +34,14 @@ void ModelConfig::validate() const {
     fail("rotary embeddings need an even head size; model.n_embd / model.n_head = {}", head_dim());
   if (!(norm_eps > 0)) fail("model.norm_eps must be positive, got {}", norm_eps);
   if (!(rope_theta > 0)) fail("model.rope_theta must be positive, got {}", rope_theta);
-  if (rope_scaling.enabled() && (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
-                                 rope_scaling.original_max_position <= 0))
+  const RopeScaling& r = rope_scaling;
+  if (rope_llama3 &&
+      (!(r.factor > 0) || !(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor) ||
+       r.original_max_position_embeddings <= 0))
     fail(
-        "model.rope_scaling needs high_freq_factor > low_freq_factor and a positive "
-        "original_max_position (got {}, {}, {})",
-        rope_scaling.high_freq_factor, rope_scaling.low_freq_factor,
-        rope_scaling.original_max_position);
+        "model.rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and a "
+        "positive original_max_position_embeddings (got {}, {}, {}, {})",
+        r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings);
 }
 
 int pad_vocab(int vocab, int multiple) {
@@ -95,28 +100,46 @@ void Model::set_weights(const float* params) {
   weights_ = own_weights_.get();
 }
 
+void init_normal(float* p, int64_t n, double std, uint64_t seed) {
+  // Chunks that start where the serial draw would be (each normal takes two draws).
+  constexpr int64_t kChunk = 1 << 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    Rng rng(seed);
+    rng.skip(2 * static_cast<uint64_t>(j0));
+    const int64_t j1 = std::min(n, j0 + kChunk);
+    for (int64_t j = j0; j < j1; j++) p[j] = static_cast<float>(rng.normal() * std);
+  }
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts) {
   c.validate();
+  if (c.llama()) return std::make_unique<Llama>(c, B, T, opts);
   return std::make_unique<Gpt2>(c, B, T, opts);
 }
 
 ParamLayout param_layout(const ModelConfig& c) {
-  return gpt2_param_layout(c);
+  return c.llama() ? llama_param_layout(c) : gpt2_param_layout(c);
 }
 
 void init_params(const ParamLayout& layout, const ModelConfig& c, float* params, uint64_t seed) {
-  gpt2_init(layout, c, params, seed);
+  if (c.llama())
+    llama_init(layout, c, params, seed);
+  else
+    gpt2_init(layout, c, params, seed);
 }
 
 ModelSpec model_spec(const ModelConfig& c, bool padded, const std::string& name) {
-  return gpt2_spec(c, padded, name.empty() ? c.family : name);
+  const std::string n = name.empty() ? c.family : name;
+  return c.llama() ? llama_spec(c, padded, n) : gpt2_spec(c, padded, n);
 }
 
 int64_t num_params(const ModelConfig& c) {
-  return gpt2_num_params(c);
+  return c.llama() ? count_params(llama_spec(c, false, "llama")).total : gpt2_num_params(c);
 }
 
 double flops_per_token(const ModelConfig& c, int T) {
+  if (c.llama()) return model_flops_per_token(llama_spec(c, false, "llama"), T);
   return gpt2_flops_per_token(c, T);
 }
 

@@ -127,6 +127,9 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptio
 // (seed, tensor index): the same bits on any number of threads).
 ParamLayout param_layout(const ModelConfig& c);
 void init_params(const ParamLayout& layout, const ModelConfig& c, float* params, uint64_t seed);
+// p[0, n) ~ normal(0, std) from the stream `seed`, in chunks that start where a serial draw
+// would be: the same bits on any number of threads.
+void init_normal(float* p, int64_t n, double std, uint64_t seed);
 
 // The config as a model description (model/spec.h). `padded`: the vocabulary as the matmuls see
 // it (padded_vocab_size), else the real one.

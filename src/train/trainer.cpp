@@ -309,11 +309,8 @@ std::string Trainer::sample_text() {
 }
 
 std::pair<int64_t, int64_t> Trainer::block_range(int l) const {
-  const auto& layout = model_->layout();
-  const auto& first = layout.find(fmt::format("h.{}.ln_1.weight", l));
-  const std::string next = l + 1 < cfg_.model.n_layer ? fmt::format("h.{}.ln_1.weight", l + 1)
-                                                      : std::string("ln_f.weight");
-  return {first.offset, layout.find(next).offset};
+  const auto& blocks = model_->layout().blocks;
+  return {blocks.at(l), blocks.at(l + 1)};
 }
 
 std::string Trainer::checkpoint_root() const {
