@@ -15,7 +15,7 @@
 #include "kernels/matmul.h"
 #include "model/sampler.h"
 #include "train/config.h"
-#include "train/gpt2_weights.h"
+#include "train/hf_weights.h"
 #include "train/model_dir.h"
 
 namespace fs = std::filesystem;

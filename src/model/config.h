@@ -27,8 +27,8 @@ struct ModelConfig {
   // token embedding.
   int n_kv_head = 0;
   int ffn_hidden = 0;
-  float norm_eps = 1e-5f;
-  float rope_theta = 10000.0f;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
   bool rope_llama3 = false;
   RopeScaling rope_scaling = {};
   bool tie_embeddings = false;

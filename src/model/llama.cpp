@@ -120,14 +120,15 @@ ModelSpec llama_spec(const ModelConfig& c, bool padded, const std::string& name)
 
 // ---- activations ------------------------------------------------------------------------------
 
-ActivationBytes Llama::plan(Activations* A) const {
-  const ModelConfig& c = cfg_;
-  const int64_t BT = static_cast<int64_t>(B_) * T_, C = c.n_embd, NH = c.n_head,
-                Vp = c.padded_vocab_size, F = F_, QKV = QKV_;
-  const bool bf = opts_.bf16, full = opts_.recompute == Recompute::full;
-  const bool flash = opts_.flash_attention;
+ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T,
+                                       const ModelOptions& opts, Llama::Activations* A) {
+  using Activations = Llama::Activations;
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
+                Vp = c.padded_vocab_size, F = c.ffn_hidden, QKV = qkv_width(c);
+  const bool bf = opts.bf16, full = opts.recompute == Recompute::full;
+  const bool flash = opts.flash_attention;
   // With flash attention a block keeps the row log-sum-exps (B,NH,T), too small to recompute.
-  const bool att_shared = full || (opts_.recompute == Recompute::attention && !flash);
+  const bool att_shared = full || (opts.recompute == Recompute::attention && !flash);
   Activations dummy;
   const bool fill = A != nullptr;
   if (!fill) A = &dummy;
@@ -167,10 +168,11 @@ ActivationBytes Llama::plan(Activations* A) const {
     }
     return shared_bf[id];
   };
-  const StageSpec& st = opts_.stage;
+  const StageSpec& st = opts.stage;
+  const int last = st.last < 0 ? c.n_layer : st.last;
   A->encoded = take(BT * C);
   A->h.assign(c.n_layer, Activations::Block{});
-  for (int l = st.first; l < st.last; l++) {
+  for (int l = st.first; l < last; l++) {
     Activations::Block& b = A->h[l];
     b.ln1 = bf ? nullptr : field(full, 0, BT * C);
     b.ln1_bf = bf ? field_bf(full, 0, BT * C) : nullptr;
@@ -178,7 +180,7 @@ ActivationBytes Llama::plan(Activations* A) const {
     b.qkv = field(full, 2, BT * QKV);
     b.atty = field(full || (bf && !flash), 3, BT * C);  // flash backward reads it
     b.atty_bf = bf ? field_bf(full, 3, BT * C) : nullptr;
-    b.att = field(att_shared, 4, flash ? NH * BT : NH * BT * T_);
+    b.att = field(att_shared, 4, flash ? NH * BT : NH * BT * T);
     b.residual2 = field(full, 5, BT * C);
     b.ln2 = bf ? nullptr : field(full, 6, BT * C);
     b.ln2_bf = bf ? field_bf(full, 6, BT * C) : nullptr;
@@ -203,7 +205,7 @@ ActivationBytes Llama::plan(Activations* A) const {
     KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
     KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
   }
-  const int64_t datt = flash ? attention_flash_scratch_floats(B_, T_, c.n_head) : NH * BT * T_;
+  const int64_t datt = flash ? attention_flash_scratch_floats(B, T, c.n_head) : NH * BT * T;
   bytes.scratch = (BT * C * 4 + BT * QKV + datt + (bf ? 0 : BT * 2 * F) + BT * F) * 4;
   if (bf) bytes.scratch += BT * std::max({2 * F, QKV, C}) * 2;
   bytes.fp32_floats = nf;
@@ -220,12 +222,12 @@ Llama::Llama(const ModelConfig& c, int B, int T, ModelOptions opts)
   F_ = c.ffn_hidden;
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head, F = F_, QKV = QKV_;
   const bool bf = opts_.bf16;
-  ActivationBytes sizes = plan(nullptr);
+  ActivationBytes sizes = llama_plan_activations(c, B, T, opts_, nullptr);
   slots_.resize(opts_.slots);
   for (Activations& a : slots_) {
     a.mem.resize(sizes.fp32_floats);
     a.mem_bf16.resize(sizes.bf16_values);
-    act_bytes_ = plan(&a);
+    act_bytes_ = llama_plan_activations(c, B, T, opts_, &a);
   }
   cur_ = &slots_[0];
 
@@ -257,7 +259,7 @@ Llama::Llama(const ModelConfig& c, int B, int T, ModelOptions opts)
 
   rope_cos_.resize(static_cast<int64_t>(c.block_size) * hs_ / 2);
   rope_sin_.resize(static_cast<int64_t>(c.block_size) * hs_ / 2);
-  rope_table(rope_cos_.data(), rope_sin_.data(), c.block_size, hs_, c.rope_theta,
+  rope_table(rope_cos_.data(), rope_sin_.data(), c.block_size, hs_, static_cast<float>(c.rope_theta),
              c.rope_llama3 ? &c.rope_scaling : nullptr);
   if (opts_.kv_cache) {
     for (int l = 0; l < c.n_layer; l++) {
@@ -309,7 +311,7 @@ void Llama::block_forward(int l, const float* residual) {
   {
     ProfileTimer t(profile_, &Profile::norm);
     rmsnorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.rstd1, residual, nullptr, W.ln1, BT, C,
-                          c.norm_eps);
+                          static_cast<float>(c.norm_eps));
   }
   linear(a.qkv, a.ln1, a.ln1_bf, W.qkv, C, QKV, false);
   {
@@ -335,7 +337,7 @@ void Llama::block_forward(int l, const float* residual) {
   {
     ProfileTimer t(profile_, &Profile::norm);
     rmsnorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.rstd2, residual, scratch_.proj, W.ln2, BT,
-                          C, c.norm_eps);
+                          C, static_cast<float>(c.norm_eps));
   }
   linear(a.gu, a.ln2, a.ln2_bf, W.gate, C, 2 * F, false);
   {
@@ -390,7 +392,7 @@ double Llama::head_forward(Activations& A, const float* residual, const int32_t*
   {
     ProfileTimer t(profile_, &Profile::norm);
     rmsnorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.rstdf, residual, nullptr, P_.norm, BT, C,
-                          c.norm_eps);
+                          static_cast<float>(c.norm_eps));
   }
   if (opts_.bf16 && targets) {
     // Chunks of rows: logits(R,Vp) = lnf(R,C) @ lm_head^T, then softmax, loss and the bf16

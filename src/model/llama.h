@@ -103,7 +103,6 @@ class Llama final : public Model {
     float* dact;       // (BT,F)
     bf16* dout_bf;     // (BT,max(2F,QKV,C)): a product's output gradient in bf16
   };
-  ActivationBytes plan(Activations* A) const;
   void set_params(const float* params);
   void block_forward(int l, const float* residual);
   double head_forward(Activations& A, const float* residual, const int32_t* targets, float dloss);
@@ -120,5 +119,10 @@ class Llama final : public Model {
   Buffer<float> decode_scores_;
   int decode_pos_ = -1;
 };
+
+// The activation plan of a mode, without allocating it; with A, also hands out the pointers of
+// A's buffers (already sized from a first call).
+ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T,
+                                       const ModelOptions& opts, Llama::Activations* A);
 
 }  // namespace kiln

@@ -118,6 +118,11 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptio
   return std::make_unique<Gpt2>(c, B, T, opts);
 }
 
+ActivationBytes activation_plan(const ModelConfig& c, int B, int T, const ModelOptions& opts) {
+  if (c.llama()) return llama_plan_activations(c, B, T, opts, nullptr);
+  return plan_activations(c, B, T, opts, nullptr);
+}
+
 ParamLayout param_layout(const ModelConfig& c) {
   return c.llama() ? llama_param_layout(c) : gpt2_param_layout(c);
 }

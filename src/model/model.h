@@ -123,6 +123,10 @@ class Model {
 // A model of the config's family.
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts = {});
 
+// The bytes of one micro-batch's activations a model of this config and mode would hold, without
+// allocating them (Model::activation_breakdown once built).
+ActivationBytes activation_plan(const ModelConfig& c, int B, int T, const ModelOptions& opts);
+
 // The family's parameter layout and initialisation (each tensor from its own stream seeded by
 // (seed, tensor index): the same bits on any number of threads).
 ParamLayout param_layout(const ModelConfig& c);

@@ -45,7 +45,7 @@ bool has_control_char(const std::string& s, bool allow_whitespace) {
   return false;
 }
 
-using Field = std::variant<int*, int64_t*, double*, bool*, std::string*>;
+using Field = std::variant<int*, int64_t*, float*, double*, bool*, std::string*>;
 
 struct Key {
   std::string name;  // section.key
@@ -55,12 +55,34 @@ struct Key {
 
 std::vector<Key> schema(TrainConfig& c) {
   return {
+      {"model.family", &c.model.family,
+       "\"gpt2\" (learned positions, LayerNorm, GELU, biases, tied head) or \"llama\" (RMSNorm, "
+       "rotary positions, SwiGLU, grouped-query attention, no biases)"},
       {"model.n_layer", &c.model.n_layer, "transformer blocks"},
       {"model.n_head", &c.model.n_head, "attention heads"},
       {"model.n_embd", &c.model.n_embd, "channels"},
       {"model.block_size", &c.model.block_size, "maximum sequence length (positions)"},
       {"model.vocab_size", &c.model.vocab_size, "vocabulary size"},
       {"model.vocab_multiple", &c.vocab_multiple, "pad the vocabulary up to a multiple of this"},
+      {"model.n_kv_head", &c.model.n_kv_head,
+       "llama: key/value heads, dividing model.n_head (0: model.n_head; 1: multi-query)"},
+      {"model.ffn_hidden", &c.model.ffn_hidden, "llama: the SwiGLU MLP's width"},
+      {"model.norm_eps", &c.model.norm_eps, "llama: RMSNorm's epsilon"},
+      {"model.rope_theta", &c.model.rope_theta, "llama: the rotary embedding's base"},
+      {"model.rope_scaling", &c.rope_scaling,
+       "llama: \"none\", or \"llama3\" (Llama 3.1's frequency scaling, model.rope_factor, "
+       "model.rope_low_freq_factor, model.rope_high_freq_factor, "
+       "model.rope_original_max_position)"},
+      {"model.rope_factor", &c.model.rope_scaling.factor, "llama3 rotary scaling: factor"},
+      {"model.rope_low_freq_factor", &c.model.rope_scaling.low_freq_factor,
+       "llama3 rotary scaling: low_freq_factor"},
+      {"model.rope_high_freq_factor", &c.model.rope_scaling.high_freq_factor,
+       "llama3 rotary scaling: high_freq_factor"},
+      {"model.rope_original_max_position",
+       &c.model.rope_scaling.original_max_position_embeddings,
+       "llama3 rotary scaling: original_max_position_embeddings"},
+      {"model.tie_embeddings", &c.model.tie_embeddings,
+       "llama: the LM head shares the token embedding (GPT-2's always does)"},
       {"train.batch_size", &c.batch_size, "sequences per micro-batch (B)"},
       {"train.seq_len", &c.seq_len, "tokens per sequence (T)"},
       {"train.grad_accum", &c.grad_accum, "micro-batches per optimizer step"},
@@ -161,9 +183,9 @@ void set_from_toml(Key& k, const toml::node& v, const std::string& source) {
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = *v.value<std::string>();
-        } else if constexpr (std::is_same_v<T, double>) {
+        } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
           if (!v.is_number()) wrong("a number");
-          *p = *v.value<double>();
+          *p = static_cast<T>(*v.value<double>());
         } else {
           if (!v.is_integer()) wrong("an integer");
           int64_t x = *v.value<int64_t>();
@@ -240,7 +262,8 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
          source);
   for (const auto& ov : overrides) apply_override(keys, ov);
   // validate() reports values out of range; the padding is only computed where it cannot overflow.
-  const bool pad_ok = c.model.vocab_size >= 1 && c.model.vocab_size <= 65536 &&
+  c.model.rope_llama3 = c.rope_scaling == "llama3";
+  const bool pad_ok = c.model.vocab_size >= 1 && c.model.vocab_size <= kMaxVocab &&
                       c.vocab_multiple >= 1 && c.vocab_multiple <= 65536;
   c.model.padded_vocab_size =
       pad_ok ? pad_vocab(c.model.vocab_size, c.vocab_multiple) : c.model.vocab_size;
@@ -357,8 +380,24 @@ void TrainConfig::validate() const {
   in_range(model.n_head, 1, kIntMax, "model.n_head", "must be at least 1");
   in_range(model.n_embd, 1, kIntMax, "model.n_embd", "must be at least 1");
   in_range(model.block_size, 1, kIntMax, "model.block_size", "must be at least 1");
-  in_range(model.vocab_size, 1, 65536, "model.vocab_size",
-           "must be 1 to 65536 (token shards hold uint16 ids)");
+  in_range(model.vocab_size, 1, kMaxVocab, "model.vocab_size", "must be 1 to 16777216");
+  if (model.family != "gpt2" && model.family != "llama")
+    fail("{}: model.family must be \"gpt2\" or \"llama\", got '{}'", source, model.family);
+  if (!model.llama()) {
+    const char* llama_only = model.n_kv_head != 0    ? "model.n_kv_head"
+                             : model.ffn_hidden != 0 ? "model.ffn_hidden"
+                             : rope_scaling != "none" ? "model.rope_scaling"
+                                                      : nullptr;
+    if (llama_only)
+      fail("{}: {} applies to model.family = \"llama\"; a GPT-2 has none (remove it)", source,
+           llama_only);
+  }
+  if (rope_scaling != "none" && rope_scaling != "llama3")
+    fail("{}: model.rope_scaling must be \"none\" or \"llama3\", got '{}'", source,
+         rope_scaling);
+  real(model.norm_eps, model.norm_eps > 0, "model.norm_eps", "must be more than 0 (e.g. 1e-5)");
+  real(model.rope_theta, model.rope_theta > 0, "model.rope_theta",
+       "must be more than 0 (e.g. 10000 or 500000)");
   in_range(vocab_multiple, 1, 65536, "model.vocab_multiple", "must be 1 to 65536 (1: no padding)");
   try {
     model.validate();
@@ -366,10 +405,12 @@ void TrainConfig::validate() const {
     fail("{}: {}", source, e.what());
   }
   // Parameter offsets are int64 and tensors are carved from one buffer: keep far from overflow.
+  const double ffn = model.llama() ? 3.0 * model.ffn_hidden : 8.0 * model.n_embd;
   const double params =
-      static_cast<double>(model.n_layer) *
-          (12.0 * model.n_embd * model.n_embd + 13.0 * model.n_embd) +
-      (static_cast<double>(model.padded_vocab_size) + model.block_size + 2.0) * model.n_embd;
+      static_cast<double>(model.n_layer) * (4.0 * model.n_embd + ffn + 13.0) * model.n_embd +
+      ((model.llama() && !model.tie_embeddings ? 2.0 : 1.0) * model.padded_vocab_size +
+       model.block_size + 2.0) *
+          model.n_embd;
   if (params > kMaxParameters)
     fail(
         "{}: model.n_layer = {}, model.n_embd = {}, model.block_size = {} and model.vocab_size = "
@@ -508,7 +549,7 @@ void check_memory_fits(const TrainConfig& c, double memory_bytes) {
   const double activations =
       rough > 0x1p60
           ? rough
-          : static_cast<double>(plan_activations(m, c.batch_size, c.seq_len, mo, nullptr).total());
+          : static_cast<double>(activation_plan(m, c.batch_size, c.seq_len, mo).total());
   // Per parameter, what a rank keeps whatever the number of ranks: ZeRO shards the rest.
   const double params = static_cast<double>(param_layout(m).total);
   double per_param = 0;

@@ -9,7 +9,7 @@
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "train/gpt2_weights.h"
+#include "train/hf_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -37,11 +37,10 @@ LoadedModel load_model_dir(const std::string& dir, int vocab_multiple) {
   }
   LoadedModel m;
   m.dir = dir;
-  m.config = gpt2_config_from_hf(hf, cfg_path, vocab_multiple);
-  const ParamLayout layout = gpt2_param_layout(m.config);
+  m.config = config_from_hf(hf, cfg_path, vocab_multiple);
+  const ParamLayout layout = param_layout(m.config);
   m.params.resize(layout.total);
-  SafeTensorsReader f((fs::path(dir) / "model.safetensors").string());
-  gpt2_load_tensors(f, layout, m.config, m.params.data());
+  load_tensors(TensorFiles(dir), layout, m.config, m.params.data());
   return m;
 }
 
@@ -61,9 +60,9 @@ std::string export_model(const std::string& from, const std::string& out) {
   fs::create_directories(tmp);
   try {
     write_safetensors((tmp / "model.safetensors").string(),
-                      gpt2_named_tensors(gpt2_param_layout(m.config), m.config, m.params.data()),
+                      named_tensors(param_layout(m.config), m.config, m.params.data()),
                       {{"format", "pt"}});
-    write_file_atomic((tmp / "config.json").string(), gpt2_hf_config(m.config).dump(2) + "\n");
+    write_file_atomic((tmp / "config.json").string(), hf_config(m.config).dump(2) + "\n");
     fsync_path(tmp.string());
     if (fs::exists(target)) fs::remove(target);  // the empty directory it replaces
     fs::rename(tmp, target);

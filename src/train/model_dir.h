@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/buffer.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 namespace kiln {
 

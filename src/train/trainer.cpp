@@ -27,7 +27,7 @@
 #include "obs/trace.h"
 #include "parallel/local_layout.h"
 #include "train/comm_observer.h"
-#include "train/gpt2_weights.h"
+#include "train/hf_weights.h"
 #include "train/stop_request.h"
 
 namespace fs = std::filesystem;
@@ -116,8 +116,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     if (ck) {
       resume_from(ck->dir);
     } else if (!cfg_.init_from.empty()) {
-      SafeTensorsReader f(cfg_.init_from);
-      gpt2_load_tensors(f, model_->layout(), cfg_.model, params_.data());
+      init_from(cfg_.init_from);
     }
   });
 
@@ -503,7 +502,7 @@ std::string Trainer::save_checkpoint() {
   // ZeRO-3; each rank's own shard of the AdamW state (ZeRO 1-3; with ZeRO 0 rank 0 holds it
   // whole); config.json and, last, trainer_state.json.
   CheckpointContents c;
-  c.model = gpt2_named_tensors(model_->layout(), cfg_.model, params_.data());
+  c.model = named_tensors(model_->layout(), cfg_.model, params_.data());
   c.model_metadata = {{"format", "pt"}};
   if (zero3()) {
     auto range = [this, &c](size_t i) {
@@ -531,7 +530,7 @@ std::string Trainer::save_checkpoint() {
   c.shard_end = dp_->shard_end();
   c.shard_buffers = {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
   c.shard_metadata = {{"optimizer", "adamw"}, {"step", std::to_string(step_)}};
-  c.files = {{"config.json", gpt2_hf_config(cfg_.model).dump(2) + "\n"},
+  c.files = {{"config.json", hf_config(cfg_.model).dump(2) + "\n"},
              {"trainer_state.json", state.dump(2) + "\n"}};
   return Checkpointer(*world_, checkpoint_root(), cfg_.keep_last).save(step_, c);
 }
@@ -551,16 +550,52 @@ std::vector<FlatTensor> Trainer::flat_tensors() const {
   return out;
 }
 
+void Trainer::init_from(const std::string& path) {
+  // A Hugging Face directory says what model it holds: it must be the config's.
+  const fs::path cfg_path = fs::path(path) / "config.json";
+  if (fs::is_directory(path) && fs::exists(cfg_path)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(cfg_path.string(), "model config"));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", cfg_path.string(), e.what());
+    }
+    const ModelConfig hf = config_from_hf(j, cfg_path.string(), cfg_.vocab_multiple);
+    const ModelConfig& m = cfg_.model;
+    auto differs = [&](const char* key, auto theirs, auto ours) {
+      if (theirs != ours)
+        fail(
+            "--init-from {}: its config.json has {} = {}, the run's config {} (set the key to "
+            "the checkpoint's value)",
+            path, key, theirs, ours);
+    };
+    differs("model.family", hf.family, m.family);
+    differs("model.n_layer", hf.n_layer, m.n_layer);
+    differs("model.n_head", hf.n_head, m.n_head);
+    differs("model.n_embd", hf.n_embd, m.n_embd);
+    differs("model.vocab_size", hf.vocab_size, m.vocab_size);
+    if (m.llama()) {
+      differs("model.n_kv_head", hf.kv_heads(), m.kv_heads());
+      differs("model.ffn_hidden", hf.ffn_hidden, m.ffn_hidden);
+      differs("model.tie_embeddings", hf.tie_embeddings, m.tie_embeddings);
+      differs("model.rope_theta", hf.rope_theta, m.rope_theta);
+      differs("model.rope_scaling", hf.rope_llama3 ? "llama3" : "none",
+              m.rope_llama3 ? "llama3" : "none");
+    }
+  }
+  load_tensors(TensorFiles(path), model_->layout(), cfg_.model, params_.data());
+}
+
 void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, int64_t se) {
   const auto& layout = model_->layout();
-  SafeTensorsReader opt_file(path);
+  const TensorFiles opt_file(path);
   for (auto [prefix, dst] : {std::pair{"exp_avg.", &m_}, std::pair{"exp_avg_sq.", &v_}}) {
     if (sb == 0 && se == static_cast<int64_t>(params_.size())) {
-      gpt2_load_tensors(opt_file, layout, cfg_.model, dst->data(), prefix);
+      load_tensors(opt_file, layout, cfg_.model, dst->data(), prefix);
       continue;
     }
     Buffer<float> full(params_.size());
-    gpt2_load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
+    load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
     std::copy(full.data() + sb, full.data() + se, dst->data());
   }
 }
@@ -611,8 +646,8 @@ void Trainer::resume_from(const std::string& dir) {
   config_changes_ = diff.changed;
 
   const auto& layout = model_->layout();
-  SafeTensorsReader model_file((p / "model.safetensors").string());
-  gpt2_load_tensors(model_file, layout, cfg_.model, params_.data());
+  load_tensors(TensorFiles((p / "model.safetensors").string()), layout, cfg_.model,
+               params_.data());
   // Each rank reads its shard of the AdamW state, whatever the layout that wrote it: from the
   // per-rank files (optimizer-RRRRR-of-NNNNN.safetensors), or from one optimizer.safetensors of
   // whole tensors (checkpoints of earlier kiln versions).

@@ -132,6 +132,8 @@ class Trainer {
   bool zero3() const { return dp_->zero() == 3; }
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
   std::vector<FlatTensor> flat_tensors() const;
+  // train.init_from: a safetensors file or a Hugging Face directory (single file or sharded).
+  void init_from(const std::string& path);
   void load_whole_optimizer_state(const std::string& path, int64_t shard_begin, int64_t shard_end);
   std::string sample_text();
   void next_batch();

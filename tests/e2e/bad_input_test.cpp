@@ -18,7 +18,7 @@
 #include "model/gpt2.h"
 #include "test_util.h"
 #include "train/config.h"
-#include "train/gpt2_weights.h"
+#include "train/hf_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -341,9 +341,9 @@ std::string write_tiny_checkpoint(const std::string& dir) {
   ParamLayout layout = gpt2_param_layout(c);
   std::vector<float> params(layout.total, 0.0f);
   fs::create_directories(dir);
-  write_safetensors(dir + "/model.safetensors", gpt2_named_tensors(layout, c, params.data()),
+  write_safetensors(dir + "/model.safetensors", named_tensors(layout, c, params.data()),
                     {{"format", "pt"}});
-  std::ofstream(dir + "/config.json") << gpt2_hf_config(c).dump(2);
+  std::ofstream(dir + "/config.json") << hf_config(c).dump(2);
   return dir;
 }
 

@@ -14,7 +14,7 @@
 #include "kernels/matmul.h"
 #include "model/gpt2.h"
 #include "test_util.h"
-#include "train/gpt2_weights.h"
+#include "train/hf_weights.h"
 #include "train/trainer.h"
 
 namespace kiln {
@@ -63,7 +63,7 @@ class Gpt2VsTorch : public ::testing::Test {
     weights_path_ = dir_ / "weights.safetensors";
     write_safetensors(weights_path_, out, {{"format", "pt"}});
     SafeTensorsReader w(weights_path_);
-    gpt2_load_tensors(w, layout_, cfg_, params_.data());
+    load_tensors(TensorFiles(w), layout_, cfg_, params_.data());
   }
 
   // max |a - ref| over max |ref|, for the first n values.

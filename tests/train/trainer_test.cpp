@@ -21,7 +21,7 @@
 #include "kernels/matmul.h"
 #include "obs/metric_table.h"
 #include "test_util.h"
-#include "train/gpt2_weights.h"
+#include "train/hf_weights.h"
 #include "train/peak.h"
 
 namespace fs = std::filesystem;
@@ -206,9 +206,9 @@ TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
   std::vector<float> m(full.num_params()), v(full.num_params());
   read_state_shards({shard}, tensors, 0, full.num_params(),
                     {{"exp_avg.", m.data()}, {"exp_avg_sq.", v.data()}});
-  auto opt = gpt2_named_tensors(full.model().layout(), full.model().config(), m.data(), "exp_avg.");
+  auto opt = named_tensors(full.model().layout(), full.model().config(), m.data(), "exp_avg.");
   auto vv =
-      gpt2_named_tensors(full.model().layout(), full.model().config(), v.data(), "exp_avg_sq.");
+      named_tensors(full.model().layout(), full.model().config(), v.data(), "exp_avg_sq.");
   opt.insert(opt.end(), vv.begin(), vv.end());
   write_safetensors(ck + "/optimizer.safetensors", opt, {{"optimizer", "adamw"}});
   fs::remove(shard);
