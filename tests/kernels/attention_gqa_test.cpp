@@ -228,7 +228,8 @@ TEST(KernelAttentionGqa, SameBitsAcrossRunsAndThreadCounts) {
 
 // With NKV == NH the general kernels are GPT-2's: the same bits, at GPT-2 small's head shape.
 TEST(KernelAttentionGqa, MultiHeadFormGivesGpt2KernelsBits) {
-  for (const Heads k : {Heads{2, 64, 12, 12, 64}, Heads{1, 300, 12, 12, 64}}) {
+  for (const Heads k : {Heads{2, 64, 12, 12, 64}, Heads{1, 300, 12, 12, 64},
+                        Heads{4, 256, 12, 12, 64}, Heads{3, 37, 3, 3, 4}}) {
     SCOPED_TRACE(k.name());
     const int B = k.B, T = k.T, C = k.Cq(), NH = k.NH;
     std::mt19937 rng(205);
