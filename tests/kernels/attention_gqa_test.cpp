@@ -161,6 +161,11 @@ TEST(KernelAttentionGqa, EqualsMultiHeadAttentionWithRepeatedKvHeads) {
     const Vec dout = RandomVec(rng, k.out_size(), -1, 1);
     const Vec mqkv = RepeatKv(qkv, k);
     const int C = k.Cq();
+    {  // and the two GQA kernels against each other, over several flash blocks
+      const Outputs s = Standard(qkv, dout, k), f = Flash(qkv, dout, k);
+      EXPECT_TRUE(Near(f.out, Widen(s.out), kFwdTol)) << "flash vs standard out";
+      EXPECT_TRUE(Near(f.dqkv, Widen(s.dqkv), kFwdTol * 10)) << "flash vs standard dqkv";
+    }
     for (bool flash : {false, true}) {
       SCOPED_TRACE(flash ? "flash" : "standard");
       const Outputs g = flash ? Flash(qkv, dout, k) : Standard(qkv, dout, k);
