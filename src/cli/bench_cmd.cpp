@@ -103,7 +103,7 @@ void bench_train(const BenchTrainOpts& o) {
     if (s == 0) continue;
     times.push_back(r.seconds);
     waits.push_back(r.comm_wait_seconds);
-    for (auto f : {&Profile::matmul, &Profile::attention, &Profile::layernorm, &Profile::gelu,
+    for (auto f : {&Profile::matmul, &Profile::attention, &Profile::norm, &Profile::activation,
                    &Profile::lm_head, &Profile::loss, &Profile::embedding, &Profile::residual})
       sum.*f += prof.*f;
   }
@@ -114,7 +114,7 @@ void bench_train(const BenchTrainOpts& o) {
   const int64_t tokens =
       static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len * world;
   const double tps = tokens / step_s;
-  const double gflops = gpt2_flops_per_token(cfg.model, cfg.seq_len) * tps * 1e-9;
+  const double gflops = flops_per_token(cfg.model, cfg.seq_len) * tps * 1e-9;
   const double mfu = trainer.mfu(tps);  // raises an underestimated peak (train/peak.h)
   const double peak = trainer.peak_gflops() * world;
   MemoryReport mem = trainer.memory();
@@ -125,11 +125,12 @@ void bench_train(const BenchTrainOpts& o) {
     const char* name;
     double seconds;
   };
+  const bool llama = cfg.model.llama();
   std::vector<Part> parts{{"matmul (blocks)", sum.matmul / n},
                           {"lm head matmuls", sum.lm_head / n},
                           {"attention", sum.attention / n},
-                          {"layernorm", sum.layernorm / n},
-                          {"gelu", sum.gelu / n},
+                          {llama ? "rmsnorm" : "layernorm", sum.norm / n},
+                          {llama ? "swiglu" : "gelu", sum.activation / n},
                           {"softmax + loss", sum.loss / n},
                           {"residual copies", sum.residual / n},
                           {"embedding", sum.embedding / n}};
@@ -175,9 +176,9 @@ void bench_train(const BenchTrainOpts& o) {
   fmt::print(
       "kiln bench train: {} | GPT-2 {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
       "threads | {} | recompute {} | {} rank(s), comm {}\n",
-      o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd,
-      gpt2_num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(),
-      cfg.dtype, cfg.recompute, world, backend);
+      o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, num_params(cfg.model) / 1e6,
+      cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(), cfg.dtype, cfg.recompute, world,
+      backend);
   fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);

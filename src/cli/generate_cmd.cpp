@@ -69,7 +69,7 @@ void generate(const GenerateOpts& o) {
   // A run directory or its checkpoints folder resolves to the newest checkpoint in it.
   const std::string dir = resolve_model_dir(o.checkpoint, "--checkpoint");
   LoadedModel model = load_model_dir(dir);
-  const Gpt2Config& c = model.config;
+  const ModelConfig& c = model.config;
   Buffer<float>& params = model.params;
 
   // The tokenizer the run was trained with, from its trainer state; else by vocabulary size.

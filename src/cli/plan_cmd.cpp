@@ -77,7 +77,7 @@ struct Given {
 
 // The matmuls run over the padded vocabulary.
 ModelSpec model_from_config(const TrainConfig& cfg) {
-  return gpt2_spec(cfg.model, /*padded=*/true, fs::path(cfg.source).stem().string());
+  return model_spec(cfg.model, /*padded=*/true, fs::path(cfg.source).stem().string());
 }
 
 void list_models() {

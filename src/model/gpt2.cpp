@@ -11,24 +11,9 @@
 
 namespace kiln {
 
-void Gpt2Config::validate() const {
-  auto positive = [](int v, const char* name) {
-    if (v <= 0) fail("model.{} must be positive, got {}", name, v);
-  };
-  positive(n_layer, "n_layer");
-  positive(n_head, "n_head");
-  positive(n_embd, "n_embd");
-  positive(block_size, "block_size");
-  positive(vocab_size, "vocab_size");
-  if (n_embd % n_head != 0)
-    fail("model.n_embd ({}) must be divisible by model.n_head ({})", n_embd, n_head);
-  if (padded_vocab_size < vocab_size)
-    fail("padded vocabulary {} is smaller than model.vocab_size {}", padded_vocab_size, vocab_size);
-}
-
-Gpt2Config gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int vocab_size,
-                       int vocab_multiple) {
-  Gpt2Config c;
+ModelConfig gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int vocab_size,
+                        int vocab_multiple) {
+  ModelConfig c;
   c.n_layer = n_layer;
   c.n_head = n_head;
   c.n_embd = n_embd;
@@ -38,30 +23,11 @@ Gpt2Config gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int 
   return c;
 }
 
-int pad_vocab(int vocab, int multiple) {
-  if (multiple <= 1) return vocab;
-  return (vocab + multiple - 1) / multiple * multiple;
-}
-
-const ParamTensor& ParamLayout::find(const std::string& name) const {
-  for (const auto& t : tensors)
-    if (t.name == name) return t;
-  fail("no parameter named '{}'", name);
-}
-
-ParamLayout gpt2_param_layout(const Gpt2Config& c) {
+ParamLayout gpt2_param_layout(const ModelConfig& c) {
   ParamLayout L;
   const int64_t C = c.n_embd;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
-    ParamTensor t;
-    t.name = std::move(name);
-    t.shape = std::move(shape);
-    t.numel = 1;
-    for (auto d : t.shape) t.numel *= d;
-    t.offset = L.total;
-    t.decay = decay;
-    L.total += t.numel;
-    L.tensors.push_back(std::move(t));
+    L.add(std::move(name), std::move(shape), decay);
   };
   add("wte.weight", {c.padded_vocab_size, C}, true);
   add("wpe.weight", {c.block_size, C}, true);
@@ -85,7 +51,7 @@ ParamLayout gpt2_param_layout(const Gpt2Config& c) {
   return L;
 }
 
-ModelParams view_params(const ParamLayout& layout, const Gpt2Config& c, float* base) {
+ModelParams view_params(const ParamLayout& layout, const ModelConfig& c, float* base) {
   ModelParams p;
   size_t i = 0;
   auto next = [&]() { return base + layout.tensors[i++].offset; };
@@ -111,7 +77,7 @@ ModelParams view_params(const ParamLayout& layout, const Gpt2Config& c, float* b
   return p;
 }
 
-void gpt2_init(const ParamLayout& layout, const Gpt2Config& c, float* params, uint64_t seed) {
+void gpt2_init(const ParamLayout& layout, const ModelConfig& c, float* params, uint64_t seed) {
   const double residual_std = 0.02 / std::sqrt(2.0 * c.n_layer);
   for (size_t i = 0; i < layout.tensors.size(); i++) {
     const ParamTensor& t = layout.tensors[i];
@@ -149,7 +115,7 @@ int64_t gpt2_head_chunk_rows(int64_t rows) {
   return std::min<int64_t>(rows, 256);
 }
 
-ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelOptions& opts,
+ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
                                  Activations* A) {
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
                 Vp = c.padded_vocab_size;
@@ -252,23 +218,11 @@ ActivationBytes plan_activations(const Gpt2Config& c, int B, int T, const ModelO
   return bytes;
 }
 
-Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
-    : cfg_(c), B_(B), T_(T), opts_(opts) {
-  c.validate();
-  if (T > c.block_size) fail("sequence length {} exceeds model.block_size {}", T, c.block_size);
-  layout_ = gpt2_param_layout(c);
+Gpt2::Gpt2(const ModelConfig& c, int B, int T, ModelOptions opts)
+    : Model(c, B, T, opts, gpt2_param_layout(c)) {
+  if (c.llama()) fail("model.family = \"llama\" is not a GPT-2");
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
   const bool bf = opts.bf16;
-  StageSpec& st = opts_.stage;
-  if (st.last < 0) st.last = c.n_layer;
-  if (st.first < 0 || st.first > st.last || st.last > c.n_layer)
-    fail("a stage of layers [{}, {}) does not fit a model of {} layers", st.first, st.last,
-         c.n_layer);
-  if (st.embedding && st.first != 0)
-    fail("a stage with the embedding starts at layer 0, not {}", st.first);
-  if (st.head && st.last != c.n_layer)
-    fail("a stage with the head ends at the last layer ({}), not {}", c.n_layer, st.last);
-  if (opts_.slots < 1) fail("a model needs at least one activation slot, got {}", opts_.slots);
   ActivationBytes plan = plan_activations(c, B, T, opts_, nullptr);
   slots_.resize(opts_.slots);
   for (Activations& a : slots_) {
@@ -305,31 +259,16 @@ Gpt2::Gpt2(const Gpt2Config& c, int B, int T, ModelOptions opts)
   }
   KILN_CHECK(act_bytes_.scratch ==
              static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
-}
-
-void Gpt2::set_weights(const float* params) {
-  if (!opts_.bf16) return;
-  if (!own_weights_) own_weights_ = std::make_unique<Bf16WeightCopy>(layout_.total);
-  own_weights_->refresh(params);
-  weights_ = own_weights_.get();
+  if (opts.kv_cache) {
+    for (int l = 0; l < c.n_layer; l++) {
+      k_cache_.emplace_back(static_cast<int64_t>(c.block_size) * C);
+      v_cache_.emplace_back(static_cast<int64_t>(c.block_size) * C);
+    }
+    decode_scores_.resize(c.block_size);
+  }
 }
 
 namespace {
-
-// Times a region into one of the profile's counters when profiling is on.
-class Timed {
- public:
-  Timed(Profile& p, double Profile::*field)
-      : p_(p), field_(field), t0_(p.enabled ? now_seconds() : 0) {}
-  ~Timed() {
-    if (p_.enabled) p_.*field_ += now_seconds() - t0_;
-  }
-
- private:
-  Profile& p_;
-  double Profile::*field_;
-  double t0_;
-};
 
 // y(M,N) = x(M,K) @ W(K,N) + b
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t M, int64_t K,
@@ -342,7 +281,7 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 // One block's forward from its input `residual` into the current slot's h[l] (P_ and params_ are
 // set).
 void Gpt2::block_forward(int l, const float* residual) {
-  const Gpt2Config& c = cfg_;
+  const ModelConfig& c = cfg_;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
   const bool bf = opts_.bf16;
@@ -351,30 +290,37 @@ void Gpt2::block_forward(int l, const float* residual) {
   // y (+)= x @ w + b, from the fp32 x or its bf16 copy.
   auto linear = [&](float* y, const float* x, const bf16* x_bf, const float* w, const float* b,
                     int64_t K, int64_t N, bool accumulate) {
-    Timed t(profile_, &Profile::matmul);
+    ProfileTimer t(profile_, &Profile::matmul);
     if (bf)
       matmul_bf16(MatmulShape{BT, N, K, false, false, accumulate, true}, x_bf, wbf(w), y, b);
     else
       linear_forward(y, x, w, b, BT, K, N, accumulate);
   };
   {
-    Timed t(profile_, &Profile::layernorm);
+    ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.ln1_mean, a.ln1_rstd, residual, nullptr,
                             W.ln1_w, W.ln1_b, BT, C);
   }
   linear(a.qkv, a.ln1, a.ln1_bf, W.qkv_w, W.qkv_b, C, 3 * C, false);
   {
-    Timed t(profile_, &Profile::attention);
-    if (opts_.flash_attention)
+    ProfileTimer t(profile_, &Profile::attention);
+    if (opts_.kv_cache) {  // decoding one position: its key and value join the cache
+      const int64_t at = static_cast<int64_t>(decode_pos_) * C;
+      copy(k_cache_[l].data() + at, a.qkv + C, C);
+      copy(v_cache_[l].data() + at, a.qkv + 2 * C, C);
+      attention_decode(a.atty, decode_scores_.data(), a.qkv, k_cache_[l].data(), v_cache_[l].data(),
+                       decode_pos_ + 1, C, NH);
+    } else if (opts_.flash_attention) {
       attention_forward_flash(a.atty, a.att, scratch_.datt, a.qkv, B, T, C, NH);
-    else
+    } else {
       attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    }
     if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
   }
   // residual2 = residual + proj, added in the LayerNorm's pass over the rows.
   linear(scratch_.proj, a.atty, a.atty_bf, W.attproj_w, W.attproj_b, C, C, false);
   {
-    Timed t(profile_, &Profile::layernorm);
+    ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.ln2_mean, a.ln2_rstd, residual,
                             scratch_.proj, W.ln2_w, W.ln2_b, BT, C);
   }
@@ -382,22 +328,17 @@ void Gpt2::block_forward(int l, const float* residual) {
   // product's operand.
   linear(a.fch, a.ln2, a.ln2_bf, W.fc_w, W.fc_b, C, 4 * C, false);
   {
-    Timed t(profile_, &Profile::gelu);
+    ProfileTimer t(profile_, &Profile::activation);
     if (bf)
       gelu_forward_bf16(a.fch_gelu_bf, a.fch, BT * 4 * C);
     else
       gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
   }
   {
-    Timed t(profile_, &Profile::residual);
+    ProfileTimer t(profile_, &Profile::residual);
     copy(a.residual3, a.residual2, BT * C);
   }
   linear(a.residual3, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, W.fcproj_b, 4 * C, C, true);
-}
-
-double Gpt2::forward(const float* params, const int32_t* inputs, const int32_t* targets,
-                     float dloss, const BlockHooks& hooks) {
-  return forward_stage(params, inputs, nullptr, targets, dloss, hooks, 0);
 }
 
 const float* Gpt2::stage_output(int slot) const {
@@ -407,21 +348,17 @@ const float* Gpt2::stage_output(int slot) const {
 
 double Gpt2::forward_stage(const float* params, const int32_t* inputs, const float* input,
                            const int32_t* targets, float dloss, const BlockHooks& hooks, int slot) {
-  const Gpt2Config& c = cfg_;
+  const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B) * T;
-  // bf16: a copy of exactly these parameters (set_weights or the lent copy, after each update).
-  if (opts_.bf16) KILN_CHECK(weights_ && weights_->source() == params);
-  if (params != params_) {
-    P_ = view_params(layout_, c, const_cast<float*>(params));
-    params_ = params;
-  }
+  if (opts_.kv_cache) fail("a model built for decoding runs decode(), not a forward");
+  set_params(params);
   cur_ = &slots_.at(slot);
   Activations& A = *cur_;
 
   if (st.embedding) {
-    Timed t(profile_, &Profile::embedding);
+    ProfileTimer t(profile_, &Profile::embedding);
     encoder_forward(A.encoded, inputs, P_.wte, P_.wpe, B, T, C);
   } else {
     KILN_CHECK(input != nullptr);
@@ -435,8 +372,51 @@ double Gpt2::forward_stage(const float* params, const int32_t* inputs, const flo
     if (hooks.after) hooks.after(l);
   }
   if (!st.head) return 0.0;
+  return head_forward(A, residual, targets, dloss);
+}
+
+void Gpt2::set_params(const float* params) {
+  // bf16: a copy of exactly these parameters (set_weights or the lent copy, after each update).
+  if (opts_.bf16) KILN_CHECK(weights_ && weights_->source() == params);
+  if (params != params_) {
+    P_ = view_params(layout_, cfg_, const_cast<float*>(params));
+    params_ = params;
+  }
+}
+
+const float* Gpt2::decode(const float* params, int32_t token, int pos) {
+  const ModelConfig& c = cfg_;
+  if (!opts_.kv_cache) fail("decode() needs a model built with ModelOptions::kv_cache");
+  if (pos >= c.block_size)
+    fail("the sequence reached model.block_size ({}); no more positions", c.block_size);
+  if (pos != decode_pos_ + 1 && pos != 0)
+    fail("decode() feeds positions in order: expected {} or 0, got {}", decode_pos_ + 1, pos);
+  if (token < 0 || token >= c.vocab_size)
+    fail("token id {} is outside the vocabulary (0..{})", token, c.vocab_size - 1);
+  set_params(params);
+  decode_pos_ = pos;
+  cur_ = &slots_[0];
+  Activations& A = *cur_;
+  encoder_forward(A.encoded, &token, P_.wte, P_.wpe + static_cast<int64_t>(pos) * c.n_embd, 1, 1,
+                  c.n_embd);
+  const float* residual = A.encoded;
+  for (int l = 0; l < c.n_layer; l++) {
+    block_forward(l, residual);
+    residual = A.h[l].residual3;
+  }
+  head_forward(A, residual, nullptr, 0.0f);
+  return logits();
+}
+
+// The final LayerNorm, the tied LM head and, with targets, the loss (returned as a sum) of the
+// current slot, from the last block's output `residual`.
+double Gpt2::head_forward(Activations& A, const float* residual, const int32_t* targets,
+                          float dloss) {
+  const ModelConfig& c = cfg_;
+  const int C = c.n_embd;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
   {
-    Timed t(profile_, &Profile::layernorm);
+    ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.lnf_mean, A.lnf_rstd, residual, nullptr,
                             P_.lnf_w, P_.lnf_b, BT, C);
   }
@@ -449,11 +429,11 @@ double Gpt2::forward_stage(const float* params, const int32_t* inputs, const flo
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
       {
-        Timed t(profile_, &Profile::lm_head);
+        ProfileTimer t(profile_, &Profile::lm_head);
         matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, A.lnf_bf + r0 * C,
                     wbf(P_.wte), A.logits);
       }
-      Timed t(profile_, &Profile::loss);
+      ProfileTimer t(profile_, &Profile::loss);
       softmax_cross_entropy(A.logits, A.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
                             dloss != 0.0f ? A.dlogits_bf + r0 * Vp : nullptr);
     }
@@ -466,7 +446,7 @@ double Gpt2::forward_stage(const float* params, const int32_t* inputs, const flo
     logits = full_logits_.data();
   }
   {
-    Timed t(profile_, &Profile::lm_head);
+    ProfileTimer t(profile_, &Profile::lm_head);
     // logits(BT,Vp) = lnf(BT,C) @ wte^T
     MatmulShape s{BT, Vp, C, false, true, false, false};
     if (opts_.bf16)
@@ -475,7 +455,7 @@ double Gpt2::forward_stage(const float* params, const int32_t* inputs, const flo
       matmul(s, A.lnf, P_.wte, logits);
   }
   if (!targets) return 0.0;
-  Timed t(profile_, &Profile::loss);
+  ProfileTimer t(profile_, &Profile::loss);
   softmax_cross_entropy(logits, A.losses, targets, BT, c.vocab_size, Vp, dloss);
   double sum = 0;
   for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
@@ -485,7 +465,7 @@ double Gpt2::forward_stage(const float* params, const int32_t* inputs, const flo
 // The head's backward for the current slot: the tied LM head (wte's gradient begun, dln_f) and
 // the final LayerNorm, leaving the gradient of the last block's output in scratch_.dresidual.
 void Gpt2::head_backward(Activations& A, bool accumulate) {
-  const Gpt2Config& c = cfg_;
+  const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
@@ -494,7 +474,7 @@ void Gpt2::head_backward(Activations& A, bool accumulate) {
   ModelParams& G = G_;
   GradScratch& S = scratch_;
   {
-    Timed t(profile_, &Profile::lm_head);
+    ProfileTimer t(profile_, &Profile::lm_head);
     // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
     MatmulShape dw{c.padded_vocab_size, C, BT, true, false, accumulate, false};
     MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
@@ -506,7 +486,7 @@ void Gpt2::head_backward(Activations& A, bool accumulate) {
       matmul(dx, A.logits, P.wte, S.dln);
     }
   }
-  Timed t(profile_, &Profile::layernorm);
+  ProfileTimer t(profile_, &Profile::norm);
   std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
   const bool blocks = st.last > st.first;
   const float* last = blocks ? A.h[st.last - 1].residual3 : A.encoded;
@@ -514,24 +494,16 @@ void Gpt2::head_backward(Activations& A, bool accumulate) {
                      BT, C, bf && blocks ? S.dout_bf : nullptr, accumulate);
 }
 
-void Gpt2::backward(const float* params, float* grads, const int32_t* inputs,
-                    const GradsReady& ready, const BlockHooks& hooks, bool accumulate) {
-  backward_stage(params, grads, inputs, nullptr, ready, hooks, accumulate, 0);
-}
-
 void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inputs,
                           const float* doutput, const GradsReady& ready, const BlockHooks& hooks,
                           bool accumulate, int slot) {
-  const Gpt2Config& c = cfg_;
+  const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
   const bool bf = opts_.bf16;
-  if (bf) KILN_CHECK(weights_ && weights_->source() == params);
-  if (params != params_) {
-    P_ = view_params(layout_, c, const_cast<float*>(params));
-    params_ = params;
-  }
+  if (opts_.kv_cache) fail("a model built for decoding has no backward");
+  set_params(params);
   if (grads != grads_) {
     G_ = view_params(layout_, c, grads);
     grads_ = grads;
@@ -568,7 +540,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
     // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
     auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
                         const bf16* x_bf, const float* w, int64_t K, int64_t N) {
-      Timed t(profile_, &Profile::matmul);
+      ProfileTimer t(profile_, &Profile::matmul);
       if (bf) {
         matmul_bf16(MatmulShape{K, N, BT, true, false, accumulate, false}, x_bf, dy_bf, dw);
         matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
@@ -578,7 +550,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
       }
     };
     auto bias_grad = [&](float* db, const float* dy, int64_t N) {
-      Timed t(profile_, &Profile::matmul);
+      ProfileTimer t(profile_, &Profile::matmul);
       bias_backward(db, dy, BT, static_cast<int>(N), accumulate);
     };
     // The MLP's output projection; dresidual's bf16 copy came with the LayerNorm backward
@@ -587,20 +559,20 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
     products(S.dfch_gelu, D.fcproj_w, S.dresidual, S.dout_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w,
              4 * C, C);
     {
-      Timed t(profile_, &Profile::gelu);  // GELU and fc's bias gradient in one pass
+      ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
       gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
                          accumulate);
     }
     products(S.dln, D.fc_w, S.dfch, S.dout_bf, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
     {
-      Timed t(profile_, &Profile::layernorm);
+      ProfileTimer t(profile_, &Profile::norm);
       layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
                          a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr, accumulate);
     }
     bias_grad(D.attproj_b, S.dresidual, C);
     products(S.datty, D.attproj_w, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.attproj_w, C, C);
     {
-      Timed t(profile_, &Profile::attention);
+      ProfileTimer t(profile_, &Profile::attention);
       // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
       // the values it already holds.
       if (opts_.flash_attention) {
@@ -613,12 +585,12 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
     }
     bias_grad(D.qkv_b, S.dqkv, 3 * C);
     if (bf) {
-      Timed t(profile_, &Profile::matmul);
+      ProfileTimer t(profile_, &Profile::matmul);
       to_bf16(S.dout_bf, S.dqkv, BT * 3 * C);
     }
     products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
     {
-      Timed t(profile_, &Profile::layernorm);
+      ProfileTimer t(profile_, &Profile::norm);
       layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
                          a.ln1_rstd, BT, C, bf && l > st.first ? S.dout_bf : nullptr, accumulate);
     }
@@ -627,7 +599,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
   }
   if (!st.embedding) return;  // input_grad() holds the gradient of the stage's input
   {
-    Timed t(profile_, &Profile::embedding);
+    ProfileTimer t(profile_, &Profile::embedding);
     // wte's gradient was begun by the LM head (in a stage without the head, this one begins
     // it); wpe's has no other writer.
     if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
@@ -638,7 +610,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
   if (ready) ready(0, block_begin(0));
 }
 
-ModelSpec gpt2_spec(const Gpt2Config& c, bool padded, const std::string& name) {
+ModelSpec gpt2_spec(const ModelConfig& c, bool padded, const std::string& name) {
   ModelSpec m;
   m.name = name;
   m.family = "gpt2";
@@ -652,11 +624,11 @@ ModelSpec gpt2_spec(const Gpt2Config& c, bool padded, const std::string& name) {
   return m;  // the rest are ModelSpec's defaults: GELU, LayerNorm, learned positions, biases, tied
 }
 
-int64_t gpt2_num_params(const Gpt2Config& c) {
+int64_t gpt2_num_params(const ModelConfig& c) {
   return count_params(gpt2_spec(c, /*padded=*/false)).total;
 }
 
-double gpt2_flops_per_token(const Gpt2Config& c, int T) {
+double gpt2_flops_per_token(const ModelConfig& c, int T) {
   return 6.0 * static_cast<double>(gpt2_num_params(c)) +
          12.0 * c.n_layer * static_cast<double>(c.n_embd) * T;
 }

@@ -33,7 +33,7 @@ int32_t sample_token(const float* logits, int V, float temperature, int top_k, R
   return idx[k - 1];
 }
 
-std::vector<int32_t> generate_tokens(const Gpt2Config& c, const float* params,
+std::vector<int32_t> generate_tokens(const ModelConfig& c, const float* params,
                                      const std::vector<int32_t>& prompt, const SampleOptions& o) {
   if (prompt.empty()) fail("generation needs a prompt of at least one token");
   if (static_cast<int>(prompt.size()) >= c.block_size)

@@ -10,7 +10,7 @@ namespace kiln {
 
 int32_t sample_token(const float* logits, int V, float temperature, int top_k, Rng& rng);
 
-struct Gpt2Config;
+struct ModelConfig;
 
 struct SampleOptions {
   int max_new_tokens = 64;
@@ -21,7 +21,7 @@ struct SampleOptions {
 
 // Continues `prompt` (at least one token) with KV-cached decoding; returns only the new tokens.
 // Stops early at the model's block_size.
-std::vector<int32_t> generate_tokens(const Gpt2Config& c, const float* params,
+std::vector<int32_t> generate_tokens(const ModelConfig& c, const float* params,
                                      const std::vector<int32_t>& prompt, const SampleOptions& o);
 
 }  // namespace kiln

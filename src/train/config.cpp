@@ -496,7 +496,7 @@ std::string bytes_text(double b) {
 }  // namespace
 
 void check_memory_fits(const TrainConfig& c, double memory_bytes) {
-  const Gpt2Config& m = c.model;
+  const ModelConfig& m = c.model;
   const double B = c.batch_size, T = c.seq_len, C = m.n_embd, L = m.n_layer;
   ModelOptions mo;
   mo.bf16 = c.dtype == "bf16";
@@ -510,7 +510,7 @@ void check_memory_fits(const TrainConfig& c, double memory_bytes) {
           ? rough
           : static_cast<double>(plan_activations(m, c.batch_size, c.seq_len, mo, nullptr).total());
   // Per parameter, what a rank keeps whatever the number of ranks: ZeRO shards the rest.
-  const double params = static_cast<double>(gpt2_param_layout(m).total);
+  const double params = static_cast<double>(param_layout(m).total);
   double per_param = 0;
   if (c.zero < 3) per_param += mo.bf16 ? 6 : 4;  // fp32 weights (and their bf16 copy)
   if (c.zero < 2) per_param += 4;                // gradients

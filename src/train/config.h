@@ -22,7 +22,7 @@ constexpr double kMaxParameters = 0x1p40;  // about 1.1e12: offsets and sizes st
 struct TrainConfig {
   std::string source;  // the file it was read from
 
-  Gpt2Config model;
+  ModelConfig model;
   int vocab_multiple = 128;  // model.vocab_multiple: pad the vocabulary to a multiple of this
 
   // [train]

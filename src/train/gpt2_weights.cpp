@@ -6,7 +6,7 @@
 
 namespace kiln {
 
-std::vector<SafeTensorOut> gpt2_named_tensors(const ParamLayout& layout, const Gpt2Config& c,
+std::vector<SafeTensorOut> gpt2_named_tensors(const ParamLayout& layout, const ModelConfig& c,
                                               const float* base, const std::string& prefix) {
   std::vector<SafeTensorOut> out;
   for (const auto& t : layout.tensors) {
@@ -17,7 +17,7 @@ std::vector<SafeTensorOut> gpt2_named_tensors(const ParamLayout& layout, const G
   return out;
 }
 
-void gpt2_load_tensors(const SafeTensorsReader& f, const ParamLayout& layout, const Gpt2Config& c,
+void gpt2_load_tensors(const SafeTensorsReader& f, const ParamLayout& layout, const ModelConfig& c,
                        float* base, const std::string& prefix) {
   for (const auto& [name, e] : f.entries()) {
     std::string n = name;
@@ -48,7 +48,7 @@ void gpt2_load_tensors(const SafeTensorsReader& f, const ParamLayout& layout, co
   }
 }
 
-nlohmann::json gpt2_hf_config(const Gpt2Config& c) {
+nlohmann::json gpt2_hf_config(const ModelConfig& c) {
   return {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
           {"n_layer", c.n_layer},
@@ -68,9 +68,9 @@ nlohmann::json gpt2_hf_config(const Gpt2Config& c) {
           {"torch_dtype", "float32"}};
 }
 
-Gpt2Config gpt2_config_from_hf(const nlohmann::json& j, const std::string& source,
+ModelConfig gpt2_config_from_hf(const nlohmann::json& j, const std::string& source,
                                int vocab_multiple) {
-  Gpt2Config c;
+  ModelConfig c;
   auto get = [&](const char* key) {
     if (!j.contains(key) || !j[key].is_number_integer())
       fail("{}: missing or non-integer '{}'", source, key);

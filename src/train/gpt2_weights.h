@@ -13,20 +13,20 @@ namespace kiln {
 
 // Views of the flat buffer `base` as logical tensors (wte with vocab_size rows), named with
 // `prefix` prepended (e.g. "exp_avg."). No copy: the views point into base.
-std::vector<SafeTensorOut> gpt2_named_tensors(const ParamLayout& layout, const Gpt2Config& c,
+std::vector<SafeTensorOut> gpt2_named_tensors(const ParamLayout& layout, const ModelConfig& c,
                                               const float* base, const std::string& prefix = "");
 
 // Fills `base` from a safetensors file holding the tensors named as gpt2_named_tensors does.
 // Accepts a "transformer." prefix and ignores attention-mask buffers and lm_head.weight (tied).
 // Padded vocabulary rows are set to zero. Errors name the file and tensor.
-void gpt2_load_tensors(const SafeTensorsReader& f, const ParamLayout& layout, const Gpt2Config& c,
+void gpt2_load_tensors(const SafeTensorsReader& f, const ParamLayout& layout, const ModelConfig& c,
                        float* base, const std::string& prefix = "");
 
 // Hugging Face config.json for GPT2LMHeadModel.
-nlohmann::json gpt2_hf_config(const Gpt2Config& c);
+nlohmann::json gpt2_hf_config(const ModelConfig& c);
 // Reads model sizes from a Hugging Face config.json (n_layer, n_head, n_embd, n_positions,
 // vocab_size).
-Gpt2Config gpt2_config_from_hf(const nlohmann::json& j, const std::string& source,
+ModelConfig gpt2_config_from_hf(const nlohmann::json& j, const std::string& source,
                                int vocab_multiple);
 
 }  // namespace kiln

@@ -15,7 +15,7 @@ std::string resolve_model_dir(const std::string& dir, const std::string& what);
 
 struct LoadedModel {
   std::string dir;
-  Gpt2Config config;
+  ModelConfig config;
   Buffer<float> params;  // the flat layout of `config` (padded vocabulary rows zero)
 };
 // Reads config.json and model.safetensors of a model directory, checking both.

@@ -76,7 +76,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   mo.bf16 = cfg_.dtype == "bf16";
   mo.recompute = parse_recompute(cfg_.recompute);
   mo.flash_attention = cfg_.attention == "flash";
-  model_ = std::make_unique<Gpt2>(cfg_.model, B, T, mo);
+  model_ = make_model(cfg_.model, B, T, mo);
   const int64_t n = model_->layout().total;
   std::vector<int64_t> offsets;
   for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
@@ -98,11 +98,11 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   v_.resize(dp_->shard_end() - dp_->shard_begin());
   inputs_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
-  flops_per_token_ = gpt2_flops_per_token(cfg_.model, T);
+  flops_per_token_ = flops_per_token(cfg_.model, T);
 
   if (!opts_.batches) refused_as_bad_input([&] { open_data(); });
 
-  gpt2_init(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
+  init_params(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
   refused_as_bad_input([&] {
     std::optional<CheckpointRef> ck;
     if (cfg_.resume != "none") {
@@ -356,7 +356,7 @@ StepResult Trainer::step() {
   if (dp_->reduces_every_micro_batch()) grads_.release(0, grads_.size());
   double loss_sum = 0;
   // ZeRO-3: the blocks' parameters come and go around each block (parallel/zero3_prefetch.h).
-  Gpt2::BlockHooks fwd, bwd;
+  Model::BlockHooks fwd, bwd;
   if (zero3()) {
     fwd.before = [&](int l) { zero3_->before_forward(l); };
     bwd.before = [&](int l) { zero3_->before_backward(l); };
@@ -772,7 +772,7 @@ bool Trainer::run() {
         "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
         "({}) | {} threads/rank | peak {:.{}f} GFLOP/s ({})\n",
         KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
-        gpt2_num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
+        kiln::num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
         dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(), peak_.gflops,
         peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
     std::fflush(stdout);

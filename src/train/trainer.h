@@ -17,7 +17,7 @@
 #include "data/loader.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "obs/metric_table.h"
 #include "obs/metrics_log.h"
 #include "obs/progress.h"
@@ -101,8 +101,8 @@ class Trainer {
 
   int64_t steps_done() const { return step_; }
   const TrainConfig& config() const { return cfg_; }
-  const Gpt2& model() const { return *model_; }
-  Gpt2& model() { return *model_; }
+  const Model& model() const { return *model_; }
+  Model& model() { return *model_; }
   const float* params() const { return params_.data(); }
   float* mutable_params() { return params_.data(); }
   const float* grads() const { return grads_.data(); }
@@ -153,7 +153,7 @@ class Trainer {
   Communicator* world_;
   Communicator* dp_group_;
   std::unique_ptr<DataParallel> dp_;
-  std::unique_ptr<Gpt2> model_;
+  std::unique_ptr<Model> model_;
   PageBuffer params_;     // full size; with ZeRO-3 only the ranges in use are resident
   Buffer<float> master_;  // ZeRO-3: this rank's shard of the parameters, the one AdamW updates
   PageBuffer grads_;      // full size; with ZeRO-2 only the buckets in flight are resident

@@ -337,7 +337,7 @@ TEST(MetricsHost, AnIpv6HostPrintsABracketedUrl) {
 
 // A checkpoint of a tiny model (zero weights), enough for generate's checks.
 std::string write_tiny_checkpoint(const std::string& dir) {
-  const Gpt2Config c = gpt2_config(1, 2, 8, 8, 257);
+  const ModelConfig c = gpt2_config(1, 2, 8, 8, 257);
   ParamLayout layout = gpt2_param_layout(c);
   std::vector<float> params(layout.total, 0.0f);
   fs::create_directories(dir);

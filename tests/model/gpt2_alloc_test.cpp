@@ -55,7 +55,7 @@ TEST(Gpt2Steady, ForwardAndBackwardAllocateNothingBesidesOneDnnExecute) {
       }
     }
   }
-  Gpt2Config c{2, 2, 32, 64, 100, pad_vocab(100, 128)};
+  ModelConfig c{2, 2, 32, 64, 100, pad_vocab(100, 128)};
   const int B = 2, T = 64;
   // Attention is batched products over the heads (oneDNN's allocations per call depend on the
   // shape and strides) and loops that allocate nothing: counted on the model's own shapes.
@@ -163,7 +163,7 @@ peak_gflops = 100.0
     const int64_t step_news = g_news.load();
     // The model alone, on the trainer's own buffers and batch: forward, then backward writing
     // the gradients (as the first micro-batch does).
-    Gpt2& model = trainer.model();
+    Model& model = trainer.model();
     std::vector<float> grads(model.layout().total);
     std::vector<int32_t> in(2 * 64), tg(2 * 64);
     opts.batches(in.data(), tg.data());

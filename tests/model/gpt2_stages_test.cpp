@@ -28,7 +28,7 @@ struct Result {
 
 constexpr int B = 2, T = 16;
 
-Gpt2Config config() {
+ModelConfig config() {
   return gpt2_config(4, 2, 32, 32, 100, 64);
 }
 
@@ -64,7 +64,7 @@ Result whole(const ModelOptions& o, const float* params, int64_t n) {
 // 0 and 1), then both backwards.
 Result staged(ModelOptions o, const float* params, int64_t n, const std::vector<int>& cuts) {
   const Batches b;
-  const Gpt2Config c = config();
+  const ModelConfig c = config();
   std::vector<std::unique_ptr<Gpt2>> stages;
   for (size_t s = 0; s + 1 < cuts.size(); s++) {
     o.stage = StageSpec{cuts[s], cuts[s + 1], s == 0, s + 2 == cuts.size()};
@@ -114,7 +114,7 @@ struct Mode {
 };
 
 TEST(Gpt2Stages, TwoAndThreeStagesGiveTheWholeModelsBits) {
-  const Gpt2Config c = config();
+  const ModelConfig c = config();
   const ParamLayout layout = gpt2_param_layout(c);
   Buffer<float> params(layout.total);
   gpt2_init(layout, c, params.data(), 7);
@@ -162,7 +162,7 @@ TEST(Gpt2Stages, TwoAndThreeStagesGiveTheWholeModelsBits) {
 // writes (accumulate = false) over whatever it held. The tied wte's two parts (the head's, the
 // embedding's) then add up to the whole model's gradient.
 TEST(Gpt2Stages, EachStagesOwnGradientsAreWrittenNotAddedToOnTheFirstMicroBatch) {
-  const Gpt2Config c = config();
+  const ModelConfig c = config();
   const ParamLayout layout = gpt2_param_layout(c);
   Buffer<float> params(layout.total);
   gpt2_init(layout, c, params.data(), 7);

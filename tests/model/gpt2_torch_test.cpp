@@ -78,7 +78,7 @@ class Gpt2VsTorch : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<SafeTensorsReader> ref_;
-  Gpt2Config cfg_;
+  ModelConfig cfg_;
   int B_ = 0, T_ = 0;
   std::vector<int32_t> inputs_, targets_;
   ParamLayout layout_;
@@ -170,7 +170,7 @@ struct StepOutput {
   std::vector<float> grads;
 };
 
-StepOutput RunMode(const Gpt2Config& cfg, int B, int T, const ModelOptions& opts,
+StepOutput RunMode(const ModelConfig& cfg, int B, int T, const ModelOptions& opts,
                    const float* params, const std::vector<int32_t>& inputs,
                    const std::vector<int32_t>& targets) {
   Gpt2 model(cfg, B, T, opts);
@@ -296,7 +296,7 @@ TEST(Gpt2Init, ChunkedDrawsEqualOneSerialStreamOnAnyThreadCount) {
   b.skip(1000);
   EXPECT_EQ(a.next_u64(), b.next_u64());
 
-  Gpt2Config c{1, 2, 64, 64, 3000, pad_vocab(3000, 128)};  // wte: 192k values, 3 chunks
+  ModelConfig c{1, 2, 64, 64, 3000, pad_vocab(3000, 128)};  // wte: 192k values, 3 chunks
   const ParamLayout layout = gpt2_param_layout(c);
   auto init = [&](int threads) {
     const int saved = omp_get_max_threads();
@@ -317,7 +317,7 @@ TEST(Gpt2Init, ChunkedDrawsEqualOneSerialStreamOnAnyThreadCount) {
 // Full recompute keeps each block's input only: on the small config at T = 1024 (B = 8), the
 // activations kept for backward shrink to well under a quarter. Only the plan is computed.
 TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
-  Gpt2Config c{4, 4, 256, 1024, 50257, pad_vocab(50257, 128)};
+  ModelConfig c{4, 4, 256, 1024, 50257, pad_vocab(50257, 128)};
   for (bool bf16 : {false, true}) {
     ModelOptions o;
     o.bf16 = bf16;
@@ -351,7 +351,7 @@ TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
 // rows make two full chunks and a partial one. The loss equals the one recomputed in float64
 // from the logits of a forward without targets, and the gradients stay near the fp32 path's.
 TEST(Gpt2Bf16, ChunkedHeadGivesTheLossOfTheFullLogits) {
-  Gpt2Config c{1, 2, 32, 300, 300, pad_vocab(300, 128)};
+  ModelConfig c{1, 2, 32, 300, 300, pad_vocab(300, 128)};
   const int B = 2, T = 300;
   ASSERT_GT(B * T, 2 * gpt2_head_chunk_rows(B * T));
   const ParamLayout layout = gpt2_param_layout(c);

@@ -12,7 +12,7 @@ namespace kiln {
 namespace {
 
 TEST(KvCacheDecoder, LogitsAtEveryPositionMatchTheFullForward) {
-  Gpt2Config c{2, 2, 32, 16, 70, 128};
+  ModelConfig c{2, 2, 32, 16, 70, 128};
   const int T = 12;
   ParamLayout layout = gpt2_param_layout(c);
   Buffer<float> params(layout.total);

@@ -16,10 +16,10 @@ namespace {
 TEST(ModelSpec, TheGpt2LayoutHasTheSpecsParameters) {
   for (auto [L, C, NH, V, ctx] : {std::tuple{2, 32, 2, 100, 32}, std::tuple{4, 64, 4, 257, 64},
                                   std::tuple{12, 768, 12, 50257, 1024}}) {
-    const Gpt2Config c = gpt2_config(L, NH, C, ctx, V, 128);
+    const ModelConfig c = gpt2_config(L, NH, C, ctx, V, 128);
     EXPECT_EQ(gpt2_param_layout(c).total, count_params(gpt2_spec(c, /*padded=*/true)).total);
     // Parameters with the real vocabulary: the layout of an unpadded config.
-    Gpt2Config u = c;
+    ModelConfig u = c;
     u.padded_vocab_size = V;
     EXPECT_EQ(gpt2_num_params(c), gpt2_param_layout(u).total);
     const ModelSpec m = gpt2_spec(c);
@@ -32,7 +32,7 @@ TEST(ModelSpec, TheGpt2LayoutHasTheSpecsParameters) {
   }
 }
 
-TEST(ModelSpec, ThePlannersGpt2PresetIsTheTrainersGpt2Config) {
+TEST(ModelSpec, ThePlannersGpt2PresetIsTheTrainersModelConfig) {
   TrainConfig cfg = load_train_config(kiln::testing::source_path("configs/gpt2-124m.toml"), {});
   const ModelSpec trainer = gpt2_spec(cfg.model, /*padded=*/false);
   const ModelSpec& preset = plan::find_preset("gpt2-124m").model;

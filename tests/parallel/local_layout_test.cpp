@@ -13,18 +13,18 @@
 namespace kiln {
 namespace {
 
-std::vector<LogicalTensor> gpt2_logical(const Gpt2Config& c) {
+std::vector<LogicalTensor> gpt2_logical(const ModelConfig& c) {
   std::vector<LogicalTensor> out;
   for (const auto& t : gpt2_param_layout(c).tensors) out.push_back({t.name, t.shape});
   return out;
 }
 
-Gpt2Config small() {
+ModelConfig small() {
   return gpt2_config(2, 4, 32, 16, 100, 128);
 }
 
 TEST(LocalLayout, OnePartIsTheModelsOwnFlatLayout) {
-  const Gpt2Config c = small();
+  const ModelConfig c = small();
   const ParamLayout flat = gpt2_param_layout(c);
   const LocalLayout local = local_layout(gpt2_logical(c), 1, 0);
   ASSERT_EQ(local.tensors.size(), flat.tensors.size());

@@ -1,0 +1,130 @@
+// What every model family shares: the config a run trains (model.* in a TOML file), the flat
+// parameter layout named as Hugging Face names the family's tensors, the options of a forward and
+// backward (precision, recompute, pipeline stage, activation slots), and the per-kind timings of
+// a profiled step. The families themselves (model/gpt2.h, model/llama.h) sit behind the Model
+// interface of model/model.h.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/spec.h"
+
+namespace kiln {
+
+// Llama 3's rotary frequency scaling (Hugging Face's rope_type "llama3"): off when factor is 0.
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_position = 8192;
+  bool enabled() const { return factor > 0; }
+};
+
+struct ModelConfig {
+  int n_layer = 0;
+  int n_head = 0;
+  int n_embd = 0;
+  int block_size = 0;           // maximum sequence length (n_positions)
+  int vocab_size = 0;           // real vocabulary
+  int padded_vocab_size = 0;    // vocab_size rounded up; padded logits are masked out of the loss
+  std::string family = "gpt2";  // "gpt2" or "llama"
+  // Llama only (a GPT-2 config refuses them): key/value heads (grouped-query attention; 0 means
+  // n_head), the SwiGLU width, RMSNorm's epsilon, the rotary base and scaling, and whether the LM
+  // head shares the token embedding.
+  int n_kv_head = 0;
+  int ffn_hidden = 0;
+  float norm_eps = 1e-5f;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling = {};
+  bool tie_embeddings = false;
+
+  bool llama() const { return family == "llama"; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
+  // Throws kiln::Error naming the offending field.
+  void validate() const;
+};
+
+// Rounds vocab up to a multiple of `multiple`.
+int pad_vocab(int vocab, int multiple);
+
+// One tensor of the flat parameter buffer, named as Hugging Face names the family's tensors.
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // logical shape in the flat buffer (embeddings hold Vp rows)
+  int64_t offset = 0;
+  int64_t numel = 0;
+  bool decay = false;  // weight decay applies to matrices only
+};
+
+struct ParamLayout {
+  std::vector<ParamTensor> tensors;
+  int64_t total = 0;
+  const ParamTensor& find(const std::string& name) const;  // throws if absent
+  // Appends a tensor after the last one.
+  void add(std::string name, std::vector<int64_t> shape, bool decay);
+};
+
+// A pipeline stage: layers [first, last) of the model, with the embedding (the stage reads token
+// ids) and/or the head (final norm, LM head, loss). Without the embedding a stage reads the
+// previous stage's output (B,T,C); without the head its backward takes the gradient of its output
+// and leaves the gradient of its input. The default is the whole model.
+struct StageSpec {
+  int first = 0;
+  int last = -1;  // -1: n_layer
+  bool embedding = true;
+  bool head = true;
+};
+
+struct ModelOptions {
+  // Mixed precision: matmul operands in bf16 (activations converted as they are produced, the
+  // weights from a bf16 copy, model/weight_copy.h), accumulation and everything else in fp32.
+  bool bf16 = false;
+  Recompute recompute = Recompute::none;  // model/spec.h
+  // Flash-style attention kernels: no (B,NH,T,T) probabilities kept or scratch (other bits than
+  // the default kernels, same function).
+  bool flash_attention = false;
+  StageSpec stage;
+  // Micro-batches whose activations can be held at once (a pipeline schedule keeps several in
+  // flight): each slot holds one's activations; backward's scratch is shared.
+  int slots = 1;
+  // Incremental decoding (B = T = 1): each layer keeps the keys and values of every position up
+  // to block_size, and Model::decode runs.
+  bool kv_cache = false;
+};
+
+// Bytes of one micro-batch's activations, by kind.
+struct ActivationBytes {
+  int64_t kept = 0;     // kept per block for backward (each block's input included)
+  int64_t shared = 0;   // one set shared by all blocks: recomputed tensors, fp32 forms of bf16 ones
+  int64_t head = 0;     // final norm, logits (and their bf16 gradient), losses
+  int64_t scratch = 0;  // backward's scratch, reused by every block
+  int64_t fp32_floats = 0, bf16_values = 0;  // the sizes of the fp32 and bf16 activation buffers
+  int64_t total() const { return kept + shared + head + scratch; }
+};
+
+// Times spent per kind of work, in seconds, when profiling is on. `norm` is LayerNorm or RMSNorm,
+// `activation` GELU or SwiGLU, `attention` includes the rotary embedding.
+struct Profile {
+  bool enabled = false;
+  double matmul = 0, attention = 0, norm = 0, activation = 0, lm_head = 0, loss = 0, embedding = 0,
+         residual = 0;
+  void reset() { *this = Profile{enabled}; }
+};
+
+// Times a region into one of the profile's counters when profiling is on.
+class ProfileTimer {
+ public:
+  ProfileTimer(Profile& p, double Profile::*field);
+  ~ProfileTimer();
+  ProfileTimer(const ProfileTimer&) = delete;
+  ProfileTimer& operator=(const ProfileTimer&) = delete;
+
+ private:
+  Profile& p_;
+  double Profile::*field_;
+  double t0_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,140 @@
+// The seam between the code that trains or runs a model and a model family: what the trainer,
+// `kiln generate` and the tests call, whatever the family. A family (model/gpt2.h,
+// model/llama.h) implements Model for one pipeline stage of its layers, and the free functions
+// below dispatch on ModelConfig::family for what is needed before a model exists (the parameter
+// layout, initialisation, FLOPs, the planner's description).
+//
+// Parameters, gradients and activations each live in one flat buffer; a family keeps typed views
+// (one pointer per tensor) into them. The layout names tensors as Hugging Face does for the
+// family, in its storage layout, so checkpoints are a straight copy.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "model/spec.h"
+#include "model/weight_copy.h"
+
+namespace kiln {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelOptions& options() const { return opts_; }
+  const StageSpec& stage() const { return opts_.stage; }
+  const ParamLayout& layout() const { return layout_; }
+  int B() const { return B_; }
+  int T() const { return T_; }
+
+  // Called around each block's forward and backward with the block index: ZeRO-3 makes the
+  // block's parameters present just before and drops them just after.
+  struct BlockHooks {
+    std::function<void(int block)> before, after;
+  };
+  // Called during backward each time a range [begin, end) of the flat gradient buffer is final
+  // for this backward: the final norm's range first, then each block from the last to the first,
+  // then the embedding's. Data parallelism starts its reductions from it.
+  using GradsReady = std::function<void(int64_t begin, int64_t end)>;
+
+  // bf16 mode: forward and backward read the matrices from a bf16 copy of params
+  // (model/weight_copy.h). The code that owns precision lends its copy (use_weight_copy) and
+  // keeps it current; callers without one (tests, generation) call set_weights(params) after each
+  // change, which keeps a copy in the model. fp32 mode: both do nothing.
+  void use_weight_copy(const Bf16WeightCopy* copy) { weights_ = copy; }
+  void set_weights(const float* params);
+  const bf16* weight_copy() const { return weights_ ? weights_->data() : nullptr; }
+  // The copy set_weights keeps in the model (0 when the copy is lent).
+  int64_t weight_copy_bytes() const { return own_weights_ ? own_weights_->bytes() : 0; }
+
+  // Forward of the whole model over inputs (B,T); with targets (B,T) computes per-token losses
+  // and returns their sum. If dloss != 0 the logits are turned into their gradient for a
+  // following backward(), each token's loss weighted by dloss (1 / tokens of the whole step).
+  double forward(const float* params, const int32_t* inputs, const int32_t* targets, float dloss,
+                 const BlockHooks& hooks = {}) {
+    return forward_stage(params, inputs, nullptr, targets, dloss, hooks, 0);
+  }
+  // The same for this model's stage (ModelOptions::stage) into activation slot `slot`: from
+  // token ids `inputs` when the stage has the embedding, else from `input` (B,T,C), the previous
+  // stage's output. With the head, targets give the loss sum as forward() does; without it the
+  // result is 0 and stage_output(slot) holds the stage's output (B,T,C).
+  virtual double forward_stage(const float* params, const int32_t* inputs, const float* input,
+                               const int32_t* targets, float dloss, const BlockHooks& hooks = {},
+                               int slot = 0) = 0;
+  virtual const float* stage_output(int slot = 0) const = 0;
+
+  // Accumulates parameter gradients into grads (same layout as params); with accumulate =
+  // false they are written instead, so the first micro-batch of a step needs no zeroed buffer.
+  void backward(const float* params, float* grads, const int32_t* inputs,
+                const GradsReady& ready = {}, const BlockHooks& hooks = {},
+                bool accumulate = true) {
+    backward_stage(params, grads, inputs, nullptr, ready, hooks, accumulate, 0);
+  }
+  // The same for this model's stage and slot: with the head from the loss (the forward's
+  // dlogits), else from `doutput` (B,T,C), the gradient of stage_output(). With the embedding it
+  // ends in the embedding's gradients (`inputs` are the token ids); without it input_grad()
+  // holds the gradient of the stage's input, (B,T,C), until the next backward.
+  // A stage without the head reports no ready() range for the final norm nor for the other
+  // stages' layers: data parallelism over stages needs its buckets cut per stage first.
+  virtual void backward_stage(const float* params, float* grads, const int32_t* inputs,
+                              const float* doutput, const GradsReady& ready = {},
+                              const BlockHooks& hooks = {}, bool accumulate = true,
+                              int slot = 0) = 0;
+  virtual const float* input_grad() const = 0;
+
+  // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
+  virtual const float* logits() const = 0;
+  virtual const float* losses() const = 0;
+
+  // Incremental decoding with a KV cache (a model built with B = T = 1 and
+  // ModelOptions::kv_cache): feeds the token at position `pos` (0, 1, 2, ... in order; 0 starts
+  // a new sequence) through the same block code as training, with attention over the cached
+  // keys and values of the earlier positions, and returns the logits (Vp) of the next token.
+  virtual const float* decode(const float* params, int32_t token, int pos) = 0;
+
+  // Activations kept for backward plus backward's scratch, fp32 and bf16 (every slot's; the
+  // scratch is shared).
+  int64_t activation_bytes() const {
+    return act_bytes_.total() + (opts_.slots - 1) * (act_bytes_.total() - act_bytes_.scratch);
+  }
+  const ActivationBytes& activation_breakdown() const { return act_bytes_; }
+  Profile& profile() { return profile_; }
+
+ protected:
+  // Checks the stage and the slots against the config (errors name the stage's layers).
+  Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, ParamLayout layout);
+  const bf16* wbf(const float* p) const { return weights_->data() + (p - params_); }
+
+  ModelConfig cfg_;
+  int B_, T_;
+  ModelOptions opts_;
+  ParamLayout layout_;
+  const float* params_ = nullptr;  // the buffer the family's views point into
+  float* grads_ = nullptr;
+  const Bf16WeightCopy* weights_ = nullptr;      // bf16 mode: the copy the matmuls read
+  std::unique_ptr<Bf16WeightCopy> own_weights_;  // set_weights's, when none is lent
+  ActivationBytes act_bytes_;
+  Profile profile_;
+};
+
+// A model of the config's family.
+std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts = {});
+
+// The family's parameter layout and initialisation (each tensor from its own stream seeded by
+// (seed, tensor index): the same bits on any number of threads).
+ParamLayout param_layout(const ModelConfig& c);
+void init_params(const ParamLayout& layout, const ModelConfig& c, float* params, uint64_t seed);
+
+// The config as a model description (model/spec.h). `padded`: the vocabulary as the matmuls see
+// it (padded_vocab_size), else the real one.
+ModelSpec model_spec(const ModelConfig& c, bool padded = true, const std::string& name = "");
+// Parameters with the unpadded vocabulary.
+int64_t num_params(const ModelConfig& c);
+// FLOPs of one forward+backward per token: 6*N (N = parameters in matmuls, the LM head counted
+// once) plus the attention term 12*L*C*T (PaLM appendix B).
+double flops_per_token(const ModelConfig& c, int T);
+
+}  // namespace kiln
