@@ -51,6 +51,7 @@ void gelu_bias_backward(float* dinp, bf16* dinp_bf16, float* db, const float* in
                         const float* dout, int64_t M, int N, bool accumulate = true);
 
 // ---- causal self-attention ------------------------------------------------------------------
+// GPT-2's multi-head forms: each is the grouped-query kernel below with NKV == NH, hs = C/NH.
 // qkv (B,T,3C) holds q, k, v side by side; out (B,T,C); att (B,NH,T,T) keeps the softmax
 // probabilities for backward (rows above the diagonal are zero).
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);

@@ -161,6 +161,11 @@ TEST(KernelAttentionGqa, EqualsMultiHeadAttentionWithRepeatedKvHeads) {
     const Vec dout = RandomVec(rng, k.out_size(), -1, 1);
     const Vec mqkv = RepeatKv(qkv, k);
     const int C = k.Cq();
+    {  // and the two GQA kernels against each other, over several flash blocks
+      const Outputs s = Standard(qkv, dout, k), f = Flash(qkv, dout, k);
+      EXPECT_TRUE(Near(f.out, Widen(s.out), kFwdTol)) << "flash vs standard out";
+      EXPECT_TRUE(Near(f.dqkv, Widen(s.dqkv), kFwdTol * 10)) << "flash vs standard dqkv";
+    }
     for (bool flash : {false, true}) {
       SCOPED_TRACE(flash ? "flash" : "standard");
       const Outputs g = flash ? Flash(qkv, dout, k) : Standard(qkv, dout, k);
@@ -228,7 +233,8 @@ TEST(KernelAttentionGqa, SameBitsAcrossRunsAndThreadCounts) {
 
 // With NKV == NH the general kernels are GPT-2's: the same bits, at GPT-2 small's head shape.
 TEST(KernelAttentionGqa, MultiHeadFormGivesGpt2KernelsBits) {
-  for (const Heads k : {Heads{2, 64, 12, 12, 64}, Heads{1, 300, 12, 12, 64}}) {
+  for (const Heads k : {Heads{2, 64, 12, 12, 64}, Heads{1, 300, 12, 12, 64},
+                        Heads{4, 256, 12, 12, 64}, Heads{3, 37, 3, 3, 4}}) {
     SCOPED_TRACE(k.name());
     const int B = k.B, T = k.T, C = k.Cq(), NH = k.NH;
     std::mt19937 rng(205);

@@ -17,11 +17,14 @@ using Vec = std::vector<float>;
 using Vec64 = std::vector<double>;
 using Fn = std::function<double(const Vec64&)>;
 
-inline constexpr double kFwdTol = 1e-5;  // max |kiln - reference| / max |reference|
-inline constexpr double kGradTol =
-    1e-4;                                // max |kiln - finite difference| / max |finite difference|
-inline constexpr double kFdStep = 1e-6;  // central-difference step, in float64
-inline constexpr float kGarbage = 123.0f;  // pre-fill of buffers a kernel must overwrite
+// max |kiln - reference| / max |reference|
+inline constexpr double kFwdTol = 1e-5;
+// max |kiln - finite difference| / max |finite difference|
+inline constexpr double kGradTol = 1e-4;
+// central-difference step, in float64
+inline constexpr double kFdStep = 1e-6;
+// pre-fill of buffers a kernel must overwrite
+inline constexpr float kGarbage = 123.0f;
 
 inline Vec RandomVec(std::mt19937& rng, size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
