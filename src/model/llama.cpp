@@ -120,8 +120,8 @@ ModelSpec llama_spec(const ModelConfig& c, bool padded, const std::string& name)
 
 // ---- activations ------------------------------------------------------------------------------
 
-ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T,
-                                       const ModelOptions& opts, Llama::Activations* A) {
+ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
+                                       Llama::Activations* A) {
   using Activations = Llama::Activations;
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
                 Vp = c.padded_vocab_size, F = c.ffn_hidden, QKV = qkv_width(c);
@@ -259,8 +259,8 @@ Llama::Llama(const ModelConfig& c, int B, int T, ModelOptions opts)
 
   rope_cos_.resize(static_cast<int64_t>(c.block_size) * hs_ / 2);
   rope_sin_.resize(static_cast<int64_t>(c.block_size) * hs_ / 2);
-  rope_table(rope_cos_.data(), rope_sin_.data(), c.block_size, hs_, static_cast<float>(c.rope_theta),
-             c.rope_llama3 ? &c.rope_scaling : nullptr);
+  rope_table(rope_cos_.data(), rope_sin_.data(), c.block_size, hs_,
+             static_cast<float>(c.rope_theta), c.rope_llama3 ? &c.rope_scaling : nullptr);
   if (opts_.kv_cache) {
     for (int l = 0; l < c.n_layer; l++) {
       k_cache_.emplace_back(static_cast<int64_t>(c.block_size) * NKV_ * hs_);

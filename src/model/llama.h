@@ -122,7 +122,7 @@ class Llama final : public Model {
 
 // The activation plan of a mode, without allocating it; with A, also hands out the pointers of
 // A's buffers (already sized from a first call).
-ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T,
-                                       const ModelOptions& opts, Llama::Activations* A);
+ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
+                                       Llama::Activations* A);
 
 }  // namespace kiln

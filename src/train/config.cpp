@@ -78,8 +78,7 @@ std::vector<Key> schema(TrainConfig& c) {
        "llama3 rotary scaling: low_freq_factor"},
       {"model.rope_high_freq_factor", &c.model.rope_scaling.high_freq_factor,
        "llama3 rotary scaling: high_freq_factor"},
-      {"model.rope_original_max_position",
-       &c.model.rope_scaling.original_max_position_embeddings,
+      {"model.rope_original_max_position", &c.model.rope_scaling.original_max_position_embeddings,
        "llama3 rotary scaling: original_max_position_embeddings"},
       {"model.tie_embeddings", &c.model.tie_embeddings,
        "llama: the LM head shares the token embedding (GPT-2's always does)"},
@@ -384,8 +383,8 @@ void TrainConfig::validate() const {
   if (model.family != "gpt2" && model.family != "llama")
     fail("{}: model.family must be \"gpt2\" or \"llama\", got '{}'", source, model.family);
   if (!model.llama()) {
-    const char* llama_only = model.n_kv_head != 0    ? "model.n_kv_head"
-                             : model.ffn_hidden != 0 ? "model.ffn_hidden"
+    const char* llama_only = model.n_kv_head != 0     ? "model.n_kv_head"
+                             : model.ffn_hidden != 0  ? "model.ffn_hidden"
                              : rope_scaling != "none" ? "model.rope_scaling"
                                                       : nullptr;
     if (llama_only)
@@ -393,8 +392,7 @@ void TrainConfig::validate() const {
            llama_only);
   }
   if (rope_scaling != "none" && rope_scaling != "llama3")
-    fail("{}: model.rope_scaling must be \"none\" or \"llama3\", got '{}'", source,
-         rope_scaling);
+    fail("{}: model.rope_scaling must be \"none\" or \"llama3\", got '{}'", source, rope_scaling);
   real(model.norm_eps, model.norm_eps > 0, "model.norm_eps", "must be more than 0 (e.g. 1e-5)");
   real(model.rope_theta, model.rope_theta > 0, "model.rope_theta",
        "must be more than 0 (e.g. 10000 or 500000)");
@@ -547,9 +545,8 @@ void check_memory_fits(const TrainConfig& c, double memory_bytes) {
   const double rough =
       4.0 * B * T * (L * (20.0 * C + m.n_head * T) + m.padded_vocab_size + 8.0 * C);
   const double activations =
-      rough > 0x1p60
-          ? rough
-          : static_cast<double>(activation_plan(m, c.batch_size, c.seq_len, mo).total());
+      rough > 0x1p60 ? rough
+                     : static_cast<double>(activation_plan(m, c.batch_size, c.seq_len, mo).total());
   // Per parameter, what a rank keeps whatever the number of ranks: ZeRO shards the rest.
   const double params = static_cast<double>(param_layout(m).total);
   double per_param = 0;

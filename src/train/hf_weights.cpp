@@ -37,8 +37,8 @@ TensorFiles::TensorFiles(const std::string& path) : path_(path) {
         fail("{}: weight_map[\"{}\"] is not a file name", index.string(), name);
       const std::string f = file.get<std::string>();
       if (f.find('/') != std::string::npos || f == "." || f == "..")
-        fail("{}: weight_map[\"{}\"] = \"{}\" is not a file in the directory", index.string(),
-             name, f);
+        fail("{}: weight_map[\"{}\"] = \"{}\" is not a file in the directory", index.string(), name,
+             f);
       shards.insert(f);
     }
     for (const auto& f : shards)
@@ -146,11 +146,12 @@ nlohmann::json hf_config(const ModelConfig& c) {
                         {"torch_dtype", "float32"}};
     if (c.rope_llama3) {
       const RopeScaling& r = c.rope_scaling;
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", r.factor},
-                           {"low_freq_factor", r.low_freq_factor},
-                           {"high_freq_factor", r.high_freq_factor},
-                           {"original_max_position_embeddings", r.original_max_position_embeddings}};
+      j["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", r.factor},
+          {"low_freq_factor", r.low_freq_factor},
+          {"high_freq_factor", r.high_freq_factor},
+          {"original_max_position_embeddings", r.original_max_position_embeddings}};
     }
     return j;
   }
@@ -173,8 +174,7 @@ nlohmann::json hf_config(const ModelConfig& c) {
           {"torch_dtype", "float32"}};
 }
 
-ModelConfig config_from_hf(const nlohmann::json& j, const std::string& source,
-                           int vocab_multiple) {
+ModelConfig config_from_hf(const nlohmann::json& j, const std::string& source, int vocab_multiple) {
   ModelConfig c;
   auto get = [&](const nlohmann::json& o, const char* key) {
     if (!o.contains(key) || !o[key].is_number_integer())

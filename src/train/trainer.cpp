@@ -646,8 +646,7 @@ void Trainer::resume_from(const std::string& dir) {
   config_changes_ = diff.changed;
 
   const auto& layout = model_->layout();
-  load_tensors(TensorFiles((p / "model.safetensors").string()), layout, cfg_.model,
-               params_.data());
+  load_tensors(TensorFiles((p / "model.safetensors").string()), layout, cfg_.model, params_.data());
   // Each rank reads its shard of the AdamW state, whatever the layout that wrote it: from the
   // per-rank files (optimizer-RRRRR-of-NNNNN.safetensors), or from one optimizer.safetensors of
   // whole tensors (checkpoints of earlier kiln versions).

@@ -3,6 +3,7 @@
 // (grouped-query attention with 4 query and 2 key/value heads, Llama 3 rotary scaling, untied
 // head, head size 6, SwiGLU width 40). Then the modes (bf16, recompute, flash attention), stages
 // and KV-cache decoding against the plain fp32 model.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -11,10 +12,13 @@
 #include <cstring>
 
 #include "ckpt/safetensors.h"
+#include "core/file.h"
 #include "core/rng.h"
 #include "model/kv_cache_decoder.h"
 #include "model/llama.h"
 #include "test_util.h"
+#include "train/hf_weights.h"
+#include "train/trainer.h"
 
 namespace kiln {
 namespace {
@@ -197,6 +201,83 @@ TEST_F(LlamaVsTorch, KvCacheDecodingMatchesTheFullForward) {
     }
     EXPECT_LT(num / den, 1e-5) << "position " << t;
   }
+}
+
+// The trainer, started from the Hugging Face directory the script wrote (--init-from DIR), takes
+// the same ten AdamW steps as PyTorch.
+TEST_F(LlamaVsTorch, TenAdamWStepsFromTheHuggingFaceDirectoryMatchPyTorch) {
+  const auto& md = ref_->metadata();
+  kiln::testing::TempDir dir;
+  const std::string toml = fmt::format(
+      "[model]\nfamily=\"llama\"\nn_layer={}\nn_head={}\nn_kv_head={}\nn_embd={}\n"
+      "ffn_hidden={}\nblock_size={}\nvocab_size={}\nvocab_multiple=64\nnorm_eps={}\n"
+      "rope_theta={}\nrope_scaling=\"llama3\"\nrope_factor={}\nrope_low_freq_factor={}\n"
+      "rope_high_freq_factor={}\nrope_original_max_position={}\n"
+      "[train]\nbatch_size={}\nseq_len={}\nsteps={}\nlr={}\nmin_lr={}\nwarmup_steps={}\n"
+      "weight_decay={}\nbeta1={}\nbeta2={}\neps={}\ngrad_clip={}\nout_dir=\"{}\"\n"
+      "init_from=\"{}\"\n[hardware]\npeak_gflops=100.0\n",
+      cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.n_embd, cfg_.ffn_hidden, cfg_.block_size,
+      cfg_.vocab_size, cfg_.norm_eps, cfg_.rope_theta, cfg_.rope_scaling.factor,
+      cfg_.rope_scaling.low_freq_factor, cfg_.rope_scaling.high_freq_factor,
+      cfg_.rope_scaling.original_max_position_embeddings, B_, T_, md.at("steps"), md.at("max_lr"),
+      md.at("min_lr"), md.at("warmup"), md.at("weight_decay"), md.at("beta1"), md.at("beta2"),
+      md.at("eps"), md.at("grad_clip"), dir / "run",
+      kiln::testing::source_path("tests/fixtures/llama_tiny_hf"));
+  TrainConfig cfg = parse_train_config(toml, "test", {});
+  TrainerOptions opts;
+  opts.quiet = true;
+  opts.batches = [&](int32_t* in, int32_t* tg) {
+    std::copy(inputs_.begin(), inputs_.end(), in);
+    std::copy(targets_.begin(), targets_.end(), tg);
+  };
+  Trainer trainer(cfg, opts);
+  const auto losses = ref_->read_f64("adamw.losses");
+  const auto norms = ref_->read_f64("adamw.grad_norms");
+  for (size_t s = 0; s < losses.size(); s++) {
+    StepResult r = trainer.step();
+    EXPECT_NEAR(r.loss, losses[s], kRelTol * losses[s]) << "step " << s;
+    EXPECT_NEAR(r.grad_norm, norms[s], kRelTol * norms[s]) << "step " << s;
+  }
+  for (const auto& t : layout_.tensors) {
+    const auto ref = ref_->read_f64("adamw.final." + t.name);
+    EXPECT_LT(rel_err(trainer.params() + t.offset, ref), 1e-3) << t.name;
+  }
+  // A config that does not match the directory's config.json is refused, naming the key.
+  TrainConfig other =
+      parse_train_config(toml, "test", {"model.ffn_hidden=48", "train.out_dir=" + (dir / "other")});
+  const std::string err = kiln::testing::error_of([&] { Trainer t(other, opts); });
+  EXPECT_NE(err.find("model.ffn_hidden"), std::string::npos) << err;
+}
+
+// The same weights split into two files with a model.safetensors.index.json, as Hugging Face
+// writes large models, read the same.
+TEST_F(LlamaVsTorch, ShardedHuggingFaceDirectoryReadsLikeOneFile) {
+  kiln::testing::TempDir dir;
+  std::vector<SafeTensorOut> a, b;
+  nlohmann::json map;
+  const auto all = named_tensors(layout_, cfg_, params_.data());
+  for (size_t i = 0; i < all.size(); i++) {
+    const std::string f = i < all.size() / 2 ? "model-00001-of-00002.safetensors"
+                                             : "model-00002-of-00002.safetensors";
+    (i < all.size() / 2 ? a : b).push_back(all[i]);
+    map[all[i].name] = f;
+  }
+  write_safetensors(dir / "model-00001-of-00002.safetensors", a, {{"format", "pt"}});
+  write_safetensors(dir / "model-00002-of-00002.safetensors", b, {{"format", "pt"}});
+  write_file_atomic(dir / "model.safetensors.index.json",
+                    nlohmann::json{{"metadata", {}}, {"weight_map", map}}.dump());
+  std::vector<float> got(layout_.total, -1.0f);
+  load_tensors(TensorFiles(dir.path()), layout_, cfg_, got.data());
+  EXPECT_EQ(got, params_);
+  // A tensor missing from every shard is named.
+  map.erase("model.norm.weight");
+  write_file_atomic(dir / "model.safetensors.index.json",
+                    nlohmann::json{{"metadata", {}}, {"weight_map", map}}.dump());
+  write_safetensors(dir / "model-00002-of-00002.safetensors",
+                    std::vector<SafeTensorOut>(b.begin(), b.end() - 2), {{"format", "pt"}});
+  const std::string err = kiln::testing::error_of(
+      [&] { load_tensors(TensorFiles(dir.path()), layout_, cfg_, got.data()); });
+  EXPECT_NE(err.find("model.norm.weight"), std::string::npos) << err;
 }
 
 TEST(Llama, ConfigErrorsNameTheField) {

@@ -15,6 +15,7 @@
 #include "ckpt/sharded_state.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "core/file.h"
 #include "core/rng.h"
 #include "data/shards.h"
 #include "kernels/kernels.h"
@@ -191,6 +192,51 @@ TEST_F(TrainerTest, ResumeAfterStopMatchesUninterruptedRun) {
   EXPECT_TRUE(same_bits(full, resumed));
 }
 
+// The same for a Llama (grouped-query attention, untied head), in fp32 and bf16, and its
+// checkpoint is a Hugging Face Llama directory.
+TEST_F(TrainerTest, LlamaResumeAfterStopMatchesUninterruptedRun) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const std::vector<std::string> llama = {"model.family=llama", "model.n_kv_head=1",
+                                            "model.ffn_hidden=40",
+                                            std::string("train.dtype=") + dtype};
+    const fs::path d = dir_ / dtype;
+    Trainer full(config(d / "full", llama), quiet());
+    full.run();
+    fs::create_directories(d / "resumed/checkpoints");
+    fs::copy(d / "full/checkpoints/step_00000004", d / "resumed/checkpoints/step_00000004",
+             fs::copy_options::recursive);
+    auto sets = llama;
+    sets.push_back("train.resume=must");
+    Trainer resumed(config(d / "resumed", sets), quiet());
+    EXPECT_EQ(resumed.steps_done(), 4);
+    resumed.run();
+    EXPECT_TRUE(same_bits(full, resumed)) << dtype;
+    const auto cfg = nlohmann::json::parse(
+        read_file((d / "full/checkpoints/step_00000008/config.json").string(), "config"));
+    EXPECT_EQ(cfg["model_type"], "llama");
+    EXPECT_EQ(cfg["num_key_value_heads"], 1);
+    SafeTensorsReader m((d / "full/checkpoints/step_00000008/model.safetensors").string());
+    EXPECT_EQ(m.entry("model.embed_tokens.weight").shape, (std::vector<int64_t>{100, 32}));
+    EXPECT_EQ(m.entry("lm_head.weight").shape, (std::vector<int64_t>{100, 32}));
+    EXPECT_EQ(m.entry("model.layers.1.self_attn.k_proj.weight").shape,
+              (std::vector<int64_t>{16, 32}));
+  }
+}
+
+TEST_F(TrainerTest, LlamaKeysOnAGpt2AreRefusedByName) {
+  auto err = error_of([&] { config(dir_ / "x", {"model.n_kv_head=1"}); });
+  EXPECT_NE(err.find("model.n_kv_head applies to model.family = \"llama\""), std::string::npos)
+      << err;
+  err = error_of([&] { config(dir_ / "x", {"model.family=llama"}); });
+  EXPECT_NE(err.find("model.ffn_hidden"), std::string::npos) << err;
+  err = error_of([&] { config(dir_ / "x", {"model.family=mamba"}); });
+  EXPECT_NE(err.find("model.family must be"), std::string::npos) << err;
+  err = error_of([&] {
+    config(dir_ / "x", {"model.family=llama", "model.ffn_hidden=40", "model.n_kv_head=3"});
+  });
+  EXPECT_NE(err.find("model.n_kv_head"), std::string::npos) << err;
+}
+
 TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
   Trainer full(config(dir_ / "full"), quiet());
   full.run();
@@ -207,8 +253,7 @@ TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
   read_state_shards({shard}, tensors, 0, full.num_params(),
                     {{"exp_avg.", m.data()}, {"exp_avg_sq.", v.data()}});
   auto opt = named_tensors(full.model().layout(), full.model().config(), m.data(), "exp_avg.");
-  auto vv =
-      named_tensors(full.model().layout(), full.model().config(), v.data(), "exp_avg_sq.");
+  auto vv = named_tensors(full.model().layout(), full.model().config(), v.data(), "exp_avg_sq.");
   opt.insert(opt.end(), vv.begin(), vv.end());
   write_safetensors(ck + "/optimizer.safetensors", opt, {{"optimizer", "adamw"}});
   fs::remove(shard);
