@@ -10,9 +10,9 @@
 //      of the collectives it supports, with the engine's steps: begin_step, staging, set,
 //      wait_all; it sums with comm/shm_kernels.h in a fixed order) and a function
 //      `const ShmAlgorithm& shm_algo_<name>()` returning its one instance.
-//   2. Its line in the tuner's table (kAlgorithms in comm/shm_tuner.cpp), with the collectives
-//      it supports and whether comm.algorithm may name it; and, if "auto" should choose it, the
-//      rule in ShmTuner::choose.
+//   2. Its line in the tuner's table, comm/shm_algorithms.inc (the collectives it implements,
+//      whether comm.algorithm may name it); and, if "auto" should choose it, its rule in
+//      ShmTuner::run (comm/shm_tuner.cpp).
 //   3. Its test: tests/comm/shm_algo_<name>_mpitest.cpp, which forces it by name
 //      (CommOptions::algorithm) and checks it against the serial reference summed in its order
 //      on awkward sizes and counts (tests/comm/shm_algorithm_check.h does the work).

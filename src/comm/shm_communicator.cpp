@@ -385,6 +385,44 @@ std::unique_ptr<Communicator> make_shm_communicator(std::unique_ptr<Communicator
 namespace kiln {
 
 namespace {
+
+// comm.algorithm's values: "auto" and the algorithms of the table it may name.
+struct Named {
+  const char* name;
+  bool configured;
+};
+constexpr Named kNamed[] = {
+#define SHM_ALGORITHM(name, colls, configured) {#name, configured},
+#include "comm/shm_algorithms.inc"
+#undef SHM_ALGORITHM
+};
+
+// "\"auto\", \"one_shot\", ... or \"halving_doubling\"".
+const std::string& choices_text() {
+  static const std::string text = [] {
+    std::vector<std::string> names{"auto"};
+    for (const Named& x : kNamed)
+      if (x.configured) names.push_back(x.name);
+    std::string s;
+    for (size_t i = 0; i < names.size(); i++)
+      s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("\"" + names[i] + "\"");
+    return s;
+  }();
+  return text;
+}
+
+}  // namespace
+
+const char* const kShmAlgorithmChoices = choices_text().c_str();
+
+bool is_shm_algorithm(const std::string& name) {
+  if (name == "auto") return true;
+  for (const Named& x : kNamed)
+    if (x.configured && name == x.name) return true;
+  return false;
+}
+
+namespace {
 class PlainMemory : public SharedMemory {
  public:
   explicit PlainMemory(int64_t bytes) {

@@ -13,14 +13,9 @@
 namespace kiln::detail::shm {
 
 // Each algorithm's one instance (comm/shm_algo_<name>.cpp).
-const ShmAlgorithm& shm_algo_one_shot();
-const ShmAlgorithm& shm_algo_direct();
-const ShmAlgorithm& shm_algo_ring();
-const ShmAlgorithm& shm_algo_halving_doubling();
-const ShmAlgorithm& shm_algo_shared();
-const ShmAlgorithm& shm_algo_lines();
-const ShmAlgorithm& shm_algo_staged();
-const ShmAlgorithm& shm_algo_cma();
+#define SHM_ALGORITHM(name, colls, configured) const ShmAlgorithm& shm_algo_##name();
+#include "comm/shm_algorithms.inc"
+#undef SHM_ALGORITHM
 
 namespace {
 
@@ -36,16 +31,11 @@ struct Entry {
   bool configured;  // comm.algorithm may name it
 };
 
-// Every algorithm of the engine. comm.algorithm lists the configured ones, in this order.
+// Every algorithm of the engine (comm/shm_algorithms.inc).
 const Entry kAlgorithms[] = {
-    {"one_shot", shm_algo_one_shot, kAR | kRS, true},
-    {"direct", shm_algo_direct, kAR | kRS, true},
-    {"ring", shm_algo_ring, kAR | kRS, true},
-    {"halving_doubling", shm_algo_halving_doubling, kAR | kRS, true},
-    {"shared", shm_algo_shared, kAR | kRS, false},
-    {"lines", shm_algo_lines, kAG | kBC, false},
-    {"staged", shm_algo_staged, kAG | kBC, false},
-    {"cma", shm_algo_cma, kAG | kBC, false},
+#define SHM_ALGORITHM(name, colls, configured) {#name, shm_algo_##name, colls, configured},
+#include "comm/shm_algorithms.inc"
+#undef SHM_ALGORITHM
 };
 
 const char* coll_name(Coll c) {
@@ -68,27 +58,13 @@ const char* name_of(const ShmAlgorithm& a) {
   return "?";
 }
 
-// "\"auto\", \"one_shot\", ... or \"halving_doubling\"": the configured names.
-const std::string& choices_text() {
-  static const std::string text = [] {
-    std::vector<std::string> names{"auto"};
-    for (const Entry& x : kAlgorithms)
-      if (x.configured) names.push_back(x.name);
-    std::string s;
-    for (size_t i = 0; i < names.size(); i++)
-      s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("\"" + names[i] + "\"");
-    return s;
-  }();
-  return text;
-}
-
 }  // namespace
 
 ShmTuner::ShmTuner(const std::string& name) : debug_(std::getenv("KILN_SHM_DEBUG") != nullptr) {
   if (name == "auto") return;
   for (size_t i = 0; i < std::size(kAlgorithms); i++)
     if (name == kAlgorithms[i].name) forced_ = static_cast<int>(i);
-  if (forced_ < 0) fail("comm.algorithm must be {}, got '{}'", choices_text(), name);
+  if (forced_ < 0) fail("comm.algorithm must be {}, got '{}'", kShmAlgorithmChoices, name);
 }
 
 const ShmAlgorithm* ShmTuner::forced(Coll c) const {
@@ -184,16 +160,3 @@ void ShmTuner::run(ShmEngine& e, const ShmOp& op) {
 }
 
 }  // namespace kiln::detail::shm
-
-namespace kiln {
-
-const char* const kShmAlgorithmChoices = detail::shm::choices_text().c_str();
-
-bool is_shm_algorithm(const std::string& name) {
-  if (name == "auto") return true;
-  for (const detail::shm::Entry& a : detail::shm::kAlgorithms)
-    if (a.configured && name == a.name) return true;
-  return false;
-}
-
-}  // namespace kiln

@@ -1,7 +1,7 @@
 // The shared-memory engine's tuner (docs/collectives.md, "The tuner"): which algorithm runs an
 // operation, by the operation, its size, the rank count and what the engine found at start-up
 // (cores, the right to read peers' memory), or the one comm.algorithm names. The table of every
-// algorithm, by name, is in shm_tuner.cpp.
+// algorithm, by name, is comm/shm_algorithms.inc.
 #pragma once
 #include <set>
 #include <string>
@@ -13,7 +13,7 @@ namespace kiln::detail::shm {
 
 class ShmTuner {
  public:
-  // name: "auto" or an algorithm of the table (comm.algorithm; tests and the benchmark may also
+  // name: "auto" or an algorithm of the table (comm.algorithm; tests may also
   // name the ones comm.algorithm does not list: "shared", "lines", "staged", "cma"). An
   // algorithm named for an operation it does not implement leaves that operation to "auto".
   explicit ShmTuner(const std::string& name);
