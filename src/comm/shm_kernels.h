@@ -3,6 +3,7 @@
 // partial sums with. Each sums in a fixed order, so results are the same bits on every run.
 // Header-only: the engine's loops inline them as before.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 

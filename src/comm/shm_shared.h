@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "comm/communicator.h"
