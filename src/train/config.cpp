@@ -184,7 +184,10 @@ void set_from_toml(Key& k, const toml::node& v, const std::string& source) {
           *p = *v.value<std::string>();
         } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
           if (!v.is_number()) wrong("a number");
-          *p = static_cast<T>(*v.value<double>());
+          const double x = *v.value<double>();
+          if (std::is_same_v<T, float> && std::isfinite(x) && std::abs(x) > 3.4e38)
+            fail("{}: config key '{}' is out of range", source, k.name);
+          *p = static_cast<T>(x);
         } else {
           if (!v.is_integer()) wrong("an integer");
           int64_t x = *v.value<int64_t>();
@@ -396,6 +399,14 @@ void TrainConfig::validate() const {
   real(model.norm_eps, model.norm_eps > 0, "model.norm_eps", "must be more than 0 (e.g. 1e-5)");
   real(model.rope_theta, model.rope_theta > 0, "model.rope_theta",
        "must be more than 0 (e.g. 10000 or 500000)");
+  const RopeScaling& rs = model.rope_scaling;
+  real(rs.factor, rs.factor > 0, "model.rope_factor", "must be more than 0 (e.g. 8)");
+  real(rs.low_freq_factor, rs.low_freq_factor > 0, "model.rope_low_freq_factor",
+       "must be more than 0 (e.g. 1)");
+  real(rs.high_freq_factor, rs.high_freq_factor > rs.low_freq_factor, "model.rope_high_freq_factor",
+       "must be more than model.rope_low_freq_factor (e.g. 4)");
+  in_range(rs.original_max_position_embeddings, 1, kIntMax, "model.rope_original_max_position",
+           "must be at least 1 (e.g. 8192)");
   in_range(vocab_multiple, 1, 65536, "model.vocab_multiple", "must be 1 to 65536 (1: no padding)");
   try {
     model.validate();

@@ -113,6 +113,15 @@ const KeyRow kKeys[] = {
     {"model.block_size", true, kRefused, kRefused, kRefused},  // memory (wpe)
     {"model.vocab_size", true, kRefused, kRefused, kRefused},  // uint16 shards
     {"model.vocab_multiple", true, kRefused, kRefused, kRefused},
+    // The Llama keys, on this GPT-2 config: a GPT-2 has no kv-heads nor ffn_hidden (0: unset).
+    {"model.n_kv_head", true, kRefused, kAccepted, kRefused},
+    {"model.ffn_hidden", true, kRefused, kAccepted, kRefused},
+    {"model.norm_eps", false, kRefused, kRefused, kAccepted},
+    {"model.rope_theta", false, kRefused, kRefused, kAccepted},
+    {"model.rope_factor", false, kRefused, kRefused, kRefused},  // float: 1e300 is out of range
+    {"model.rope_low_freq_factor", false, kRefused, kRefused, kRefused},
+    {"model.rope_high_freq_factor", false, kRefused, kRefused, kRefused},  // > low_freq_factor
+    {"model.rope_original_max_position", true, kRefused, kRefused, kAccepted},
     {"train.batch_size", true, kRefused, kRefused, kRefused},  // memory (activations)
     {"train.seq_len", true, kRefused, kRefused, kRefused},     // > block_size
     {"train.grad_accum", true, kRefused, kRefused, kAccepted},
