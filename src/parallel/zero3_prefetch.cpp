@@ -23,10 +23,13 @@ void Zero3Prefetch::begin_forward() {
   fetch(0);
   dp_.await(0);
   dp_.await(lnf_begin);
+  present(0, embed_end);
+  present(lnf_begin, static_cast<int64_t>(params_.size()));
 }
 
 void Zero3Prefetch::before_forward(int l) {
   dp_.await(blocks_[l].first);
+  present(blocks_[l].first, blocks_[l].second);
   if (l + 1 < static_cast<int>(blocks_.size())) fetch(l + 1);
 }
 
@@ -36,21 +39,25 @@ void Zero3Prefetch::begin_backward() {
 
 void Zero3Prefetch::before_backward(int l) {
   dp_.await(blocks_[l].first);
+  present(blocks_[l].first, blocks_[l].second);
   if (l > 0) fetch(l - 1);
 }
 
 void Zero3Prefetch::after_block(int l) {
   peak_resident_ = std::max<int64_t>(peak_resident_, params_.resident_bytes());
   dp_.drop(params_, blocks_[l].first, blocks_[l].second);
+  dropped(blocks_[l].first, blocks_[l].second);
 }
 
 void Zero3Prefetch::fetch_all() {
   dp_.fetch(params_, master_, 0, static_cast<int64_t>(params_.size()));
   dp_.await(0);
+  present(0, static_cast<int64_t>(params_.size()));
 }
 
 void Zero3Prefetch::drop_all() {
   dp_.drop(params_, 0, static_cast<int64_t>(params_.size()));
+  dropped(0, static_cast<int64_t>(params_.size()));
 }
 
 }  // namespace kiln

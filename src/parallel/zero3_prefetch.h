@@ -5,6 +5,7 @@
 // pages are handed back right after. At the end every page goes back.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -29,9 +30,18 @@ class Zero3Prefetch {
   void drop_all();              // every page back
   // The most parameter memory held at once so far (bytes resident at a block's end).
   int64_t peak_resident_bytes() const { return peak_resident_; }
+  // Called with each range [begin, end) once its parameters are present (bf16 makes its copy of
+  // them there), and as each range goes back.
+  std::function<void(int64_t begin, int64_t end)> on_present, on_drop;
 
  private:
   void fetch(int l);
+  void present(int64_t begin, int64_t end) {
+    if (on_present) on_present(begin, end);
+  }
+  void dropped(int64_t begin, int64_t end) {
+    if (on_drop) on_drop(begin, end);
+  }
   DataParallel& dp_;
   PageBuffer& params_;
   const float* master_;

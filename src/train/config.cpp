@@ -487,12 +487,6 @@ void TrainConfig::validate() const {
     fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
   if (attention != "standard" && attention != "flash")
     fail("{}: train.attention must be \"standard\" or \"flash\", got '{}'", source, attention);
-  if (dtype == "bf16" && zero == 3)
-    fail(
-        "{}: train.dtype = \"bf16\" with train.zero = 3 is not supported: the bf16 weight copy is "
-        "made once per step from the whole parameters, which ZeRO-3 does not keep; use "
-        "train.zero = 2 or train.dtype = \"fp32\"",
-        source);
   if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm" &&
       comm_backend != "hier")
     fail("{}: comm.backend must be \"auto\", \"mpi\", \"shm\" or \"hier\", got '{}'", source,

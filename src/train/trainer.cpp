@@ -133,7 +133,14 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   if (cfg_.dtype == "bf16") {
     weights_bf16_ = std::make_unique<Bf16WeightCopy>(model_->layout().total);
     model_->use_weight_copy(weights_bf16_.get());
-    if (!zero3()) weights_bf16_->refresh(params_.data());  // the first copy
+    if (zero3()) {  // made range by range as ZeRO-3 gathers the parameters, dropped with them
+      zero3_->on_present = [this](int64_t b, int64_t e) {
+        weights_bf16_->refresh_range(params_.data(), b, e);
+      };
+      zero3_->on_drop = [this](int64_t b, int64_t e) { weights_bf16_->release(b, e); };
+    } else {
+      weights_bf16_->refresh(params_.data());  // the first copy
+    }
   }
   // MFU is measured against the peak of the dtype the matmuls run in, on this many threads.
   std::vector<std::string> peak_notes;
@@ -320,11 +327,12 @@ MemoryReport Trainer::memory() const {
   MemoryReport r;
   const int zero = dp_->zero();
   r.params = zero == 3 ? master_.bytes() : params_.bytes();
-  if (weights_bf16_) r.params += weights_bf16_->bytes();  // bf16: the matmuls' copy
+  // bf16: the matmuls' copy; under ZeRO-3 only the gathered ranges' (half their fp32 bytes).
+  if (weights_bf16_ && zero != 3) r.params += weights_bf16_->bytes();
   r.grads = zero >= 2 ? dp_->shard_grad_bytes() : grads_.bytes();
   r.optimizer = m_.bytes() + v_.bytes();
   if (zero >= 2) r.working = dp_->peak_resident_grad_bytes();
-  if (zero == 3) r.working += zero3_->peak_resident_bytes();
+  if (zero == 3) r.working += zero3_->peak_resident_bytes() * (weights_bf16_ ? 3 : 2) / 2;
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
   r.comm_buffers += dp_group_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
@@ -441,7 +449,8 @@ StepResult Trainer::step() {
                    copy ? copy + lo : nullptr);
     }
     dp_->gather(params_.data());
-    if (weights_bf16_ && !copy) weights_bf16_->refresh(params_.data());  // bf16: once per step
+    // bf16: once per step (ZeRO-3 makes it as it gathers the parameters).
+    if (weights_bf16_ && !copy && !zero3()) weights_bf16_->refresh(params_.data());
   }
   opt_span.end();
   step_++;

@@ -99,29 +99,25 @@ TEST_F(DataParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
 // the update (ZeRO 0-2). The reductions sum in another order than one process does, and a
 // weight that lands next to a bf16 rounding boundary may round the other way: close, not the
 // same bits (measured: within 8e-6 relative over 10 steps at dp=2, zero=2).
-TEST_F(DataParallelRun, Bf16ZeroZeroOneAndTwoAgreeWithOneProcess) {
+// ZeRO-3 makes each range's bf16 copy as the range is gathered, and hands its pages back with
+// the parameters'.
+TEST_F(DataParallelRun, Bf16ZeroZeroToThreeAgreeWithOneProcess) {
   const std::string bf16 = " --set train.dtype=bf16 --set train.steps=10";
   auto r = run_kiln(args(1, 0, "ref") + bf16);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto ref = train_losses(dir_ / "ref/metrics.jsonl");
   ASSERT_EQ(ref.size(), 10u);
-  for (int zero : {0, 1, 2}) {
+  for (int zero : {0, 1, 2, 3}) {
     std::string out = "z" + std::to_string(zero);
-    r = run_kiln_mpi(2, args(2, zero, out) + bf16);
+    std::string a = args(2, zero, out);
+    a.append(bf16);  // (GCC 12 warns -Wrestrict, wrongly, on `args(...) + bf16` here)
+    r = run_kiln_mpi(2, a);
     ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
     auto got = train_losses(dir_ / (out + "/metrics.jsonl"));
     ASSERT_EQ(got.size(), 10u) << out;
     for (auto [step, loss] : ref)
       EXPECT_NEAR(got[step], loss, 1e-4 * loss) << out << " step " << step;
   }
-}
-
-// ZeRO-3 with bf16 is refused with a message (the bf16 copy is made from whole parameters).
-TEST_F(DataParallelRun, Bf16WithZeroThreeIsRefusedWithAMessage) {
-  auto r = run_kiln(args(1, 3, "z3") + " --set train.dtype=bf16");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("train.zero = 3"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("bf16"), std::string::npos) << r.output;
 }
 
 TEST_F(DataParallelRun, CheckpointFromOneLayoutResumesOnAnother) {

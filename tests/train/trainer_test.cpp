@@ -710,11 +710,11 @@ TEST(TrainConfigTest, DtypeAndRecomputeValuesAreChecked) {
     parse_train_config(base, "c.toml", {"train.seq_len=8", "train.attention=fast"});
   });
   EXPECT_NE(e.find("train.attention"), std::string::npos) << e;
-  e = error_of([&] {
-    parse_train_config(base, "c.toml", {"train.seq_len=8", "train.dtype=bf16", "train.zero=3"});
-  });
-  EXPECT_NE(e.find("train.zero = 3"), std::string::npos) << e;
-  EXPECT_NE(e.find("c.toml"), std::string::npos) << e;
+  // bf16 with ZeRO-3 (once refused) is accepted: the copy is made as ranges are gathered.
+  EXPECT_EQ(
+      parse_train_config(base, "c.toml", {"train.seq_len=8", "train.dtype=bf16", "train.zero=3"})
+          .zero,
+      3);
   TrainConfig c = parse_train_config(
       base, "c.toml", {"train.seq_len=8", "train.dtype=bf16", "train.recompute=full"});
   EXPECT_EQ(c.dtype, "bf16");
