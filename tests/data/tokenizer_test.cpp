@@ -442,6 +442,34 @@ TEST(Prepare, OutputDoesNotDependOnThreadsAndHasAManifest) {
   EXPECT_EQ(text.substr(0, 30), sample_text().substr(0, 30));
 }
 
+TEST(Prepare, Llama3WritesUint32ShardsThatDecodeToTheText) {
+  TempDir dir;
+  setenv("KILN_TOKENIZER_DIR", source_path("data/tokenizers").c_str(), 1);  // <dir>/llama3
+  std::ofstream(dir / "a.txt") << sample_text() << "<|end_of_text|>second document\n";
+  PrepareOptions o;
+  o.tokenizer = "llama3";
+  o.inputs = {dir / "a.txt"};
+  o.progress = false;
+  o.val_fraction = 0;
+  o.output = dir / "out";
+  PrepareSummary s = prepare_dataset(o);
+  setenv("KILN_TOKENIZER_DIR", source_path("data/tokenizers/gpt2").c_str(), 1);
+  auto m = nlohmann::json::parse(std::ifstream(dir / "out/manifest.json"));
+  EXPECT_EQ(m["tokenizer"]["name"], "llama3");
+  EXPECT_EQ(m["tokenizer"]["vocab_size"], 128256);
+  EXPECT_EQ(m["tokenizer"]["hash"].get<std::string>().size(), 64u);
+  EXPECT_EQ(m["format"], "llm.c token shards, version 7 (uint32)");
+  ShardSet train(expand_shard_pattern(dir / "out/train_*.bin", "train"), "train");
+  ASSERT_EQ(train.num_tokens(), s.train_tokens);
+  std::vector<int32_t> ids(train.num_tokens());
+  train.read(0, train.num_tokens(), ids.data(), 128256);
+  EXPECT_EQ(ids[0], 128001);  // each document opens with the end of text
+  std::vector<int32_t> want = {128001};
+  llama3().encode(sample_text() + "<|end_of_text|>second document\n", true, want);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 128001), 2);
+}
+
 TEST(Prepare, BadInputIsAClearErrorAndWritesNothing) {
   TempDir dir;
   auto err = [&](PrepareOptions o) {
