@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -239,6 +240,65 @@ class ByteTokenizer : public Tokenizer {
   std::string hash() const override { return "bytes-v1"; }
 };
 
+// bytes -> rank, the lookup BPE spends most of its time in: open addressing with linear
+// probing, at most half full, the keys' bytes in one arena. A slot is 16 bytes, so a probe is
+// one cache line and no pointer is chased (std::unordered_map's nodes were, and were as slow
+// as where the allocator happened to put them).
+class RankTable {
+ public:
+  // Returns the id already holding these bytes, or -1 once inserted.
+  int32_t insert(std::string_view key, int32_t id) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    const uint64_t h = std::hash<std::string_view>{}(key);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.id < 0) {
+        KILN_CHECK(arena_.size() + key.size() <= UINT32_MAX);
+        s = {static_cast<uint32_t>(h >> 32), static_cast<uint32_t>(arena_.size()),
+             static_cast<uint32_t>(key.size()), id};
+        arena_.append(key);
+        count_++;
+        return -1;
+      }
+      if (equal(s, h, key)) return s.id;
+    }
+  }
+  int32_t find(std::string_view key) const {
+    const uint64_t h = std::hash<std::string_view>{}(key);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.id < 0) return INT32_MAX;
+      if (equal(s, h, key)) return s.id;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint32_t hash_high = 0, offset = 0, length = 0;
+    int32_t id = -1;  // -1: empty
+  };
+  bool equal(const Slot& s, uint64_t h, std::string_view key) const {
+    return s.hash_high == static_cast<uint32_t>(h >> 32) && s.length == key.size() &&
+           std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0;
+  }
+  void grow() {
+    std::vector<Slot> old(std::max<size_t>(16, slots_.size() * 2));
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.id < 0) continue;
+      const uint64_t h =
+          std::hash<std::string_view>{}(std::string_view(arena_).substr(s.offset, s.length));
+      size_t i = h & mask_;
+      while (slots_[i].id >= 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, count_ = 0;
+  std::string arena_;
+};
+
 // One vocabulary, whatever file it came from: every id's bytes (a special token's are its text),
 // which ids are special, the pattern, and a hash of the files.
 struct BpeVocabulary {
@@ -269,13 +329,10 @@ class BpeTokenizer : public Tokenizer {
   static constexpr size_t kShortPiece = 64;  // longer pieces merge through a heap (bpe_long)
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void bpe_long(std::string_view piece, std::vector<int32_t>& out) const;
-  int32_t rank(std::string_view bytes) const {
-    auto it = ranks_.find(bytes);
-    return it == ranks_.end() ? INT32_MAX : it->second;
-  }
+  int32_t rank(std::string_view bytes) const { return ranks_.find(bytes); }
 
   BpeVocabulary v_;
-  std::unordered_map<std::string_view, int32_t> ranks_;    // bytes -> id (= merge rank)
+  RankTable ranks_;                                        // bytes -> id (= merge rank)
   std::unordered_map<std::string_view, int32_t> special_;  // "<|...|>" -> id
 };
 
@@ -294,11 +351,10 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary v) : v_(std::move(v)) {
       fail("{}: special token '{}' appears twice", v_.source, text);
   }
   KILN_CHECK(v_.eot >= 0 && special[v_.eot]);
-  ranks_.reserve(v_.tokens.size());
   for (size_t id = 0; id < v_.tokens.size(); id++) {
     if (special[id] || v_.tokens[id].empty()) continue;
-    if (!ranks_.emplace(v_.tokens[id], static_cast<int32_t>(id)).second)
-      fail("{}: token id {} repeats the bytes of id {}", v_.source, id, ranks_[v_.tokens[id]]);
+    if (int32_t same = ranks_.insert(v_.tokens[id], static_cast<int32_t>(id)); same >= 0)
+      fail("{}: token id {} repeats the bytes of id {}", v_.source, id, same);
   }
   for (int b = 0; b < 256; b++)
     if (rank(std::string(1, static_cast<char>(b))) == INT32_MAX)
