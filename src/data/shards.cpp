@@ -28,16 +28,30 @@ std::vector<std::string> expand_shard_pattern(const std::string& pattern, const 
   return out;
 }
 
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+namespace {
+
+template <typename T>
+void write_shard_of(const std::string& path, const std::vector<T>& tokens, int32_t magic,
+                    int32_t version) {
   KILN_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX));  // the header's count is an int32
-  std::vector<uint8_t> bytes(kShardHeaderBytes + tokens.size() * 2);
+  std::vector<uint8_t> bytes(kShardHeaderBytes + tokens.size() * sizeof(T));
   int32_t header[256] = {0};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[0] = magic;
+  header[1] = version;
   header[2] = static_cast<int32_t>(tokens.size());
   std::memcpy(bytes.data(), header, sizeof(header));
-  std::memcpy(bytes.data() + kShardHeaderBytes, tokens.data(), tokens.size() * 2);
+  std::memcpy(bytes.data() + kShardHeaderBytes, tokens.data(), tokens.size() * sizeof(T));
   write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  write_shard_of(path, tokens, kShardMagic, kShardVersion);
+}
+
+void write_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
+  write_shard_of(path, tokens, kShardMagicU32, kShardVersionU32);
 }
 
 // The header fields the reader trusts, checked against the file's size before any token is
@@ -55,18 +69,26 @@ ShardSet::ShardSet(const std::vector<std::string>& files, const std::string& wha
           what, path, size, kShardHeaderBytes);
     int32_t header[3];
     std::memcpy(header, file.data(), sizeof(header));
-    if (header[0] != kShardMagic)
-      fail("{}: {} is not a token shard: magic number {} (expected {}, llm.c's format)", what, path,
-           header[0], kShardMagic);
-    if (header[1] != kShardVersion)
-      fail("{}: shard {} has version {}; kiln reads version {} (uint16 tokens)", what, path,
-           header[1], kShardVersion);
+    int token_bytes = 0;
+    if (header[0] == kShardMagic && header[1] == kShardVersion)
+      token_bytes = 2;
+    else if (header[0] == kShardMagicU32 && header[1] == kShardVersionU32)
+      token_bytes = 4;
+    else if (header[0] == kShardMagic || header[0] == kShardMagicU32)
+      fail(
+          "{}: shard {} has version {} (magic {}); kiln reads version {} (magic {}, uint16 "
+          "tokens) and version {} (magic {}, uint32 tokens)",
+          what, path, header[1], header[0], kShardVersion, kShardMagic, kShardVersionU32,
+          kShardMagicU32);
+    else
+      fail("{}: {} is not a token shard: magic number {} (expected {} or {}, llm.c's format)", what,
+           path, header[0], kShardMagic, kShardMagicU32);
     const int64_t n = header[2];
     if (n < 0)
       fail(
           "{}: shard {} is damaged: its header gives a negative token count ({}); prepare it again",
           what, path, n);
-    const size_t expect = kShardHeaderBytes + static_cast<size_t>(n) * 2;
+    const size_t expect = kShardHeaderBytes + static_cast<size_t>(n) * token_bytes;
     if (size != expect)
       fail(
           "{}: shard {} is {}: its header says {} tokens ({} bytes), the file has {} bytes; "
@@ -75,7 +97,8 @@ ShardSet::ShardSet(const std::vector<std::string>& files, const std::string& wha
           size);
     Shard s;
     s.path = path;
-    s.tokens = reinterpret_cast<const uint16_t*>(file.data() + kShardHeaderBytes);
+    s.tokens = reinterpret_cast<const uint8_t*>(file.data()) + kShardHeaderBytes;
+    s.token_bytes = token_bytes;
     s.file = std::move(file);
     s.n = n;
     s.start = total_;
@@ -95,15 +118,23 @@ void ShardSet::read(int64_t start, int64_t n, int32_t* out, int vocab) const {
     const Shard& s = shards_[si];
     int64_t off = start + done - s.start;
     int64_t take = std::min(n - done, s.n - off);
-    for (int64_t i = 0; i < take; i++) {
-      int32_t tok = s.tokens[off + i];
-      if (tok >= vocab)
-        fail(
-            "{}: token id {} at position {} of shard {} is outside the vocabulary "
-            "(model.vocab_size = {})",
-            what_, tok, off + i, s.path, vocab);
-      out[done + i] = tok;
-    }
+    auto copy = [&](auto token_type) {
+      using T = decltype(token_type);
+      for (int64_t i = 0; i < take; i++) {
+        T tok;  // memcpy: no alignment assumed of the mapping
+        std::memcpy(&tok, s.tokens + (off + i) * sizeof(T), sizeof(T));
+        if (static_cast<int64_t>(tok) >= vocab)
+          fail(
+              "{}: token id {} at position {} of shard {} is outside the vocabulary "
+              "(model.vocab_size = {})",
+              what_, tok, off + i, s.path, vocab);
+        out[done + i] = static_cast<int32_t>(tok);
+      }
+    };
+    if (s.token_bytes == 2)
+      copy(uint16_t{});
+    else
+      copy(uint32_t{});
     done += take;
     si++;
   }

@@ -19,6 +19,7 @@
 #include "comm/communicator.h"
 #include "core/closest_name.h"
 #include "core/error.h"
+#include "data/manifest.h"
 
 namespace kiln {
 namespace {
@@ -131,7 +132,8 @@ std::vector<Key> schema(TrainConfig& c) {
       {"data.train", &c.train_data, "training shards: a file or a glob"},
       {"data.val", &c.val_data, "validation shards: a file or a glob"},
       {"data.shuffle", &c.shuffle, "visit sequences in a seeded random order per epoch"},
-      {"data.tokenizer", &c.tokenizer, "tokenizer of the shards: \"gpt2\" or \"bytes\""},
+      {"data.tokenizer", &c.tokenizer,
+       "tokenizer of the shards: \"gpt2\", \"llama3\", \"cl100k\" or \"bytes\""},
       {"checkpoint.every", &c.ckpt_every, "checkpoint every N steps (0: only at the end)"},
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
       {"parallel.dp", &c.dp,
@@ -265,7 +267,7 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
   for (const auto& ov : overrides) apply_override(keys, ov);
   // validate() reports values out of range; the padding is only computed where it cannot overflow.
   c.model.rope_llama3 = c.rope_scaling == "llama3";
-  const bool pad_ok = c.model.vocab_size >= 1 && c.model.vocab_size <= kMaxVocab &&
+  const bool pad_ok = c.model.vocab_size >= 1 && c.model.vocab_size <= kMaxVocabSize &&
                       c.vocab_multiple >= 1 && c.vocab_multiple <= 65536;
   c.model.padded_vocab_size =
       pad_ok ? pad_vocab(c.model.vocab_size, c.vocab_multiple) : c.model.vocab_size;
@@ -382,7 +384,8 @@ void TrainConfig::validate() const {
   in_range(model.n_head, 1, kIntMax, "model.n_head", "must be at least 1");
   in_range(model.n_embd, 1, kIntMax, "model.n_embd", "must be at least 1");
   in_range(model.block_size, 1, kIntMax, "model.block_size", "must be at least 1");
-  in_range(model.vocab_size, 1, kMaxVocab, "model.vocab_size", "must be 1 to 16777216");
+  in_range(model.vocab_size, 1, kMaxVocabSize, "model.vocab_size",
+           "must be 1 to 1048576 (uint16 token shards up to 65536, uint32 above)");
   if (model.family != "gpt2" && model.family != "llama")
     fail("{}: model.family must be \"gpt2\" or \"llama\", got '{}'", source, model.family);
   if (!model.llama()) {
@@ -483,8 +486,9 @@ void TrainConfig::validate() const {
         source, recompute);
   if (resume != "none" && resume != "auto" && resume != "must")
     fail("{}: train.resume must be \"none\", \"auto\" or \"must\", got '{}'", source, resume);
-  if (tokenizer != "gpt2" && tokenizer != "bytes")
-    fail("{}: data.tokenizer must be \"gpt2\" or \"bytes\", got '{}'", source, tokenizer);
+  if (tokenizer != "gpt2" && tokenizer != "llama3" && tokenizer != "cl100k" && tokenizer != "bytes")
+    fail("{}: data.tokenizer must be \"gpt2\", \"llama3\", \"cl100k\" or \"bytes\", got '{}'",
+         source, tokenizer);
   if (attention != "standard" && attention != "flash")
     fail("{}: train.attention must be \"standard\" or \"flash\", got '{}'", source, attention);
   if (comm_backend != "auto" && comm_backend != "mpi" && comm_backend != "shm" &&

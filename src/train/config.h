@@ -17,10 +17,7 @@ namespace kiln {
 // Upper bounds validate() enforces beyond "finite and not negative".
 constexpr int kMaxThreads = 1024;     // train.threads: libgomp crashes creating ~100000
 constexpr double kMaxBucketMb = 1e6;  // train.bucket_mb: 1 TB; its byte count is an int64
-constexpr double kMaxParameters = 0x1p40;
-constexpr int kMaxVocab =
-    1
-    << 24;  // model.vocab_size: 16,777,216  // about 1.1e12: offsets and sizes stay far from int64
+constexpr double kMaxParameters = 0x1p40;  // about 1.1e12: offsets and sizes stay far from int64
 
 struct TrainConfig {
   std::string source;  // the file it was read from

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -281,6 +282,63 @@ TEST(Shards, HeaderFieldsOutOfRangeAreRefused) {
   }
 }
 
+TEST(Shards, AUint16ShardIsLlmcsVersionOneByteForByte) {
+  // GPT-2 shards are llm.c's bytes as before: magic 20240520, version 1, count, zeros to 1024
+  // bytes, then little-endian uint16 tokens.
+  TempDir dir;
+  write_shard(dir / "t.bin", std::vector<uint16_t>{1, 50256, 65535});
+  std::ifstream f(dir / "t.bin", std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(f), {});
+  std::string expect(1024 + 6, '\0');
+  const int32_t header[3] = {20240520, 1, 3};
+  std::memcpy(expect.data(), header, sizeof(header));
+  const uint8_t tokens[6] = {1, 0, 0x50, 0xC4, 0xFF, 0xFF};
+  std::memcpy(expect.data() + 1024, tokens, sizeof(tokens));
+  EXPECT_EQ(bytes, expect);
+}
+
+TEST(Shards, Uint32ShardsHoldIdsAbove65535AndMixWithUint16Ones) {
+  TempDir dir;
+  std::vector<uint32_t> big = {128000, 9906, 128001, 65536, 0, 128255};
+  write_shard(dir / "a_000.bin", big);
+  write_shard(dir / "a_001.bin", std::vector<uint16_t>{7, 8, 9});
+  std::ifstream f(dir / "a_000.bin", std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(f), {});
+  ASSERT_EQ(bytes.size(), 1024u + 4 * big.size());
+  int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240801);  // llm.c's Llama 3 shards
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 6);
+  ShardSet s(expand_shard_pattern(dir / "a_*.bin", "data.train"), "data.train");
+  ASSERT_EQ(s.num_tokens(), 9);
+  std::vector<int32_t> out(9);
+  s.read(0, 9, out.data(), 128256);
+  EXPECT_EQ(out, (std::vector<int32_t>{128000, 9906, 128001, 65536, 0, 128255, 7, 8, 9}));
+  std::string e = error_of([&] { s.read(0, 9, out.data(), 128000); });
+  EXPECT_NE(e.find("token id 128000"), std::string::npos) << e;
+  EXPECT_EQ(shard_token_bytes(50257), 2);
+  EXPECT_EQ(shard_token_bytes(65536), 2);
+  EXPECT_EQ(shard_token_bytes(65537), 4);
+  EXPECT_EQ(shard_token_bytes(128256), 4);
+}
+
+TEST(Shards, AnUnknownVersionIsRefusedNamingTheFileAndTheKnownOnes) {
+  TempDir dir;
+  for (auto [magic, version] :
+       {std::pair{kShardMagic, 7}, std::pair{kShardMagicU32, 1}, std::pair{kShardMagic, 3}}) {
+    write_shard_header(dir / "v.bin", magic, version, 2, 4);
+    std::string e = error_of([&] { ShardSet s({dir / "v.bin"}, "data.train"); });
+    EXPECT_NE(e.find(dir / "v.bin"), std::string::npos) << e;
+    EXPECT_NE(e.find(fmt::format("has version {}", version)), std::string::npos) << e;
+    EXPECT_NE(e.find("uint32"), std::string::npos) << e;
+  }
+  // A uint32 shard whose size is that of uint16 tokens is truncated.
+  write_shard_header(dir / "w.bin", kShardMagicU32, kShardVersionU32, 4, 4);
+  std::string e = error_of([&] { ShardSet s({dir / "w.bin"}, "data.train"); });
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
 // ---- the data manifest ------------------------------------------------------------------------
 
 const char* kGoodManifest = R"({"tokenizer": {"name": "gpt2", "vocab_size": 50257, "hash": "ab"},
@@ -306,7 +364,7 @@ TEST(DataManifest, BrokenManifestsAreRefusedNamingTheFileAndKey) {
       {R"({"tokenizer": "gpt2"})", "tokenizer"},
       {R"({"tokenizer": {"name": 3, "vocab_size": 10}})", "tokenizer.name"},
       {R"({"tokenizer": {"name": "gpt2", "vocab_size": "50257"}})", "tokenizer.vocab_size"},
-      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 70000}})", "tokenizer.vocab_size"},
+      {R"({"tokenizer": {"name": "gpt2", "vocab_size": 2000000}})", "tokenizer.vocab_size"},
       {R"({"tokenizer": {"name": "gpt2", "vocab_size": 1e300}})", "tokenizer.vocab_size"},
       {R"({"tokenizer": {"name": "gpt2", "vocab_size": 10}, "train": {"tokens": -5, "shards": []}})",
        "\"train\""},

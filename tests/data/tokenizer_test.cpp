@@ -120,13 +120,16 @@ TEST(Gpt2Tokenizer, MissingVocabularyIsAClearError) {
 // ranks read back from the vocabulary: the reference the new merge loop must equal exactly.
 class ReferenceBpe {
  public:
-  explicit ReferenceBpe(const Tokenizer& tok) {
-    for (int32_t id = 0; id < tok.vocab_size(); id++)
+  explicit ReferenceBpe(const Tokenizer& tok, Pattern pattern = Pattern::kGpt2)
+      : pattern_(pattern) {
+    // The ordinary tokens: below the end of text in GPT-2, below the special tokens in Llama 3.
+    const int32_t ordinary = pattern == Pattern::kGpt2 ? tok.vocab_size() : 128000;
+    for (int32_t id = 0; id < ordinary; id++)
       if (id != tok.eot()) ranks_.emplace(tok.decode(&id, 1), id);
   }
   std::vector<int32_t> encode(const std::string& text) const {
     std::vector<std::pair<size_t, size_t>> pieces;
-    gpt2_pretokenize(text, pieces);
+    pretokenize(pattern_, text, pieces);
     std::vector<int32_t> out;
     for (auto [b, e] : pieces) bpe(std::string_view(text).substr(b, e - b), out);
     return out;
@@ -165,6 +168,7 @@ class ReferenceBpe {
     for (size_t i = 0; i + 1 < parts.size(); i++)
       out.push_back(rank(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start)));
   }
+  Pattern pattern_;
   std::unordered_map<std::string, int32_t> ranks_;
 };
 
@@ -221,6 +225,148 @@ TEST(Gpt2Tokenizer, OneMegabyteWordEncodesAndRoundTrips) {
   std::string same(1u << 20, 'x');
   auto xs = gpt2().encode(same, false);
   EXPECT_EQ(gpt2().decode(xs.data(), xs.size()), same);
+}
+
+// ---- Llama 3 and cl100k: the same BPE with Llama 3's pattern -----------------------------------
+
+const Tokenizer& llama3() {
+  static std::unique_ptr<Tokenizer> tok =
+      load_llama3_tokenizer(source_path("data/tokenizers/llama3"));
+  return *tok;
+}
+
+const Tokenizer& cl100k() {
+  static std::unique_ptr<Tokenizer> tok =
+      load_cl100k_tokenizer(source_path("data/tokenizers/cl100k"));
+  return *tok;
+}
+
+nlohmann::json llama3_golden() {
+  std::ifstream f(source_path("tests/fixtures/tokenizer/llama3_golden.json"));
+  return nlohmann::json::parse(f);
+}
+
+// Golden ids made by OpenAI's tiktoken@1.0.22 loaded with Llama 3's ranks, pattern and special
+// tokens (Meta's reference is tiktoken); see the fixture README.
+TEST(Llama3Tokenizer, MatchesTiktokenOnEveryGoldenText) {
+  auto g = llama3_golden();
+  ASSERT_GE(g.size(), 90u);
+  EXPECT_EQ(llama3().vocab_size(), 128256);
+  EXPECT_EQ(llama3().eot(), 128001);
+  EXPECT_EQ(llama3().name(), "llama3");
+  for (const auto& e : g) {
+    std::string text = e["text"];
+    auto ids = llama3().encode(text, false);
+    EXPECT_EQ(ids, e["ids"].get<std::vector<int32_t>>()) << e["name"];
+    auto special = llama3().encode(text, true);
+    EXPECT_EQ(special, e["ids_special"].get<std::vector<int32_t>>()) << e["name"];
+    EXPECT_EQ(llama3().decode(ids.data(), ids.size()), text) << e["name"];
+    EXPECT_EQ(llama3().decode(special.data(), special.size()), text) << e["name"];
+  }
+}
+
+TEST(Llama3Tokenizer, CacheGivesTheSameIds) {
+  EncodeCache cache;
+  for (const auto& e : llama3_golden()) {
+    std::string text = e["text"];
+    std::vector<int32_t> a, b;
+    llama3().encode(text, true, a, &cache);
+    llama3().encode(text, true, b, &cache);
+    EXPECT_EQ(a, e["ids_special"].get<std::vector<int32_t>>()) << e["name"];
+    EXPECT_EQ(b, a) << e["name"];
+  }
+}
+
+TEST(Llama3Tokenizer, SpecialTokensMapToTheirIdsOnlyWhenAllowed) {
+  const std::string text = "<|begin_of_text|>Hi<|reserved_special_token_250|><|end_of_text|>";
+  auto ids = llama3().encode(text, true);
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_EQ(ids[0], 128000);
+  EXPECT_EQ(ids[2], 128255);
+  EXPECT_EQ(ids[3], 128001);
+  for (int32_t id : llama3().encode(text, false)) EXPECT_LT(id, 128000);
+  // Every id decodes, and each special token encodes back to itself.
+  for (int32_t id = 128000; id < 128256; id++) {
+    std::string t = llama3().decode(&id, 1);
+    EXPECT_EQ(llama3().encode(t, true), std::vector<int32_t>{id}) << t;
+  }
+  int32_t bad = 128256;
+  EXPECT_THROW(llama3().decode(&bad, 1), Error);
+}
+
+TEST(Llama3Tokenizer, AnyBytesRoundTrip) {
+  Rng rng(12);
+  for (int i = 0; i < 300; i++) {
+    std::string s;
+    for (int k = 0, n = static_cast<int>(rng.below(60)); k < n; k++)
+      s.push_back(static_cast<char>(i % 2 ? rng.below(256) : " \t\r\n'aZ1<|>."[rng.below(14)]));
+    for (bool special : {false, true}) {
+      auto ids = llama3().encode(s, special);
+      EXPECT_EQ(llama3().decode(ids.data(), ids.size()), s);
+    }
+  }
+}
+
+TEST(Llama3Tokenizer, LongPiecesMergeExactlyAsTheQuadraticLoop) {
+  ReferenceBpe ref(llama3(), Pattern::kLlama3);
+  Rng rng(8);
+  std::vector<std::string> texts;
+  for (const auto& e : llama3_golden()) texts.push_back(e["text"].get<std::string>());
+  for (int i = 0; i < 60; i++) {
+    std::string t;
+    for (size_t k = 0, n = 1 + rng.below(1500); k < n; k++)
+      t.push_back(i % 3 ? "etaoinshrdlu"[rng.below(12)] : static_cast<char>(rng.below(256)));
+    texts.push_back(t);
+  }
+  for (const auto& t : texts) ASSERT_EQ(llama3().encode(t, false), ref.encode(t)) << t;
+}
+
+TEST(Llama3Tokenizer, PreTokenizerSplitsAsThePattern) {
+  auto split = [](const std::string& text) {
+    std::vector<std::pair<size_t, size_t>> pieces;
+    pretokenize(Pattern::kLlama3, text, pieces);
+    std::string out;
+    for (auto [b, e] : pieces) out += text.substr(b, e - b) + "|";
+    return out;
+  };
+  EXPECT_EQ(split("I'LL go"), "I|'LL| go|");
+  EXPECT_EQ(split("12345 abc"), "123|45| abc|");
+  EXPECT_EQ(split("(hello) \tworld"), "(hello|)| |\tworld|");
+  EXPECT_EQ(split("end.\n\nNext"), "end|.\n\n|Next|");
+  EXPECT_EQ(split("a  \n  b   "), "a|  \n| | b|   |");
+  EXPECT_EQ(split("x\r\n\r\ny"), "x|\r\n\r\n|y|");
+}
+
+TEST(Cl100kTokenizer, MatchesTiktokenOnEveryGoldenText) {
+  EXPECT_EQ(cl100k().vocab_size(), 100277);
+  EXPECT_EQ(cl100k().eot(), 100257);
+  for (const auto& e : llama3_golden()) {
+    std::string text = e["text"];
+    auto ids = cl100k().encode(text, false);
+    EXPECT_EQ(ids, e["cl100k_ids"].get<std::vector<int32_t>>()) << e["name"];
+    auto special = cl100k().encode(text, true);
+    EXPECT_EQ(special, e["cl100k_ids_special"].get<std::vector<int32_t>>()) << e["name"];
+    EXPECT_EQ(cl100k().decode(special.data(), special.size()), text) << e["name"];
+  }
+  int32_t hole = 100256;  // no token has this rank
+  EXPECT_THROW(cl100k().decode(&hole, 1), Error);
+}
+
+TEST(Llama3Tokenizer, BadVocabularyFilesAreClearErrors) {
+  TempDir dir;
+  try {
+    load_llama3_tokenizer(dir.path());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("setup.sh"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {}}})";
+  try {
+    load_llama3_tokenizer(dir.path());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BytesTokenizer, RoundTripsAndKnowsEndOfText) {
@@ -294,6 +440,34 @@ TEST(Prepare, OutputDoesNotDependOnThreadsAndHasAManifest) {
   EXPECT_EQ(ids[0], 50256);
   std::string text = gpt2().decode(ids.data() + 1, 2000);
   EXPECT_EQ(text.substr(0, 30), sample_text().substr(0, 30));
+}
+
+TEST(Prepare, Llama3WritesUint32ShardsThatDecodeToTheText) {
+  TempDir dir;
+  setenv("KILN_TOKENIZER_DIR", source_path("data/tokenizers").c_str(), 1);  // <dir>/llama3
+  std::ofstream(dir / "a.txt") << sample_text() << "<|end_of_text|>second document\n";
+  PrepareOptions o;
+  o.tokenizer = "llama3";
+  o.inputs = {dir / "a.txt"};
+  o.progress = false;
+  o.val_fraction = 0;
+  o.output = dir / "out";
+  PrepareSummary s = prepare_dataset(o);
+  setenv("KILN_TOKENIZER_DIR", source_path("data/tokenizers/gpt2").c_str(), 1);
+  auto m = nlohmann::json::parse(std::ifstream(dir / "out/manifest.json"));
+  EXPECT_EQ(m["tokenizer"]["name"], "llama3");
+  EXPECT_EQ(m["tokenizer"]["vocab_size"], 128256);
+  EXPECT_EQ(m["tokenizer"]["hash"].get<std::string>().size(), 64u);
+  EXPECT_EQ(m["format"], "llm.c token shards, version 7 (uint32)");
+  ShardSet train(expand_shard_pattern(dir / "out/train_*.bin", "train"), "train");
+  ASSERT_EQ(train.num_tokens(), s.train_tokens);
+  std::vector<int32_t> ids(train.num_tokens());
+  train.read(0, train.num_tokens(), ids.data(), 128256);
+  EXPECT_EQ(ids[0], 128001);  // each document opens with the end of text
+  std::vector<int32_t> want = {128001};
+  llama3().encode(sample_text() + "<|end_of_text|>second document\n", true, want);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 128001), 2);
 }
 
 TEST(Prepare, BadInputIsAClearErrorAndWritesNothing) {

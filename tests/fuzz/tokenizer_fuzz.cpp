@@ -1,5 +1,5 @@
-// The GPT-2 and bytes tokenizers: arbitrary bytes encode and decode back to the same bytes
-// (with and without <|endoftext|> as special); arbitrary ids decode or are refused.
+// The GPT-2, Llama 3 and bytes tokenizers: arbitrary bytes encode and decode back to the same
+// bytes (with and without special tokens); arbitrary ids decode or are refused.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -11,13 +11,15 @@
 
 namespace {
 
-const kiln::Tokenizer& tokenizer(bool gpt2) {
+// Mode bit 0: GPT-2; else bit 4: Llama 3; else bytes.
+const kiln::Tokenizer& tokenizer(uint8_t mode) {
   static const bool dir_set =
-      setenv("KILN_TOKENIZER_DIR", KILN_SOURCE_DIR "/data/tokenizers/gpt2", 0) == 0;
+      setenv("KILN_TOKENIZER_DIR", KILN_SOURCE_DIR "/data/tokenizers", 0) == 0;
   static std::unique_ptr<kiln::Tokenizer> g = kiln::make_tokenizer("gpt2"),
+                                          l = kiln::make_tokenizer("llama3"),
                                           b = kiln::make_tokenizer("bytes");
   (void)dir_set;
-  return gpt2 ? *g : *b;
+  return mode & 1 ? *g : mode & 16 ? *l : *b;
 }
 
 }  // namespace
@@ -25,7 +27,7 @@ const kiln::Tokenizer& tokenizer(bool gpt2) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t mode = data[0];
-  const kiln::Tokenizer& tok = tokenizer(mode & 1);
+  const kiln::Tokenizer& tok = tokenizer(mode);
   data++, size--;
   if (mode & 2) {  // ids
     std::vector<int32_t> ids(size / 4);
