@@ -26,6 +26,19 @@ void to_bf16(bf16* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = float_to_bf16(x[i]);
 }
 
+void round_to_bf16(float* x, bf16* y, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    y[i] = float_to_bf16(x[i]);
+    x[i] = bf16_to_float(y[i]);
+  }
+}
+
+void from_bf16(float* y, const bf16* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) y[i] = bf16_to_float(x[i]);
+}
+
 double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
   int64_t nchunks = (n + kChunk - 1) / kChunk;

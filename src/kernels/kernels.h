@@ -118,6 +118,10 @@ void add_inplace(float* y, const float* x, int64_t n);  // y += x
 void copy(float* y, const float* x, int64_t n);         // y = x
 void scale_inplace(float* y, float s, int64_t n);       // y *= s
 void to_bf16(bf16* y, const float* x, int64_t n);       // y = bf16(x), rounded to nearest even
+// y = bf16(x), and x replaced by y's value: a tensor kept for backward in bf16 whose forward
+// goes on from the same rounded values, so forward, backward and recompute all see them.
+void round_to_bf16(float* x, bf16* y, int64_t n);
+void from_bf16(float* y, const bf16* x, int64_t n);  // y = float(x), exact
 
 // Sum of squares in double, in fixed-size chunks summed in order: the same bits for any thread
 // count.

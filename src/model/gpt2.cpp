@@ -137,7 +137,7 @@ ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const Model
   // A tensor is kept per block, or shared by all blocks (recomputed, or dead after its bf16 copy).
   using Blk = Activations::Block;
   Blk shared{};
-  bool made[16] = {};
+  bool made[18] = {};
   auto field = [&](bool is_shared, int id, float* Blk::*f, int64_t n) {
     if (!is_shared) return take(n);
     if (!made[id]) {
@@ -166,22 +166,24 @@ ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const Model
     b.ln1 = bf ? nullptr : field(full, 0, &Blk::ln1, BT * C);
     b.ln1_mean = field(full, 1, &Blk::ln1_mean, BT);
     b.ln1_rstd = field(full, 2, &Blk::ln1_rstd, BT);
-    b.qkv = field(full, 3, &Blk::qkv, BT * 3 * C);
+    b.qkv = field(full || bf, 3, &Blk::qkv, BT * 3 * C);            // bf16: kept as qkv_bf
     b.atty = field(full || (bf && !flash), 4, &Blk::atty, BT * C);  // flash backward reads it
     b.att = field(att_shared, 5, &Blk::att, flash ? NH * BT : NH * BT * T);
     b.residual2 = field(full, 6, &Blk::residual2, BT * C);
     b.ln2 = bf ? nullptr : field(full, 7, &Blk::ln2, BT * C);
     b.ln2_mean = field(full, 8, &Blk::ln2_mean, BT);
     b.ln2_rstd = field(full, 9, &Blk::ln2_rstd, BT);
-    b.fch = field(full, 10, &Blk::fch, BT * 4 * C);
+    b.fch = field(full || bf, 10, &Blk::fch, BT * 4 * C);  // bf16: kept as fch_bf
     b.fch_gelu = bf ? nullptr : field(full, 11, &Blk::fch_gelu, BT * 4 * C);
     b.residual3 = take(BT * C);  // the next block's input: always kept
-    b.ln1_bf = b.atty_bf = b.ln2_bf = b.fch_gelu_bf = nullptr;
+    b.ln1_bf = b.atty_bf = b.ln2_bf = b.fch_gelu_bf = b.qkv_bf = b.fch_bf = nullptr;
     if (bf) {
       b.ln1_bf = field_bf(full, 12, &Blk::ln1_bf, BT * C);
       b.atty_bf = field_bf(full, 13, &Blk::atty_bf, BT * C);
       b.ln2_bf = field_bf(full, 14, &Blk::ln2_bf, BT * C);
       b.fch_gelu_bf = field_bf(full, 15, &Blk::fch_gelu_bf, BT * 4 * C);
+      b.qkv_bf = field_bf(full, 16, &Blk::qkv_bf, BT * 3 * C);
+      b.fch_bf = field_bf(full, 17, &Blk::fch_bf, BT * 4 * C);
     }
   }
   kind = &bytes.head;
@@ -296,6 +298,7 @@ void Gpt2::block_forward(int l, const float* residual) {
   linear(a.qkv, a.ln1, a.ln1_bf, W.qkv_w, W.qkv_b, C, 3 * C, false);
   {
     ProfileTimer t(profile_, &Profile::attention);
+    if (bf) round_to_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
     if (opts_.kv_cache) {  // decoding one position: its key and value join the cache
       const int64_t at = static_cast<int64_t>(decode_pos_) * C;
       copy(k_cache_[l].data() + at, a.qkv + C, C);
@@ -321,10 +324,12 @@ void Gpt2::block_forward(int l, const float* residual) {
   linear(a.fch, a.ln2, a.ln2_bf, W.fc_w, W.fc_b, C, 4 * C, false);
   {
     ProfileTimer t(profile_, &Profile::activation);
-    if (bf)
+    if (bf) {
+      round_to_bf16(a.fch, a.fch_bf, BT * 4 * C);
       gelu_forward_bf16(a.fch_gelu_bf, a.fch, BT * 4 * C);
-    else
+    } else {
       gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
+    }
   }
   {
     ProfileTimer t(profile_, &Profile::residual);
@@ -552,6 +557,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
              4 * C, C);
     {
       ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
+      if (bf) from_bf16(a.fch, a.fch_bf, BT * 4 * C);
       gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
                          accumulate);
     }
@@ -567,6 +573,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
       ProfileTimer t(profile_, &Profile::attention);
       // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
       // the values it already holds.
+      if (bf) from_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
       if (opts_.flash_attention) {
         attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
       } else {

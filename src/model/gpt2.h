@@ -71,6 +71,9 @@ struct Activations {
     // bf16 mode: the matmul inputs in bf16. ln1, ln2 and fch_gelu are then not kept in fp32
     // (null); atty's fp32 form is shared scratch unless flash attention's backward reads it.
     bf16 *ln1_bf, *atty_bf, *ln2_bf, *fch_gelu_bf;
+    // bf16 mode: qkv and fch kept in bf16 (their fp32 forms are one buffer shared by every
+    // block, widened again before backward reads them); forward goes on from the rounded values.
+    bf16 *qkv_bf, *fch_bf;
   };
   std::vector<Block> h;
   float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)

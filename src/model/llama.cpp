@@ -177,7 +177,8 @@ ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const
     b.ln1 = bf ? nullptr : field(full, 0, BT * C);
     b.ln1_bf = bf ? field_bf(full, 0, BT * C) : nullptr;
     b.rstd1 = field(full, 1, BT);
-    b.qkv = field(full, 2, BT * QKV);
+    b.qkv = field(full || bf, 2, BT * QKV);
+    b.qkv_bf = bf ? field_bf(full, 2, BT * QKV) : nullptr;
     b.atty = field(full || (bf && !flash), 3, BT * C);  // flash backward reads it
     b.atty_bf = bf ? field_bf(full, 3, BT * C) : nullptr;
     b.att = field(att_shared, 4, flash ? NH * BT : NH * BT * T);
@@ -185,7 +186,8 @@ ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const
     b.ln2 = bf ? nullptr : field(full, 6, BT * C);
     b.ln2_bf = bf ? field_bf(full, 6, BT * C) : nullptr;
     b.rstd2 = field(full, 7, BT);
-    b.gu = field(full, 8, BT * 2 * F);
+    b.gu = field(full || bf, 8, BT * 2 * F);
+    b.gu_bf = bf ? field_bf(full, 8, BT * 2 * F) : nullptr;
     b.act = bf ? nullptr : field(full, 9, BT * F);
     b.act_bf = bf ? field_bf(full, 9, BT * F) : nullptr;
     b.residual3 = take(BT * C);  // the next block's input: always kept
@@ -325,6 +327,7 @@ void Llama::block_forward(int l, const float* residual) {
                            v_cache_[l].data(), decode_pos_ + 1, NH, NKV, hs);
     } else {
       rope_forward(a.qkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, hs);
+      if (bf) round_to_bf16(a.qkv, a.qkv_bf, BT * QKV);
       if (opts_.flash_attention)
         attention_forward_flash_gqa(a.atty, a.att, scratch_.datt, a.qkv, B, T, NH, NKV, hs);
       else
@@ -342,10 +345,12 @@ void Llama::block_forward(int l, const float* residual) {
   linear(a.gu, a.ln2, a.ln2_bf, W.gate, C, 2 * F, false);
   {
     ProfileTimer t(profile_, &Profile::activation);
-    if (bf)
+    if (bf) {
+      round_to_bf16(a.gu, a.gu_bf, BT * 2 * F);
       swiglu_forward_bf16(a.act_bf, a.gu, BT, static_cast<int>(F));
-    else
+    } else {
       swiglu_forward(a.act, a.gu, BT, static_cast<int>(F));
+    }
   }
   {
     ProfileTimer t(profile_, &Profile::residual);
@@ -547,6 +552,7 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
     products(S.dact, D.down, S.dresidual, S.dout_bf, a.act, a.act_bf, W.down, F, C);
     {
       ProfileTimer t(profile_, &Profile::activation);
+      if (bf) from_bf16(a.gu, a.gu_bf, BT * 2 * F);
       swiglu_backward(S.dgu, a.gu, S.dact, BT, static_cast<int>(F), bf ? S.dout_bf : nullptr);
     }
     products(S.dln, D.gate, S.dgu, S.dout_bf, a.ln2, a.ln2_bf, W.gate, C, 2 * F);
@@ -558,6 +564,7 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
     products(S.datty, D.o, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.o, C, C);
     {
       ProfileTimer t(profile_, &Profile::attention);
+      if (bf) from_bf16(a.qkv, a.qkv_bf, BT * QKV);
       if (opts_.flash_attention) {
         attention_backward_flash_gqa(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, NH, NKV,
                                      hs);

@@ -68,7 +68,8 @@ class Llama final : public Model {
       float* ln1;        // (BT,C) fp32 mode
       bf16* ln1_bf;      // (BT,C) bf16 mode
       float* rstd1;      // (BT)
-      float* qkv;        // (BT,QKV), q and k rotated
+      float* qkv;        // (BT,QKV), q and k rotated; bf16 mode: one buffer shared by all blocks
+      bf16* qkv_bf;      // bf16 mode: qkv kept in bf16 (forward goes on from the rounded values)
       float* atty;       // (BT,C)
       bf16* atty_bf;     // (BT,C) bf16 mode
       float* att;        // (B,NH,T,T); with flash attention the lse, (B,NH,T)
@@ -76,7 +77,8 @@ class Llama final : public Model {
       float* ln2;        // (BT,C) fp32 mode
       bf16* ln2_bf;
       float* rstd2;      // (BT)
-      float* gu;         // (BT,2F): gate and up
+      float* gu;         // (BT,2F): gate and up; bf16 mode: one buffer shared by all blocks
+      bf16* gu_bf;       // bf16 mode: gu kept in bf16
       float* act;        // (BT,F): silu(gate) * up, fp32 mode
       bf16* act_bf;      // bf16 mode
       float* residual3;  // (BT,C): the block's output
