@@ -103,10 +103,6 @@ void gpt2_init(const ParamLayout& layout, const ModelConfig& c, float* params, u
   }
 }
 
-int64_t gpt2_head_chunk_rows(int64_t rows) {
-  return std::min<int64_t>(rows, 256);
-}
-
 ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
                                  Activations* A) {
   const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
@@ -195,7 +191,7 @@ ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const Model
     A->lnf_rstd = take(BT);
     A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
     // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
-    A->logits = take((bf ? gpt2_head_chunk_rows(BT) : BT) * Vp);
+    A->logits = take((bf ? head_chunk_rows(BT) : BT) * Vp);
     A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
     A->losses = take(BT);
   }
@@ -383,15 +379,8 @@ void Gpt2::set_params(const float* params) {
 
 const float* Gpt2::decode(const float* params, int32_t token, int pos) {
   const ModelConfig& c = cfg_;
-  if (!opts_.kv_cache) fail("decode() needs a model built with ModelOptions::kv_cache");
-  if (pos >= c.block_size)
-    fail("the sequence reached model.block_size ({}); no more positions", c.block_size);
-  if (pos != decode_pos_ + 1 && pos != 0)
-    fail("decode() feeds positions in order: expected {} or 0, got {}", decode_pos_ + 1, pos);
-  if (token < 0 || token >= c.vocab_size)
-    fail("token id {} is outside the vocabulary (0..{})", token, c.vocab_size - 1);
+  begin_decode(token, pos);
   set_params(params);
-  decode_pos_ = pos;
   cur_ = &slots_[0];
   Activations& A = *cur_;
   encoder_forward(A.encoded, &token, P_.wte, P_.wpe + static_cast<int64_t>(pos) * c.n_embd, 1, 1,
@@ -417,46 +406,8 @@ double Gpt2::head_forward(Activations& A, const float* residual, const int32_t* 
     layernorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.lnf_mean, A.lnf_rstd, residual, nullptr,
                             P_.lnf_w, P_.lnf_b, BT, C);
   }
-  const int Vp = c.padded_vocab_size;
-  if (opts_.bf16 && targets) {
-    // Chunks of rows: logits(R,Vp) = lnf(R,C) @ wte^T, then softmax, loss and the bf16 dlogits
-    // of those rows; the full (BT,Vp) logits are never held in fp32.
-    const int64_t R = gpt2_head_chunk_rows(BT);
-    double sum = 0;
-    for (int64_t r0 = 0; r0 < BT; r0 += R) {
-      const int64_t n = std::min(R, BT - r0);
-      {
-        ProfileTimer t(profile_, &Profile::lm_head);
-        matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, A.lnf_bf + r0 * C,
-                    wbf(P_.wte), A.logits);
-      }
-      ProfileTimer t(profile_, &Profile::loss);
-      softmax_cross_entropy(A.logits, A.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
-                            dloss != 0.0f ? A.dlogits_bf + r0 * Vp : nullptr);
-    }
-    for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
-    return sum;
-  }
-  float* logits = A.logits;
-  if (opts_.bf16) {  // all logits for the caller (inference): a buffer of their own, made once
-    if (full_logits_.size() == 0) full_logits_.resize(BT * Vp);
-    logits = full_logits_.data();
-  }
-  {
-    ProfileTimer t(profile_, &Profile::lm_head);
-    // logits(BT,Vp) = lnf(BT,C) @ wte^T
-    MatmulShape s{BT, Vp, C, false, true, false, false};
-    if (opts_.bf16)
-      matmul_bf16(s, A.lnf_bf, wbf(P_.wte), logits);
-    else
-      matmul(s, A.lnf, P_.wte, logits);
-  }
-  if (!targets) return 0.0;
-  ProfileTimer t(profile_, &Profile::loss);
-  softmax_cross_entropy(logits, A.losses, targets, BT, c.vocab_size, Vp, dloss);
-  double sum = 0;
-  for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
-  return sum;
+  return lm_head_forward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.wte, targets,
+                         dloss);
 }
 
 // The head's backward for the current slot: the tied LM head (wte's gradient begun, dln_f) and
@@ -470,19 +421,9 @@ void Gpt2::head_backward(Activations& A, bool accumulate) {
   const ModelParams& P = P_;
   ModelParams& G = G_;
   GradScratch& S = scratch_;
-  {
-    ProfileTimer t(profile_, &Profile::lm_head);
-    // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
-    MatmulShape dw{c.padded_vocab_size, C, BT, true, false, accumulate, false};
-    MatmulShape dx{BT, C, c.padded_vocab_size, false, false, false, false};
-    if (bf) {
-      matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G.wte);  // written by the forward's loss
-      matmul_bf16(dx, A.dlogits_bf, wbf(P.wte), S.dln);
-    } else {
-      matmul(dw, A.logits, A.lnf, G.wte);
-      matmul(dx, A.logits, P.wte, S.dln);
-    }
-  }
+  // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
+  lm_head_backward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P.wte, G.wte, S.dln,
+                   accumulate);
   ProfileTimer t(profile_, &Profile::norm);
   std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
   const bool blocks = st.last > st.first;

@@ -79,7 +79,7 @@ struct Activations {
   float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)
   bf16* lnf_bf;                      // (B,T,C), bf16 mode
   // fp32: (B,T,Vp), holding dlogits after a training forward. bf16: the logits of one chunk of
-  // gpt2_head_chunk_rows rows, and dlogits_bf (B,T,Vp) the gradient of all rows.
+  // head_chunk_rows rows (model/model.h), and dlogits_bf (B,T,Vp) the gradient of all rows.
   float* logits;
   bf16* dlogits_bf;
   float* losses;  // (B,T)
@@ -100,9 +100,6 @@ struct GradScratch {
   bf16* dout_bf;          // (B,T,4C): a linear layer's output gradient in bf16
 };
 
-// Rows of the LM head's logits computed at a time in bf16 mode.
-int64_t gpt2_head_chunk_rows(int64_t rows);
-
 // The activation plan of a mode, without allocating it; with A, also allocates nothing but hands
 // out the pointers of A's buffers (already sized from a first call).
 ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
@@ -120,9 +117,7 @@ class Gpt2 final : public Model {
                       const float* doutput, const GradsReady& ready = {},
                       const BlockHooks& hooks = {}, bool accumulate = true, int slot = 0) override;
   const float* input_grad() const override { return scratch_.dresidual; }
-  const float* logits() const override {
-    return opts_.bf16 ? full_logits_.data() : slots_[0].logits;
-  }
+  const float* logits() const override { return head_logits(slots_[0].logits); }
   const float* losses() const override { return slots_[0].losses; }
   const float* decode(const float* params, int32_t token, int pos) override;
 
@@ -135,12 +130,10 @@ class Gpt2 final : public Model {
   ModelParams P_, G_;               // views of the buffers of the current forward/backward
   std::vector<Activations> slots_;  // one micro-batch's activations each
   Activations* cur_ = nullptr;      // the slot of the forward or backward running
-  Buffer<float> full_logits_;       // bf16 mode: made by the first forward without targets
   GradScratch scratch_;
   // kv_cache: per layer (block_size, C) keys and values, and the position being decoded.
   std::vector<Buffer<float>> k_cache_, v_cache_;
   Buffer<float> decode_scores_;
-  int decode_pos_ = -1;
 };
 
 // FLOPs of one forward+backward per token: 6*N (N = parameters in matmuls, the tied head counted

@@ -14,11 +14,6 @@ namespace kiln {
 
 namespace {
 
-// Rows of the LM head's logits computed at a time in bf16 mode.
-int64_t head_chunk_rows(int64_t rows) {
-  return std::min<int64_t>(rows, 256);
-}
-
 int64_t qkv_width(const ModelConfig& c) {
   return static_cast<int64_t>(c.n_head + 2 * c.kv_heads()) * c.head_dim();
 }
@@ -282,7 +277,7 @@ void Llama::set_params(const float* params) {
 }
 
 const float* Llama::logits() const {
-  return opts_.bf16 ? full_logits_.data() : slots_[0].logits;
+  return head_logits(slots_[0].logits);
 }
 
 const float* Llama::stage_output(int slot) const {
@@ -392,64 +387,21 @@ double Llama::forward_stage(const float* params, const int32_t* inputs, const fl
 double Llama::head_forward(Activations& A, const float* residual, const int32_t* targets,
                            float dloss) {
   const ModelConfig& c = cfg_;
-  const int C = c.n_embd, Vp = c.padded_vocab_size;
+  const int C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   {
     ProfileTimer t(profile_, &Profile::norm);
     rmsnorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.rstdf, residual, nullptr, P_.norm, BT, C,
                           static_cast<float>(c.norm_eps));
   }
-  if (opts_.bf16 && targets) {
-    // Chunks of rows: logits(R,Vp) = lnf(R,C) @ lm_head^T, then softmax, loss and the bf16
-    // dlogits of those rows; the full (BT,Vp) logits are never held in fp32.
-    const int64_t R = head_chunk_rows(BT);
-    for (int64_t r0 = 0; r0 < BT; r0 += R) {
-      const int64_t n = std::min(R, BT - r0);
-      {
-        ProfileTimer t(profile_, &Profile::lm_head);
-        matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, A.lnf_bf + r0 * C,
-                    wbf(P_.lm_head), A.logits);
-      }
-      ProfileTimer t(profile_, &Profile::loss);
-      softmax_cross_entropy(A.logits, A.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
-                            dloss != 0.0f ? A.dlogits_bf + r0 * Vp : nullptr);
-    }
-    double sum = 0;
-    for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
-    return sum;
-  }
-  float* logits = A.logits;
-  if (opts_.bf16) {  // all logits for the caller (inference): a buffer of their own, made once
-    if (full_logits_.size() == 0) full_logits_.resize(BT * Vp);
-    logits = full_logits_.data();
-  }
-  {
-    ProfileTimer t(profile_, &Profile::lm_head);
-    const MatmulShape s{BT, Vp, C, false, true, false, false};
-    if (opts_.bf16)
-      matmul_bf16(s, A.lnf_bf, wbf(P_.lm_head), logits);
-    else
-      matmul(s, A.lnf, P_.lm_head, logits);
-  }
-  if (!targets) return 0.0;
-  ProfileTimer t(profile_, &Profile::loss);
-  softmax_cross_entropy(logits, A.losses, targets, BT, c.vocab_size, Vp, dloss);
-  double sum = 0;
-  for (int64_t i = 0; i < BT; i++) sum += A.losses[i];
-  return sum;
+  return lm_head_forward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.lm_head, targets,
+                         dloss);
 }
 
 const float* Llama::decode(const float* params, int32_t token, int pos) {
   const ModelConfig& c = cfg_;
-  if (!opts_.kv_cache) fail("decode() needs a model built with ModelOptions::kv_cache");
-  if (pos >= c.block_size)
-    fail("the sequence reached model.block_size ({}); no more positions", c.block_size);
-  if (pos != decode_pos_ + 1 && pos != 0)
-    fail("decode() feeds positions in order: expected {} or 0, got {}", decode_pos_ + 1, pos);
-  if (token < 0 || token >= c.vocab_size)
-    fail("token id {} is outside the vocabulary (0..{})", token, c.vocab_size - 1);
+  begin_decode(token, pos);
   set_params(params);
-  decode_pos_ = pos;
   cur_ = &slots_[0];
   Activations& A = *cur_;
   encoder_forward(A.encoded, &token, P_.embed, nullptr, 1, 1, c.n_embd);
@@ -469,23 +421,13 @@ const float* Llama::decode(const float* params, int32_t token, int pos) {
 void Llama::head_backward(Activations& A, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
-  const int C = c.n_embd, Vp = c.padded_vocab_size;
+  const int C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const bool bf = opts_.bf16;
   Scratch& S = scratch_;
-  {
-    ProfileTimer t(profile_, &Profile::lm_head);
-    // dW(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ W
-    const MatmulShape dw{Vp, C, BT, true, false, accumulate, false};
-    const MatmulShape dx{BT, C, Vp, false, false, false, false};
-    if (bf) {
-      matmul_bf16(dw, A.dlogits_bf, A.lnf_bf, G_.lm_head);  // written by the forward's loss
-      matmul_bf16(dx, A.dlogits_bf, wbf(P_.lm_head), S.dln);
-    } else {
-      matmul(dw, A.logits, A.lnf, G_.lm_head);
-      matmul(dx, A.logits, P_.lm_head, S.dln);
-    }
-  }
+  // dW(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ W
+  lm_head_backward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.lm_head, G_.lm_head,
+                   S.dln, accumulate);
   ProfileTimer t(profile_, &Profile::norm);
   std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
   const bool blocks = st.last > st.first;

@@ -114,12 +114,10 @@ class Llama final : public Model {
   Params P_, G_;
   std::vector<Activations> slots_;
   Activations* cur_ = nullptr;
-  Buffer<float> full_logits_;  // bf16 mode: made by the first forward without targets
   Scratch scratch_;
   Buffer<float> rope_cos_, rope_sin_;             // (block_size, hs/2)
   std::vector<Buffer<float>> k_cache_, v_cache_;  // kv_cache: per layer (block_size, NKV*hs)
   Buffer<float> decode_scores_;
-  int decode_pos_ = -1;
 };
 
 // The activation plan of a mode, without allocating it; with A, also hands out the pointers of

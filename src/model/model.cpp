@@ -5,6 +5,8 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 
@@ -91,6 +93,81 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
   if (opts_.kv_cache &&
       (B != 1 || T != 1 || !st.embedding || !st.head || opts_.slots != 1 || opts_.bf16))
     fail("a decoding model (kv_cache) is the whole fp32 model with B = T = 1 and one slot");
+}
+
+int64_t head_chunk_rows(int64_t rows) {
+  return std::min<int64_t>(rows, 256);
+}
+
+double Model::lm_head_forward(const Head& h, const float* w, const int32_t* targets, float dloss) {
+  const ModelConfig& c = cfg_;
+  const int C = c.n_embd, Vp = c.padded_vocab_size;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  if (opts_.bf16 && targets) {
+    // Chunks of rows: logits(R,Vp) = x(R,C) @ w^T, then softmax, loss and the bf16 dlogits of
+    // those rows; the full (BT,Vp) logits are never held in fp32.
+    const int64_t R = head_chunk_rows(BT);
+    double sum = 0;
+    for (int64_t r0 = 0; r0 < BT; r0 += R) {
+      const int64_t n = std::min(R, BT - r0);
+      {
+        ProfileTimer t(profile_, &Profile::lm_head);
+        matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, h.x_bf + r0 * C, wbf(w),
+                    h.logits);
+      }
+      ProfileTimer t(profile_, &Profile::loss);
+      softmax_cross_entropy(h.logits, h.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
+                            dloss != 0.0f ? h.dlogits_bf + r0 * Vp : nullptr);
+    }
+    for (int64_t i = 0; i < BT; i++) sum += h.losses[i];
+    return sum;
+  }
+  float* logits = h.logits;
+  if (opts_.bf16) {  // all logits for the caller (inference): a buffer of their own, made once
+    if (full_logits_.size() == 0) full_logits_.resize(BT * Vp);
+    logits = full_logits_.data();
+  }
+  {
+    ProfileTimer t(profile_, &Profile::lm_head);
+    const MatmulShape s{BT, Vp, C, false, true, false, false};  // logits(BT,Vp) = x @ w^T
+    if (opts_.bf16)
+      matmul_bf16(s, h.x_bf, wbf(w), logits);
+    else
+      matmul(s, h.x, w, logits);
+  }
+  if (!targets) return 0.0;
+  ProfileTimer t(profile_, &Profile::loss);
+  softmax_cross_entropy(logits, h.losses, targets, BT, c.vocab_size, Vp, dloss);
+  double sum = 0;
+  for (int64_t i = 0; i < BT; i++) sum += h.losses[i];
+  return sum;
+}
+
+void Model::lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate) {
+  const int C = cfg_.n_embd, Vp = cfg_.padded_vocab_size;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  ProfileTimer t(profile_, &Profile::lm_head);
+  const MatmulShape sw{Vp, C, BT, true, false, accumulate, false};
+  const MatmulShape sx{BT, C, Vp, false, false, false, false};
+  if (opts_.bf16) {
+    matmul_bf16(sw, h.dlogits_bf, h.x_bf, dw);  // written by the forward's loss
+    matmul_bf16(sx, h.dlogits_bf, wbf(w), dx);
+  } else {
+    matmul(sw, h.logits, h.x, dw);
+    matmul(sx, h.logits, w, dx);
+  }
+}
+
+void Model::begin_decode(int32_t token, int pos) {
+  const ModelConfig& c = cfg_;
+  if (!opts_.kv_cache) fail("decode() needs a model built with ModelOptions::kv_cache");
+  if (pos >= c.block_size)
+    fail("the sequence reached model.block_size ({}); no more positions", c.block_size);
+  if (pos != decode_pos_ + 1 && pos != 0)
+    fail("decode() feeds positions in order: expected {} or 0, got {}", decode_pos_ + 1, pos);
+  if (token < 0 || token >= c.vocab_size)
+    fail("token id {} is outside the vocabulary (0..{})", token, c.vocab_size - 1);
+  decode_pos_ = pos;
 }
 
 void Model::set_weights(const float* params) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "core/buffer.h"
 #include "model/config.h"
 #include "model/spec.h"
 #include "model/weight_copy.h"
@@ -108,6 +109,31 @@ class Model {
   Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, ParamLayout layout);
   const bf16* wbf(const float* p) const { return weights_->data() + (p - params_); }
 
+  // The LM head and loss every family ends with, for the B·T rows of x (fp32, or bf16 in bf16
+  // mode) and the (Vp, C) matrix w: logits = x @ w^T, then the loss sum over the targets. In a
+  // bf16 training forward the rows go in chunks of head_chunk_rows: the chunk's fp32 logits
+  // (`logits`), its softmax and loss, and its bf16 dlogits (`dlogits_bf`, all rows), so the full
+  // fp32 logits are never held. Without targets every logit is kept (in bf16 mode in a buffer of
+  // the model's own, made on first use); with dloss != 0 the logits become their gradient.
+  struct Head {
+    const float* x;
+    const bf16* x_bf;
+    float* logits;
+    bf16* dlogits_bf;
+    float* losses;
+  };
+  double lm_head_forward(const Head& h, const float* w, const int32_t* targets, float dloss);
+  // dw (Vp,C) += dlogits^T @ x (written with accumulate = false) and dx (B·T,C) = dlogits @ w.
+  void lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate);
+  // The logits a forward without targets left: slot 0's, or bf16 mode's own buffer.
+  const float* head_logits(const float* slot_logits) const {
+    return opts_.bf16 ? full_logits_.data() : slot_logits;
+  }
+  // decode()'s checks (a model built for it, positions in order, a token in the vocabulary);
+  // sets decode_pos_.
+  void begin_decode(int32_t token, int pos);
+  int decode_pos_ = -1;
+
   ModelConfig cfg_;
   int B_, T_;
   ModelOptions opts_;
@@ -118,7 +144,11 @@ class Model {
   std::unique_ptr<Bf16WeightCopy> own_weights_;  // set_weights's, when none is lent
   ActivationBytes act_bytes_;
   Profile profile_;
+  Buffer<float> full_logits_;  // bf16 mode: all logits of a forward without targets
 };
+
+// Rows of the LM head's logits computed at a time in a bf16 training forward.
+int64_t head_chunk_rows(int64_t rows);
 
 // A model of the config's family.
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts = {});

@@ -353,7 +353,7 @@ TEST(Gpt2Recompute, FullKeepsAtMostAQuarterOfTheActivations) {
 TEST(Gpt2Bf16, ChunkedHeadGivesTheLossOfTheFullLogits) {
   ModelConfig c{1, 2, 32, 300, 300, pad_vocab(300, 128)};
   const int B = 2, T = 300;
-  ASSERT_GT(B * T, 2 * gpt2_head_chunk_rows(B * T));
+  ASSERT_GT(B * T, 2 * head_chunk_rows(B * T));
   const ParamLayout layout = gpt2_param_layout(c);
   Buffer<float> params(layout.total);
   gpt2_init(layout, c, params.data(), 7);
