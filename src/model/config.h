@@ -5,6 +5,7 @@
 // interface of model/model.h.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,33 @@ struct ActivationBytes {
   int64_t scratch = 0;  // backward's scratch, reused by every block
   int64_t fp32_floats = 0, bf16_values = 0;  // the sizes of the fp32 and bf16 activation buffers
   int64_t total() const { return kept + shared + head + scratch; }
+};
+
+// Hands out one micro-batch's activation buffers in order and counts their bytes by kind. A
+// family's plan runs once with null buffers to size them, then once per slot on the sized
+// buffers to hand out the pointers (the same calls, so the same offsets).
+class ActivationPlanner {
+ public:
+  ActivationPlanner(float* mem, bf16* mem_bf16) : mem_(mem), mem_bf16_(mem_bf16) {}
+  float* take(int64_t n);
+  bf16* take_bf(int64_t n);
+  // A tensor kept per block, or (`shared`) one buffer for every block, made at the first
+  // request of field number `id`: recomputed tensors, or fp32 forms dead once rounded to bf16.
+  float* field(bool shared, int id, int64_t n);
+  bf16* field_bf(bool shared, int id, int64_t n);
+  void head() { kind_ = &bytes_.head; }  // what is taken from here on is the head's
+  // The bytes by kind (no scratch) and the buffers' sizes, checked against the buffers' when
+  // handing out pointers.
+  ActivationBytes finish(int64_t mem_floats = -1, int64_t mem_bf16_values = -1) const;
+
+ private:
+  float* mem_;
+  bf16* mem_bf16_;
+  int64_t nf_ = 0, nb_ = 0;
+  ActivationBytes bytes_;
+  int64_t* kind_ = &bytes_.kept;
+  std::map<int, float*> shared_;
+  std::map<int, bf16*> shared_bf16_;
 };
 
 // Times spent per kind of work, in seconds, when profiling is on. `norm` is LayerNorm or RMSNorm,

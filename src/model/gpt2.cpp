@@ -114,97 +114,56 @@ ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const Model
   Activations dummy;
   const bool fill = A != nullptr;
   if (!fill) A = &dummy;
-  // Counted in floats and bf16 values, per kind; with `fill`, pointers are handed out in order.
-  int64_t nf = 0, nb = 0;
-  ActivationBytes bytes;
-  int64_t* kind = &bytes.kept;
-  auto take = [&](int64_t n) {
-    float* r = fill ? A->mem.data() + nf : nullptr;
-    nf += n;
-    *kind += n * 4;
-    return r;
-  };
-  auto take_bf = [&](int64_t n) {
-    bf16* r = fill ? A->mem_bf16.data() + nb : nullptr;
-    nb += n;
-    *kind += n * 2;
-    return r;
-  };
   // A tensor is kept per block, or shared by all blocks (recomputed, or dead after its bf16 copy).
+  ActivationPlanner p(fill ? A->mem.data() : nullptr, fill ? A->mem_bf16.data() : nullptr);
   using Blk = Activations::Block;
-  Blk shared{};
-  bool made[18] = {};
-  auto field = [&](bool is_shared, int id, float* Blk::*f, int64_t n) {
-    if (!is_shared) return take(n);
-    if (!made[id]) {
-      kind = &bytes.shared;
-      shared.*f = take(n);
-      kind = &bytes.kept;
-      made[id] = true;
-    }
-    return shared.*f;
-  };
-  auto field_bf = [&](bool is_shared, int id, bf16* Blk::*f, int64_t n) {
-    if (!is_shared) return take_bf(n);
-    if (!made[id]) {
-      kind = &bytes.shared;
-      shared.*f = take_bf(n);
-      kind = &bytes.kept;
-      made[id] = true;
-    }
-    return shared.*f;
-  };
   const int first = opts.stage.first, last = opts.stage.last < 0 ? c.n_layer : opts.stage.last;
-  A->encoded = take(BT * C);  // the stage's input: the embedding's output, or what it received
+  A->encoded = p.take(BT * C);  // the stage's input: the embedding's output, or what it received
   A->h.assign(c.n_layer, Blk{});
   for (int l = first; l < last; l++) {
     Blk& b = A->h[l];
-    b.ln1 = bf ? nullptr : field(full, 0, &Blk::ln1, BT * C);
-    b.ln1_mean = field(full, 1, &Blk::ln1_mean, BT);
-    b.ln1_rstd = field(full, 2, &Blk::ln1_rstd, BT);
-    b.qkv = field(full || bf, 3, &Blk::qkv, BT * 3 * C);            // bf16: kept as qkv_bf
-    b.atty = field(full || (bf && !flash), 4, &Blk::atty, BT * C);  // flash backward reads it
-    b.att = field(att_shared, 5, &Blk::att, flash ? NH * BT : NH * BT * T);
-    b.residual2 = field(full, 6, &Blk::residual2, BT * C);
-    b.ln2 = bf ? nullptr : field(full, 7, &Blk::ln2, BT * C);
-    b.ln2_mean = field(full, 8, &Blk::ln2_mean, BT);
-    b.ln2_rstd = field(full, 9, &Blk::ln2_rstd, BT);
-    b.fch = field(full || bf, 10, &Blk::fch, BT * 4 * C);  // bf16: kept as fch_bf
-    b.fch_gelu = bf ? nullptr : field(full, 11, &Blk::fch_gelu, BT * 4 * C);
-    b.residual3 = take(BT * C);  // the next block's input: always kept
+    b.ln1 = bf ? nullptr : p.field(full, 0, BT * C);
+    b.ln1_mean = p.field(full, 1, BT);
+    b.ln1_rstd = p.field(full, 2, BT);
+    b.qkv = p.field(full || bf, 3, BT * 3 * C);           // bf16: kept as qkv_bf
+    b.atty = p.field(full || (bf && !flash), 4, BT * C);  // flash backward reads it
+    b.att = p.field(att_shared, 5, flash ? NH * BT : NH * BT * T);
+    b.residual2 = p.field(full, 6, BT * C);
+    b.ln2 = bf ? nullptr : p.field(full, 7, BT * C);
+    b.ln2_mean = p.field(full, 8, BT);
+    b.ln2_rstd = p.field(full, 9, BT);
+    b.fch = p.field(full || bf, 10, BT * 4 * C);  // bf16: kept as fch_bf
+    b.fch_gelu = bf ? nullptr : p.field(full, 11, BT * 4 * C);
+    b.residual3 = p.take(BT * C);  // the next block's input: always kept
     b.ln1_bf = b.atty_bf = b.ln2_bf = b.fch_gelu_bf = b.qkv_bf = b.fch_bf = nullptr;
     if (bf) {
-      b.ln1_bf = field_bf(full, 12, &Blk::ln1_bf, BT * C);
-      b.atty_bf = field_bf(full, 13, &Blk::atty_bf, BT * C);
-      b.ln2_bf = field_bf(full, 14, &Blk::ln2_bf, BT * C);
-      b.fch_gelu_bf = field_bf(full, 15, &Blk::fch_gelu_bf, BT * 4 * C);
-      b.qkv_bf = field_bf(full, 16, &Blk::qkv_bf, BT * 3 * C);
-      b.fch_bf = field_bf(full, 17, &Blk::fch_bf, BT * 4 * C);
+      b.ln1_bf = p.field_bf(full, 12, BT * C);
+      b.atty_bf = p.field_bf(full, 13, BT * C);
+      b.ln2_bf = p.field_bf(full, 14, BT * C);
+      b.fch_gelu_bf = p.field_bf(full, 15, BT * 4 * C);
+      b.qkv_bf = p.field_bf(full, 16, BT * 3 * C);
+      b.fch_bf = p.field_bf(full, 17, BT * 4 * C);
     }
   }
-  kind = &bytes.head;
+  p.head();
   A->lnf = A->lnf_mean = A->lnf_rstd = A->logits = A->losses = nullptr;
   A->lnf_bf = A->dlogits_bf = nullptr;
   if (opts.stage.head) {
-    A->lnf = take(BT * C);
-    A->lnf_mean = take(BT);
-    A->lnf_rstd = take(BT);
-    A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
+    A->lnf = p.take(BT * C);
+    A->lnf_mean = p.take(BT);
+    A->lnf_rstd = p.take(BT);
+    A->lnf_bf = bf ? p.take_bf(BT * C) : nullptr;
     // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
-    A->logits = take((bf ? head_chunk_rows(BT) : BT) * Vp);
-    A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
-    A->losses = take(BT);
+    A->logits = p.take((bf ? head_chunk_rows(BT) : BT) * Vp);
+    A->dlogits_bf = bf ? p.take_bf(BT * Vp) : nullptr;
+    A->losses = p.take(BT);
   }
-  if (fill) {
-    KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
-    KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
-  }
+  ActivationBytes bytes =
+      p.finish(static_cast<int64_t>(A->mem.size()), static_cast<int64_t>(A->mem_bf16.size()));
   // proj, dresidual, dln, datty, dqkv, datt, dfch_gelu, and dfch in fp32 (bf16: dout_bf).
   const int64_t datt = flash ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
   bytes.scratch = (BT * C * 4 + BT * 3 * C + datt + BT * 4 * C) * 4;
   bytes.scratch += bf ? BT * 4 * C * 2 : BT * 4 * C * 4;
-  bytes.fp32_floats = nf;
-  bytes.bf16_values = nb;
   return bytes;
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -127,86 +126,48 @@ ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const
   Activations dummy;
   const bool fill = A != nullptr;
   if (!fill) A = &dummy;
-  int64_t nf = 0, nb = 0;
-  ActivationBytes bytes;
-  int64_t* kind = &bytes.kept;
-  auto take = [&](int64_t n) {
-    float* r = fill ? A->mem.data() + nf : nullptr;
-    nf += n;
-    *kind += n * 4;
-    return r;
-  };
-  auto take_bf = [&](int64_t n) {
-    bf16* r = fill ? A->mem_bf16.data() + nb : nullptr;
-    nb += n;
-    *kind += n * 2;
-    return r;
-  };
-  // A tensor is kept per block, or one set is shared by all blocks (by field number).
-  std::map<int, float*> shared;
-  std::map<int, bf16*> shared_bf;
-  auto field = [&](bool is_shared, int id, int64_t n) {
-    if (!is_shared) return take(n);
-    if (!shared.count(id)) {
-      kind = &bytes.shared;
-      shared[id] = take(n);
-      kind = &bytes.kept;
-    }
-    return shared[id];
-  };
-  auto field_bf = [&](bool is_shared, int id, int64_t n) {
-    if (!is_shared) return take_bf(n);
-    if (!shared_bf.count(id)) {
-      kind = &bytes.shared;
-      shared_bf[id] = take_bf(n);
-      kind = &bytes.kept;
-    }
-    return shared_bf[id];
-  };
+  // A tensor is kept per block, or shared by all blocks (by field number).
+  ActivationPlanner p(fill ? A->mem.data() : nullptr, fill ? A->mem_bf16.data() : nullptr);
   const StageSpec& st = opts.stage;
   const int last = st.last < 0 ? c.n_layer : st.last;
-  A->encoded = take(BT * C);
+  A->encoded = p.take(BT * C);
   A->h.assign(c.n_layer, Activations::Block{});
   for (int l = st.first; l < last; l++) {
     Activations::Block& b = A->h[l];
-    b.ln1 = bf ? nullptr : field(full, 0, BT * C);
-    b.ln1_bf = bf ? field_bf(full, 0, BT * C) : nullptr;
-    b.rstd1 = field(full, 1, BT);
-    b.qkv = field(full || bf, 2, BT * QKV);
-    b.qkv_bf = bf ? field_bf(full, 2, BT * QKV) : nullptr;
-    b.atty = field(full || (bf && !flash), 3, BT * C);  // flash backward reads it
-    b.atty_bf = bf ? field_bf(full, 3, BT * C) : nullptr;
-    b.att = field(att_shared, 4, flash ? NH * BT : NH * BT * T);
-    b.residual2 = field(full, 5, BT * C);
-    b.ln2 = bf ? nullptr : field(full, 6, BT * C);
-    b.ln2_bf = bf ? field_bf(full, 6, BT * C) : nullptr;
-    b.rstd2 = field(full, 7, BT);
-    b.gu = field(full || bf, 8, BT * 2 * F);
-    b.gu_bf = bf ? field_bf(full, 8, BT * 2 * F) : nullptr;
-    b.act = bf ? nullptr : field(full, 9, BT * F);
-    b.act_bf = bf ? field_bf(full, 9, BT * F) : nullptr;
-    b.residual3 = take(BT * C);  // the next block's input: always kept
+    b.ln1 = bf ? nullptr : p.field(full, 0, BT * C);
+    b.ln1_bf = bf ? p.field_bf(full, 0, BT * C) : nullptr;
+    b.rstd1 = p.field(full, 1, BT);
+    b.qkv = p.field(full || bf, 2, BT * QKV);
+    b.qkv_bf = bf ? p.field_bf(full, 2, BT * QKV) : nullptr;
+    b.atty = p.field(full || (bf && !flash), 3, BT * C);  // flash backward reads it
+    b.atty_bf = bf ? p.field_bf(full, 3, BT * C) : nullptr;
+    b.att = p.field(att_shared, 4, flash ? NH * BT : NH * BT * T);
+    b.residual2 = p.field(full, 5, BT * C);
+    b.ln2 = bf ? nullptr : p.field(full, 6, BT * C);
+    b.ln2_bf = bf ? p.field_bf(full, 6, BT * C) : nullptr;
+    b.rstd2 = p.field(full, 7, BT);
+    b.gu = p.field(full || bf, 8, BT * 2 * F);
+    b.gu_bf = bf ? p.field_bf(full, 8, BT * 2 * F) : nullptr;
+    b.act = bf ? nullptr : p.field(full, 9, BT * F);
+    b.act_bf = bf ? p.field_bf(full, 9, BT * F) : nullptr;
+    b.residual3 = p.take(BT * C);  // the next block's input: always kept
   }
-  kind = &bytes.head;
+  p.head();
   A->lnf = A->rstdf = A->logits = A->losses = nullptr;
   A->lnf_bf = A->dlogits_bf = nullptr;
   if (st.head) {
-    A->lnf = bf ? nullptr : take(BT * C);
-    A->lnf_bf = bf ? take_bf(BT * C) : nullptr;
-    A->rstdf = take(BT);
-    A->logits = take((bf ? head_chunk_rows(BT) : BT) * Vp);
-    A->dlogits_bf = bf ? take_bf(BT * Vp) : nullptr;
-    A->losses = take(BT);
+    A->lnf = bf ? nullptr : p.take(BT * C);
+    A->lnf_bf = bf ? p.take_bf(BT * C) : nullptr;
+    A->rstdf = p.take(BT);
+    A->logits = p.take((bf ? head_chunk_rows(BT) : BT) * Vp);
+    A->dlogits_bf = bf ? p.take_bf(BT * Vp) : nullptr;
+    A->losses = p.take(BT);
   }
-  if (fill) {
-    KILN_CHECK(nf == static_cast<int64_t>(A->mem.size()));
-    KILN_CHECK(nb == static_cast<int64_t>(A->mem_bf16.size()));
-  }
+  ActivationBytes bytes =
+      p.finish(static_cast<int64_t>(A->mem.size()), static_cast<int64_t>(A->mem_bf16.size()));
   const int64_t datt = flash ? attention_flash_scratch_floats(B, T, c.n_head) : NH * BT * T;
   bytes.scratch = (BT * C * 4 + BT * QKV + datt + (bf ? 0 : BT * 2 * F) + BT * F) * 4;
   if (bf) bytes.scratch += BT * std::max({2 * F, QKV, C}) * 2;
-  bytes.fp32_floats = nf;
-  bytes.bf16_values = nb;
   return bytes;
 }
 

@@ -69,6 +69,51 @@ void ParamLayout::add(std::string name, std::vector<int64_t> shape, bool decay) 
   tensors.push_back(std::move(t));
 }
 
+float* ActivationPlanner::take(int64_t n) {
+  float* r = mem_ ? mem_ + nf_ : nullptr;
+  nf_ += n;
+  *kind_ += n * 4;
+  return r;
+}
+
+bf16* ActivationPlanner::take_bf(int64_t n) {
+  bf16* r = mem_bf16_ ? mem_bf16_ + nb_ : nullptr;
+  nb_ += n;
+  *kind_ += n * 2;
+  return r;
+}
+
+float* ActivationPlanner::field(bool shared, int id, int64_t n) {
+  if (!shared) return take(n);
+  auto it = shared_.find(id);
+  if (it != shared_.end()) return it->second;
+  int64_t* was = kind_;
+  kind_ = &bytes_.shared;
+  float* r = shared_[id] = take(n);
+  kind_ = was;
+  return r;
+}
+
+bf16* ActivationPlanner::field_bf(bool shared, int id, int64_t n) {
+  if (!shared) return take_bf(n);
+  auto it = shared_bf16_.find(id);
+  if (it != shared_bf16_.end()) return it->second;
+  int64_t* was = kind_;
+  kind_ = &bytes_.shared;
+  bf16* r = shared_bf16_[id] = take_bf(n);
+  kind_ = was;
+  return r;
+}
+
+ActivationBytes ActivationPlanner::finish(int64_t mem_floats, int64_t mem_bf16_values) const {
+  if (mem_) KILN_CHECK(nf_ == mem_floats);
+  if (mem_bf16_) KILN_CHECK(nb_ == mem_bf16_values);
+  ActivationBytes b = bytes_;
+  b.fp32_floats = nf_;
+  b.bf16_values = nb_;
+  return b;
+}
+
 ProfileTimer::ProfileTimer(Profile& p, double Profile::*field)
     : p_(p), field_(field), t0_(p.enabled ? now_seconds() : 0) {}
 
