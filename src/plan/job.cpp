@@ -33,6 +33,14 @@ void JobSpec::validate() const {
   if (gpu_power_w < 0) fail("--gpu-power-w must not be negative");
   if (pue < 1) fail("--pue is total facility power over IT power, at least 1 (got {})", pue);
   if (gco2_per_kwh < 0) fail("--gco2-per-kwh must not be negative");
+  if (!std::isfinite(failures_per_gpu_hour) || failures_per_gpu_hour < 0)
+    fail("--failures-per-gpu-hour must be 0 (no failures) or more, got {}", failures_per_gpu_hour);
+  if (!std::isfinite(restart_minutes) || restart_minutes < 0)
+    fail("--restart-minutes must be 0 or more, got {}", restart_minutes);
+  if (!std::isfinite(ckpt_write_gbs) || ckpt_write_gbs < 0)
+    fail("--ckpt-write-gbs must be 0 (one NIC's line rate) or more, got {}", ckpt_write_gbs);
+  if (!std::isfinite(storage_gbs) || storage_gbs <= 0)
+    fail("--storage-gbs must be more than 0, got {}", storage_gbs);
 }
 
 int64_t JobSpec::steps() const {

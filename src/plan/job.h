@@ -29,6 +29,13 @@ struct JobSpec {
   double node_overhead_w = -1;  // the rest of a server; < 0: the device's catalog figure
   double pue = 1.2;             // data-centre power usage effectiveness
   double gco2_per_kwh = 480;    // grid carbon intensity; the world in 2023 (Ember, 2024)
+  // Goodput (plan/goodput.h): interruptions per device-hour (default Llama 3's), the time from
+  // a failure to training again, each node's checkpoint write bandwidth (0: one NIC's line
+  // rate) and the storage's aggregate (default Llama 3's Tectonic, sustained).
+  double failures_per_gpu_hour = 419.0 / (54.0 * 24.0 * 16384.0);
+  double restart_minutes = 10;
+  double ckpt_write_gbs = 0;  // GB/s per node
+  double storage_gbs = 2000;  // GB/s in all
 
   int64_t global_batch_seqs() const { return seq_len > 0 ? global_batch_tokens / seq_len : 0; }
   // Optimizer steps of the run: ceil(train_tokens / global_batch_tokens).

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/goodput.h"
+
 namespace kiln::plan {
 namespace {
 
@@ -142,6 +144,22 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
   j["cost_usd"] = in.job.usd_per_gpu_hour > 0 ? nlohmann::json(e.cost_usd) : nlohmann::json();
   j["energy_kwh"] = e.energy_kwh;
   j["co2_t"] = e.co2_t;
+  const RunGoodput rg = run_goodput(in.model, in.cluster, in.job, e);
+  j["with_failures"] = {
+      {"failures_per_gpu_hour", in.job.failures_per_gpu_hour},
+      {"restart_minutes", in.job.restart_minutes},
+      {"checkpoint_bytes", rg.checkpoint_bytes},
+      {"checkpoint_write_gbs", rg.write_gbs},
+      {"checkpoint_seconds", rg.checkpoint_seconds},
+      {"mtbf_hours", rg.g.mtbf_hours},
+      {"checkpoint_interval_hours", rg.g.interval_hours},
+      {"expected_interruptions", rg.g.expected_failures},
+      {"days", rg.g.wall_hours / 24.0},
+      {"gpu_hours", rg.g.wall_hours * N},
+      {"cost_usd", in.job.usd_per_gpu_hour > 0
+                       ? nlohmann::json(rg.g.wall_hours * N * in.job.usd_per_gpu_hour)
+                       : nlohmann::json()},
+      {"goodput", rg.g.goodput}};
   j["limiter"] = limiter(e);
   j["notes"] = e.notes;
   return j;
@@ -231,6 +249,20 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
                    amount(e.energy_kwh));
   s += fmt::format("  {:<42} {:>12}\n", fmt::format("CO2, tonnes ({:g} g/kWh)", j.gco2_per_kwh),
                    amount(e.co2_t));
+  const RunGoodput rg = run_goodput(in.model, in.cluster, j, e);
+  const Goodput& g = rg.g;
+  s += fmt::format("\nwith failures ({:.3g} per GPU-hour, restart {:g} min, checkpoint {:.4g} s)\n",
+                   j.failures_per_gpu_hour, j.restart_minutes, rg.checkpoint_seconds);
+  s += fmt::format("  {:<42} {:>12}\n", "job MTBF, hours", amount(g.mtbf_hours));
+  s += fmt::format("  {:<42} {:>12}\n", "checkpoint every (hours of training)",
+                   amount(g.interval_hours));
+  s += fmt::format("  {:<42} {:>12}\n", "expected interruptions", amount(g.expected_failures));
+  s += fmt::format("  {:<42} {:>12}\n", "days", amount(g.wall_hours / 24.0));
+  s += fmt::format("  {:<42} {:>12}\n", "GPU-hours", amount(g.wall_hours * N));
+  if (j.usd_per_gpu_hour > 0)
+    s += fmt::format("  {:<42} {:>12}\n", "cost",
+                     fmt::format("${}", amount(g.wall_hours * N * j.usd_per_gpu_hour)));
+  s += fmt::format("  {:<42} {:>11.1f}%\n", "goodput (useful / all time)", 100 * g.goodput);
   for (const auto& n : e.notes) s += fmt::format("note: {}\n", n);
   return s;
 }
