@@ -118,6 +118,16 @@ ResumeDiff compare_resume_config(const TrainConfig& a, const TrainConfig& b) {
   refuse("model.block_size", a.model.block_size, b.model.block_size, shape);
   refuse("model.vocab_size", a.model.vocab_size, b.model.vocab_size, shape);
   refuse("model.vocab_multiple", a.vocab_multiple, b.vocab_multiple, shape);
+  refuse("model.family", a.model.family, b.model.family, shape);
+  refuse("model.n_kv_head", a.model.n_kv_head, b.model.n_kv_head, shape);
+  refuse("model.ffn_hidden", a.model.ffn_hidden, b.model.ffn_hidden, shape);
+  if (a.model.llama() || b.model.llama())
+    refuse("model.tie_embeddings", a.model.tie_embeddings, b.model.tie_embeddings, shape);
+  // The same weights computing with another norm epsilon or rotary base or scaling (a context
+  // extension changes these on purpose): allowed, and said.
+  report("model.norm_eps", a.model.norm_eps, b.model.norm_eps);
+  report("model.rope_theta", a.model.rope_theta, b.model.rope_theta);
+  report("model.rope_scaling", a.rope_scaling, b.rope_scaling);
   const char* order = "the data position would point into another order of the data";
   refuse("train.seed", a.seed, b.seed, order);
   refuse("data.shuffle", a.shuffle, b.shuffle, order);

@@ -223,6 +223,38 @@ TEST_F(TrainerTest, LlamaResumeAfterStopMatchesUninterruptedRun) {
   }
 }
 
+// A Llama checkpoint does not resume as a GPT-2, nor with other kv-heads; a changed rotary base
+// is allowed and said.
+TEST_F(TrainerTest, ResumeAcrossFamiliesOrKvHeadsIsRefusedByName) {
+  const std::vector<std::string> llama = {"model.family=llama", "model.n_kv_head=1",
+                                          "model.ffn_hidden=40", "train.steps=4"};
+  Trainer src(config(dir_ / "src", llama), quiet());
+  src.run();
+  for (const auto& [sets, key] :
+       {std::pair{std::vector<std::string>{"train.steps=8"}, "model.family"},
+        std::pair{std::vector<std::string>{"model.family=llama", "model.n_kv_head=2",
+                                           "model.ffn_hidden=40", "train.steps=8"},
+                  "model.n_kv_head"}}) {
+    auto s = sets;
+    s.push_back("train.resume=must");
+    fs::remove_all(dir_ / "dst");
+    fs::create_directories(dir_ / "dst/checkpoints");
+    fs::copy(dir_ / "src/checkpoints/step_00000004", dir_ / "dst/checkpoints/step_00000004",
+             fs::copy_options::recursive);
+    const std::string err = error_of([&] { Trainer t(config(dir_ / "dst", s), quiet()); });
+    EXPECT_NE(err.find(key), std::string::npos) << err;
+  }
+  auto s = llama;
+  s.push_back("model.rope_theta=500000");
+  s.push_back("train.resume=must");
+  fs::remove_all(dir_ / "dst");
+  fs::create_directories(dir_ / "dst/checkpoints");
+  fs::copy(dir_ / "src/checkpoints/step_00000004", dir_ / "dst/checkpoints/step_00000004",
+           fs::copy_options::recursive);
+  Trainer t(config(dir_ / "dst", s), quiet());
+  EXPECT_EQ(t.steps_done(), 4);
+}
+
 TEST_F(TrainerTest, LlamaKeysOnAGpt2AreRefusedByName) {
   auto err = error_of([&] { config(dir_ / "x", {"model.n_kv_head=1"}); });
   EXPECT_NE(err.find("model.n_kv_head applies to model.family = \"llama\""), std::string::npos)
