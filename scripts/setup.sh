@@ -114,11 +114,15 @@ if [ ! -s data/corpora/kjv.txt ]; then
 fi
 
 # Sample datasets: the license texts every Debian system ships, as bytes (tests and the tiny
-# config), and Moby Dick in GPT-2 tokens (the small config).
+# config), and Moby Dick in GPT-2 tokens (the small config) and in Llama 3 tokens (llama-small).
 if [ ! -f data/licenses/manifest.json ]; then
   ./build/kiln data prepare --tokenizer bytes --input /usr/share/common-licenses --output data/licenses
 fi
 if [ ! -f data/moby-dick/manifest.json ]; then
   ./build/kiln data prepare --tokenizer gpt2 --input data/corpora/moby-dick.txt --output data/moby-dick
+fi
+if [ ! -f data/moby-dick-llama3/manifest.json ]; then
+  ./build/kiln data prepare --tokenizer llama3 --input data/corpora/moby-dick.txt \
+    --output data/moby-dick-llama3
 fi
 echo "setup: done. Try: ./build/kiln train configs/tiny.toml"

@@ -74,6 +74,7 @@ void bench_train(const BenchTrainOpts& o) {
   if (o.steps < 2) fail("--steps must be at least 2 (the first step is not timed)");
   if (o.ranks > 1 && !launched_by_mpi()) rerun_under_mpirun(o);
   TrainConfig cfg = load_train_config(o.config, o.sets);
+  check_memory_fits(cfg, usable_memory_bytes());  // as `kiln train`: refused before allocating
   TrainerOptions opts;
   opts.quiet = true;
   opts.claim_run_dir = false;  // writes nothing in train.out_dir
@@ -174,11 +175,11 @@ void bench_train(const BenchTrainOpts& o) {
     return;
   }
   fmt::print(
-      "kiln bench train: {} | GPT-2 {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
+      "kiln bench train: {} | {} {}L {}H {}C, {:.1f}M params | B={} T={} accum={} | {} "
       "threads | {} | recompute {} | {} rank(s), comm {}\n",
-      o.config, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, num_params(cfg.model) / 1e6,
-      cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(), cfg.dtype, cfg.recompute, world,
-      backend);
+      o.config, llama ? "Llama" : "GPT-2", cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd,
+      num_params(cfg.model) / 1e6, cfg.batch_size, cfg.seq_len, cfg.grad_accum, num_threads(),
+      cfg.dtype, cfg.recompute, world, backend);
   fmt::print("{:<28} {:>12}\n", "metric (median of steps 2.." + std::to_string(o.steps) + ")",
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);

@@ -794,7 +794,8 @@ std::string config_summary(const nlohmann::json& cfg) {
   std::vector<std::string> parts;
   std::string l = get("model", "n_layer"), h = get("model", "n_head"), c = get("model", "n_embd");
   if (!l.empty() && !h.empty() && !c.empty())
-    parts.push_back(fmt::format("GPT-2 {}L {}H {}C", l, h, c));
+    parts.push_back(fmt::format("{} {}L {}H {}C",
+                                get("model", "family") == "llama" ? "Llama" : "GPT-2", l, h, c));
   std::string b = get("train", "batch_size"), t = get("train", "seq_len"),
               a = get("train", "grad_accum");
   if (!b.empty() && !t.empty())

@@ -809,12 +809,12 @@ bool Trainer::run() {
   install_stop_handlers();
   if (!opts_.quiet) {
     fmt::print(
-        "kiln {} | GPT-2 {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
+        "kiln {} | {} {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
         "({}) | {} threads/rank | peak {:.{}f} GFLOP/s ({})\n",
-        KILN_VERSION, cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd,
-        kiln::num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum,
-        dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(), peak_.gflops,
-        peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
+        KILN_VERSION, cfg_.model.llama() ? "Llama" : "GPT-2", cfg_.model.n_layer, cfg_.model.n_head,
+        cfg_.model.n_embd, kiln::num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len,
+        cfg_.grad_accum, dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(),
+        peak_.gflops, peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
     std::fflush(stdout);
   }
   // Each rank leaves its pid where operators (and the recovery tests) find it.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "model/gpt2.h"
+#include "model/model.h"
 #include "plan/model_spec.h"
 #include "test_util.h"
 #include "train/config.h"
@@ -46,6 +47,25 @@ TEST(ModelSpec, ThePlannersGpt2PresetIsTheTrainersModelConfig) {
   EXPECT_EQ(preset.max_seq, trainer.max_seq);
   EXPECT_EQ(count_params(preset).total, gpt2_num_params(cfg.model));
   EXPECT_EQ(plan::find_preset("llama2-7b").model.family, "llama");
+}
+
+// configs/llama-1b.toml is Llama 3.2 1B's shape: its 1,235,814,400 parameters (tied head).
+TEST(ModelSpec, TheLlama1bConfigHasLlama32OneBsParameters) {
+  TrainConfig cfg = load_train_config(kiln::testing::source_path("configs/llama-1b.toml"), {});
+  EXPECT_TRUE(cfg.model.llama());
+  EXPECT_TRUE(cfg.model.tie_embeddings);
+  EXPECT_EQ(cfg.model.kv_heads(), 8);
+  EXPECT_EQ(num_params(cfg.model), 1235814400);
+  EXPECT_EQ(model_spec(cfg.model, /*padded=*/false).family, "llama");
+}
+
+// configs/llama-small.toml: the Llama 3 vocabulary's tied embedding is 32.8M of its 36M.
+TEST(ModelSpec, TheLlamaSmallConfigIsMostlyItsEmbedding) {
+  TrainConfig cfg = load_train_config(kiln::testing::source_path("configs/llama-small.toml"), {});
+  EXPECT_TRUE(cfg.model.llama());
+  EXPECT_EQ(cfg.tokenizer, "llama3");
+  EXPECT_EQ(num_params(cfg.model),
+            128256 * 256 + 4 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 768 + 2 * 256) + 256);
 }
 
 }  // namespace
