@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -69,7 +70,15 @@ std::optional<std::pair<std::string, long>> temp_writer(const std::string& name)
 
 bool alive_here(const std::pair<std::string, long>& w) {
   if (w.first != host_name() || w.second == static_cast<long>(::getpid())) return false;
-  return ::kill(static_cast<pid_t>(w.second), 0) == 0 || errno == EPERM;
+  if (::kill(static_cast<pid_t>(w.second), 0) != 0 && errno != EPERM) return false;
+  // A zombie answers kill(0) but writes nothing: a rank killed mid-save whose parent (mpirun,
+  // or a container's init) has not reaped it yet.
+  std::ifstream stat(fmt::format("/proc/{}/stat", w.second));
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no procfs: assume it lives
+  const auto close = line.rfind(')');
+  const char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+  return state != 'Z' && state != 'X';
 }
 }  // namespace
 

@@ -136,6 +136,10 @@ std::vector<Key> schema(TrainConfig& c) {
        "tokenizer of the shards: \"gpt2\", \"llama3\", \"cl100k\" or \"bytes\""},
       {"checkpoint.every", &c.ckpt_every, "checkpoint every N steps (0: only at the end)"},
       {"checkpoint.keep_last", &c.keep_last, "keep this many newest checkpoints (0: all)"},
+      {"checkpoint.async", &c.ckpt_async,
+       "periodic checkpoints copy their state into host memory at the step boundary and a "
+       "background thread writes them while training goes on; published when every rank's part "
+       "is durable (the last and a requested stop's are written at once)"},
       {"parallel.dp", &c.dp,
        "data-parallel replicas (0: the job's processes / (parallel.tp x parallel.pp))"},
       {"parallel.tp", &c.tp, "tensor-parallel ranks per layer (only 1 is supported so far)"},

@@ -15,8 +15,8 @@
 namespace kiln {
 
 // Upper bounds validate() enforces beyond "finite and not negative".
-constexpr int kMaxThreads = 1024;     // train.threads: libgomp crashes creating ~100000
-constexpr double kMaxBucketMb = 1e6;  // train.bucket_mb: 1 TB; its byte count is an int64
+constexpr int kMaxThreads = 1024;          // train.threads: libgomp crashes creating ~100000
+constexpr double kMaxBucketMb = 1e6;       // train.bucket_mb: 1 TB; its byte count is an int64
 constexpr double kMaxParameters = 0x1p40;  // about 1.1e12: offsets and sizes stay far from int64
 
 struct TrainConfig {
@@ -64,8 +64,9 @@ struct TrainConfig {
   std::string tokenizer = "gpt2";  // data.tokenizer: how the shards were made (for text output)
 
   // [checkpoint]
-  int ckpt_every = 0;  // 0: only at the end
-  int keep_last = 3;   // 0: keep all
+  int ckpt_every = 0;       // 0: only at the end
+  int keep_last = 3;        // 0: keep all
+  bool ckpt_async = false;  // write in a background thread from a copy taken at the step boundary
 
   // [parallel]: the job's rank grid, dp × pp × tp = world (parallel/grid.h)
   int dp = 0;  // data-parallel replicas; 0: world / (tp × pp)

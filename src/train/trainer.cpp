@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_manifest.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/sharded_state.h"
@@ -484,7 +485,7 @@ double Trainer::validate() {
   return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
 }
 
-std::string Trainer::save_checkpoint() {
+CheckpointContents Trainer::checkpoint_contents() {
   // A checkpoint is a promise that training can go on from it: weights that are not finite
   // would resume into nothing but skipped steps, and keep_last would prune the good ones.
   if (!params_finite()) {
@@ -514,19 +515,20 @@ std::string Trainer::save_checkpoint() {
   c.model = named_tensors(model_->layout(), cfg_.model, params_.data());
   c.model_metadata = {{"format", "pt"}};
   if (zero3()) {
-    auto range = [this, &c](size_t i) {
-      const int64_t begin = static_cast<const float*>(c.model[i].data) - params_.data();
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // each tensor's [begin, end) in params_
+    for (const auto& t : c.model) {
+      const int64_t begin = static_cast<const float*>(t.data) - params_.data();
       int64_t numel = 1;
-      for (int64_t d : c.model[i].shape) numel *= d;
-      return std::pair{begin, begin + numel};
-    };
-    c.before_tensor = [this, range](size_t i) {
-      auto [b, e] = range(i);
+      for (int64_t d : t.shape) numel *= d;
+      ranges.emplace_back(begin, begin + numel);
+    }
+    c.before_tensor = [this, ranges](size_t i) {
+      auto [b, e] = ranges[i];
       dp_->fetch(params_, master_.data(), b, e);
       dp_->await(b);
     };
-    c.after_tensor = [this, range](size_t i) {
-      auto [b, e] = range(i);
+    c.after_tensor = [this, ranges](size_t i) {
+      auto [b, e] = ranges[i];
       dp_->drop(params_, b, e);
     };
   }
@@ -541,7 +543,27 @@ std::string Trainer::save_checkpoint() {
   c.shard_metadata = {{"optimizer", "adamw"}, {"step", std::to_string(step_)}};
   c.files = {{"config.json", hf_config(cfg_.model).dump(2) + "\n"},
              {"trainer_state.json", state.dump(2) + "\n"}};
-  return Checkpointer(*world_, checkpoint_root(), cfg_.keep_last).save(step_, c);
+  return c;
+}
+
+Checkpointer& Trainer::checkpointer() {
+  if (!checkpointer_)
+    checkpointer_ = std::make_unique<Checkpointer>(*world_, checkpoint_root(), cfg_.keep_last);
+  return *checkpointer_;
+}
+
+std::string Trainer::save_checkpoint() {
+  complete_checkpoint_logged(true);  // its record first
+  return checkpointer().save(step_, checkpoint_contents());
+}
+
+void Trainer::save_checkpoint_async() {
+  complete_checkpoint_logged(true);
+  checkpointer().save_async(step_, checkpoint_contents());
+}
+
+std::string Trainer::complete_checkpoint(bool wait) {
+  return checkpointer_ ? checkpointer_->complete(wait) : std::string();
 }
 
 // This rank's tensors as sharded checkpoints see them: from the local layout (every tensor whole
@@ -611,6 +633,8 @@ void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, in
 
 void Trainer::resume_from(const std::string& dir) {
   auto p = fs::path(dir);
+  // Every part the save listed, whole (earlier kilns' checkpoints have no manifest).
+  verify_checkpoint_manifest(dir);
   std::string state_path = (p / "trainer_state.json").string();
   TrainerState st = parse_trainer_state(read_file(state_path, "trainer state"), state_path);
   TrainConfig saved = train_config_from_json(st.config, state_path + " (config)");
@@ -757,24 +781,70 @@ void Trainer::log_step(const StepResult& r) {
 
 void Trainer::save_checkpoint_logged() {
   if (watchdog_) watchdog_->set_phase("checkpoint");
-  double t0 = now_seconds();
   std::string dir;
+  complete_checkpoint_logged(true);
+  double t0 = now_seconds();
   {
     TraceSpan span("checkpoint", "io");
     dir = save_checkpoint();
   }
-  const double sec = now_seconds() - t0;
-  last_checkpoint_unix_ = unix_seconds();
-  if (metrics_)
-    metrics_->write({{"type", "checkpoint"},
-                     {"step", step_},
-                     {metric_json_key(Metric::CheckpointSeconds), sec},
-                     {"dir", dir},
-                     {metric_json_key(Metric::CheckpointTimestamp), last_checkpoint_unix_}});
-  set_metric(Metric::CheckpointSeconds, sec);
-  set_metric(Metric::CheckpointTimestamp, last_checkpoint_unix_);
-  if (!opts_.quiet) fmt::print("checkpoint {} ({:.2f} s)\n", dir, sec);
+  log_checkpoint(dir, now_seconds() - t0, step_, false);
   if (watchdog_) watchdog_->set_phase("train");
+}
+
+void Trainer::save_checkpoint_async_logged() {
+  if (watchdog_) watchdog_->set_phase("checkpoint");
+  complete_checkpoint_logged(true);
+  double t0 = now_seconds();
+  {
+    TraceSpan span("checkpoint copy", "io");
+    save_checkpoint_async();
+  }
+  async_blocked_seconds_ = now_seconds() - t0;
+  if (!opts_.quiet)
+    fmt::print(
+        "checkpoint step {}: copied ({:.1f} MiB on this rank, {:.2f} s), writing in the "
+        "background\n",
+        step_, checkpointer().snapshot_bytes() / 1048576.0, async_blocked_seconds_);
+  if (watchdog_) watchdog_->set_phase("train");
+}
+
+void Trainer::complete_checkpoint_logged(bool wait) {
+  if (!checkpointer_ || !checkpointer_->pending()) return;
+  const int64_t step = checkpointer_->pending_step();
+  double t0 = now_seconds();
+  std::string dir;
+  {
+    TraceSpan span("checkpoint publish", "io");
+    dir = complete_checkpoint(wait);
+  }
+  if (dir.empty()) return;
+  async_blocked_seconds_ += now_seconds() - t0;
+  log_checkpoint(dir, async_blocked_seconds_, step, true);
+  async_blocked_seconds_ = 0;
+}
+
+// `seconds`: what the save cost training (an async save: its copy and its publication).
+void Trainer::log_checkpoint(const std::string& dir, double seconds, int64_t step, bool async) {
+  last_checkpoint_unix_ = unix_seconds();
+  if (metrics_) {
+    nlohmann::json rec = {{"type", "checkpoint"},
+                          {"step", step},
+                          {metric_json_key(Metric::CheckpointSeconds), seconds},
+                          {"dir", dir},
+                          {metric_json_key(Metric::CheckpointTimestamp), last_checkpoint_unix_},
+                          {"async", async}};
+    if (async) rec["published_at_step"] = step_;
+    metrics_->write(rec);
+  }
+  set_metric(Metric::CheckpointSeconds, seconds);
+  set_metric(Metric::CheckpointTimestamp, last_checkpoint_unix_);
+  if (opts_.quiet) return;
+  if (async)
+    fmt::print("checkpoint {} ({:.2f} s of training, {:.2f} s writing in the background)\n", dir,
+               seconds, checkpointer_->last_write_seconds());
+  else
+    fmt::print("checkpoint {} ({:.2f} s)\n", dir, seconds);
 }
 
 // Skipped steps change nothing, so a run that only skips would go on (and exit 0) without
@@ -865,7 +935,8 @@ bool Trainer::run() {
     StepResult r = step();
     if (progress_) progress_->write(step_);
     if (watchdog_) watchdog_->step_done(step_);
-    if (!memory_shown) {  // after a step: ZeRO-2's gradient memory is measured
+    complete_checkpoint_logged(false);  // an async save whose every part is durable
+    if (!memory_shown) {                // after a step: ZeRO-2's gradient memory is measured
       MemoryReport m = memory();
       publish_memory(m);
       if (!opts_.quiet)
@@ -922,8 +993,13 @@ bool Trainer::run() {
       if (zero3() && cfg_.sample_tokens > 0) zero3_->drop_all();
       if (watchdog_) watchdog_->set_phase("train");
     }
-    if (last || (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)) save_checkpoint_logged();
+    // The last checkpoint is written at once (the run ends with it); async ones before it.
+    if (last)
+      save_checkpoint_logged();
+    else if (cfg_.ckpt_every > 0 && step_ % cfg_.ckpt_every == 0)
+      cfg_.ckpt_async ? save_checkpoint_async_logged() : save_checkpoint_logged();
   }
+  complete_checkpoint_logged(true);  // train.steps reached before the loop (nothing pending)
   write_trace();
   watchdog_.reset();
   return true;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpointer.h"
 #include "ckpt/sharded_state.h"
 #include "comm/communicator.h"
 #include "core/buffer.h"
@@ -93,8 +94,16 @@ class Trainer {
   StepResult step();
   // Mean loss over val_batches micro-batches from the start of data.val.
   double validate();
-  // Writes a checkpoint of the current state; returns its directory.
+  // Writes a checkpoint of the current state (after publishing a pending async one); returns its
+  // directory.
   std::string save_checkpoint();
+  // checkpoint.async: copies the current state into host memory and writes it in the
+  // background (ckpt/checkpointer.h); complete_checkpoint publishes it.
+  void save_checkpoint_async();
+  // Publishes a pending async checkpoint: when every rank's writer is done (wait = false, a
+  // collective only while one is pending), or after waiting for them. Returns its directory, or
+  // "" when nothing was published.
+  std::string complete_checkpoint(bool wait);
   // Trains until train.steps, logging, validating and checkpointing as configured. Returns false
   // when it stopped early on request (SIGUSR1/SIGTERM, see stop_request.h) after a checkpoint.
   bool run();
@@ -144,6 +153,12 @@ class Trainer {
   void publish_memory(const MemoryReport& m);
   void write_trace();
   void save_checkpoint_logged();  // save_checkpoint() with its record, metrics and message
+  // The same for an async save: started here, logged when complete_checkpoint_logged publishes.
+  void save_checkpoint_async_logged();
+  void complete_checkpoint_logged(bool wait);
+  void log_checkpoint(const std::string& dir, double seconds, int64_t step, bool async);
+  CheckpointContents checkpoint_contents();  // what a save at this step writes
+  Checkpointer& checkpointer();
 
   TrainConfig cfg_;
   TrainerOptions opts_;
@@ -185,6 +200,10 @@ class Trainer {
   std::unique_ptr<Watchdog> watchdog_;       // while run() runs
   std::string resumed_from_;                 // the checkpoint this run started from, if any
   std::vector<std::string> config_changes_;  // keys the resume changed (run_start record)
+  // The job's checkpoint writer, holding an async save in flight; last, so that it is destroyed
+  // (its writer joined) first.
+  std::unique_ptr<Checkpointer> checkpointer_;
+  double async_blocked_seconds_ = 0;  // the pending async save's time on the training thread
 };
 
 }  // namespace kiln

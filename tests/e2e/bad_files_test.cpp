@@ -174,15 +174,21 @@ TEST_F(BadFiles, InitFromSafetensorsIsRefusedNamingIt) {
 TEST_F(BadFiles, CheckpointWeightsAreRefusedOnResumeNamingThem) {
   const std::string good = bytes_of(checkpoint_);
   const fs::path rel = fs::relative(checkpoint_, *dir_ / "run");
-  for (Damage d : kAllDamage) {
-    TempDir t;
-    fs::copy(*dir_ / "run", t / "run", fs::copy_options::recursive);
-    std::string file = (fs::path(t / "run") / rel).string();
-    damage(file, good, d);
-    std::string c =
-        config(*dir_ / "data/train_000000.bin", *dir_ / "data/val_000000.bin", t / "run");
-    expect_refused("checkpoint model.safetensors", d, file, "train " + c + " --resume");
-  }
+  // With its manifest (refused there, by size or SHA-256) and without (an earlier kiln's
+  // checkpoint: refused by the safetensors reader).
+  for (bool manifest : {true, false})
+    for (Damage d : kAllDamage) {
+      TempDir t;
+      fs::copy(*dir_ / "run", t / "run", fs::copy_options::recursive);
+      std::string file = (fs::path(t / "run") / rel).string();
+      damage(file, good, d);
+      if (!manifest) fs::remove(fs::path(file).parent_path() / "manifest.json");
+      std::string c =
+          config(*dir_ / "data/train_000000.bin", *dir_ / "data/val_000000.bin", t / "run");
+      expect_refused(
+          std::string("checkpoint model.safetensors") + (manifest ? "" : ", no manifest"), d, file,
+          "train " + c + " --resume");
+    }
 }
 
 TEST_F(BadFiles, DataManifestIsRefusedNamingIt) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "test_util.h"
@@ -215,6 +216,99 @@ TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
   EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
   EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000200/model.safetensors") ==
               bytes_of(out + "/checkpoints/step_00000200/model.safetensors"));
+}
+
+// checkpoint.async on two ranks: every checkpoint (the model rank 0 copies, ZeRO-3 gathering it
+// at the boundary; each rank's optimizer shard) is the same bytes as a synchronous save's, and
+// the run ends with the same bits.
+TEST_F(DataParallelRun, AsyncCheckpointsOnTwoRanksEqualSyncOnesUnderZeroOneAndThree) {
+  for (int zero : {0, 1, 3}) {
+    const std::string s = "sync" + std::to_string(zero), a = "async" + std::to_string(zero);
+    std::string sync_args = args(2, zero, s);
+    sync_args.append(" --set checkpoint.every=5");
+    auto r = run_kiln_mpi(2, sync_args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::string async_args = args(2, zero, a);
+    async_args.append(
+        " --set checkpoint.every=5 --set checkpoint.async=true");  // (GCC 12 -Wrestrict)
+    r = run_kiln_mpi(2, async_args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("writing in the background"), std::string::npos) << r.output;
+    std::vector<std::string> files = {"model.safetensors"};
+    if (zero == 0)
+      files.push_back("optimizer-00000-of-00001.safetensors");
+    else
+      files = {"model.safetensors", "optimizer-00000-of-00002.safetensors",
+               "optimizer-00001-of-00002.safetensors"};
+    for (int step : {5, 10, 15, 20})
+      for (const auto& f : files) {
+        const std::string ck = fmt::format("/checkpoints/step_{:08d}/", step) + f;
+        const std::string x = bytes_of(dir_ / (s + ck));
+        EXPECT_FALSE(x.empty()) << s << ck;
+        EXPECT_TRUE(x == bytes_of(dir_ / (a + ck))) << a << ck;
+      }
+    // The manifest lists every rank's files.
+    auto m =
+        nlohmann::json::parse(bytes_of(dir_ / (a + "/checkpoints/step_00000010/manifest.json")));
+    std::set<std::string> listed;
+    for (const auto& e : m["files"]) listed.insert(e["name"].get<std::string>());
+    for (const auto& f : files) EXPECT_TRUE(listed.count(f)) << f;
+  }
+}
+
+// A rank killed (SIGKILL) while an async save is being written: that save never appears, the
+// previous checkpoint stays the newest complete one, and kiln launch resumes from it and ends
+// with the bits of an uninterrupted run. The writer is slowed (a test hook) so that the kill
+// lands inside the save; a random rank at a random moment, a few times.
+TEST_F(DataParallelRun, KillDuringAnAsyncSaveKeepsThePreviousCheckpointAndResumes) {
+  const std::string common = config_ +
+                             " --set train.batch_size=4 --set train.steps=60 --set "
+                             "checkpoint.every=10 --set checkpoint.async=true";
+  auto full = run_kiln("launch -n 2 " + common + " --set train.out_dir=" + (dir_ / "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  kiln::testing::ScopedEnv slow("KILN_TEST_CHECKPOINT_WRITER_DELAY_MS", "300");
+  std::mt19937 gen(std::random_device{}());
+  for (int round = 0; round < 2; round++) {
+    const int victim = static_cast<int>(gen() % 2);
+    const int after_ms = static_cast<int>(gen() % 250);
+    const int save = 10 * static_cast<int>(2 + gen() % 3);  // the save in flight: 20, 30 or 40
+    SCOPED_TRACE(fmt::format("round {}: killing rank {} {} ms into the save of step {}", round,
+                             victim, after_ms, save));
+    const std::string out = dir_ / ("killed" + std::to_string(round));
+    const std::string root = out + "/checkpoints";
+    pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
+                           out + ".log");
+    ASSERT_GE(pid, 0);
+    // The save of step `save` is in flight: its temporary directory exists.
+    auto in_flight = [&] {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(root, ec))
+        if (e.path().filename().string().rfind(fmt::format(".tmp-step_{:08d}.", save), 0) == 0)
+          return fs::exists(out + "/pids/rank-" + std::to_string(victim) + ".pid");
+      return false;
+    };
+    ASSERT_TRUE(wait_until(pid, in_flight, 60)) << bytes_of(out + ".log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+    // It cannot be published yet: each writer sleeps 300 ms before each file.
+    EXPECT_FALSE(fs::exists(root + fmt::format("/step_{:08d}", save)));
+    std::ifstream pidf(out + "/pids/rank-" + std::to_string(victim) + ".pid");
+    pid_t rank_pid = 0;
+    pidf >> rank_pid;
+    ASSERT_GT(rank_pid, 0);
+    kill(rank_pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string log = bytes_of(out + ".log");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+    // Resumed from the save before the one killed.
+    EXPECT_NE(log.find(fmt::format("resumed from {}/step_{:08d}", root, save - 10)),
+              std::string::npos)
+        << log;
+    EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000060/model.safetensors") ==
+                bytes_of(root + "/step_00000060/model.safetensors"));
+    for (const auto& e : fs::directory_iterator(root))
+      EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << e.path() << "\n" << log;
+  }
 }
 
 TEST_F(DataParallelRun, AGridThatDoesNotFitTheJobIsRefusedNamingTheKeys) {

@@ -269,6 +269,103 @@ TEST_F(TrainerTest, LlamaKeysOnAGpt2AreRefusedByName) {
   EXPECT_NE(err.find("model.n_kv_head"), std::string::npos) << err;
 }
 
+// checkpoint.async: the same checkpoints, byte for byte, and the same final weights as saving on
+// the training thread; each is published (with its manifest) at a later step boundary.
+TEST_F(TrainerTest, AsyncCheckpointsEqualSyncOnesToTheByte) {
+  for (const char* zero : {"train.zero=0", "train.zero=3"}) {
+    SCOPED_TRACE(zero);
+    const fs::path root = dir_.path();
+    const std::string s = std::string("s") + zero[11], a = std::string("a") + zero[11];
+    Trainer sync(config(dir_ / s, {zero, "checkpoint.every=2", "train.steps=9"}), quiet());
+    sync.run();
+    Trainer async(
+        config(dir_ / a, {zero, "checkpoint.every=2", "train.steps=9", "checkpoint.async=true"}),
+        quiet());
+    async.run();
+    EXPECT_TRUE(same_bits(sync, async));
+    for (const char* step :
+         {"step_00000002", "step_00000004", "step_00000006", "step_00000008", "step_00000009"})
+      for (const char* f : {"model.safetensors", "optimizer-00000-of-00001.safetensors",
+                            "config.json", "trainer_state.json", "manifest.json"}) {
+        std::string x = testing::bytes_of(root / s / "checkpoints" / step / f);
+        std::string y = testing::bytes_of(root / a / "checkpoints" / step / f);
+        ASSERT_FALSE(x.empty()) << step << "/" << f;
+        // The state's resolved config (out_dir, checkpoint.async) differs, and with it its
+        // digest in the manifest.
+        if (std::string(f) == "trainer_state.json" || std::string(f) == "manifest.json") {
+          auto strip = [](const std::string& text) {
+            auto j = nlohmann::json::parse(text);
+            j.erase("config");
+            if (j.contains("files"))
+              for (auto& e : j["files"])
+                if (e["name"] == "trainer_state.json") e.erase("sha256"), e.erase("bytes");
+            return j.dump();
+          };
+          x = strip(x);
+          y = strip(y);
+        }
+        EXPECT_TRUE(x == y) << step << "/" << f;
+      }
+    auto recs = records_of((root / a / "metrics.jsonl").string(), "checkpoint");
+    ASSERT_EQ(recs.size(), 5u);
+    for (size_t i = 0; i + 1 < recs.size(); i++) {
+      EXPECT_TRUE(recs[i]["async"].get<bool>());
+      EXPECT_GT(recs[i]["published_at_step"].get<int>(), recs[i]["step"].get<int>());
+    }
+    EXPECT_FALSE(recs.back()["async"].get<bool>());  // the last is written at once
+    // A resume from an async one continues to the same bits.
+    fs::create_directories(root / (a + "r") / "checkpoints");
+    fs::copy(root / a / "checkpoints/step_00000004", root / (a + "r") / "checkpoints/step_00000004",
+             fs::copy_options::recursive);
+    Trainer resumed(config(dir_ / (a + "r"), {zero, "checkpoint.every=2", "train.steps=9",
+                                              "checkpoint.async=true", "train.resume=must"}),
+                    quiet());
+    EXPECT_EQ(resumed.steps_done(), 4);
+    resumed.run();
+    EXPECT_TRUE(same_bits(sync, resumed));
+  }
+}
+
+// The manifest lists every part with its size and SHA-256: a part missing, cut short or changed
+// is refused on resume, naming the file.
+TEST_F(TrainerTest, ResumeRefusesACheckpointWithAMissingOrTruncatedPartNamingIt) {
+  {
+    Trainer t(config(dir_ / "run", {"train.steps=4"}), quiet());
+    t.run();
+  }
+  const fs::path ck = fs::path(dir_ / "run/checkpoints/step_00000004");
+  const auto manifest = nlohmann::json::parse(testing::bytes_of(ck / "manifest.json"));
+  std::set<std::string> listed;
+  for (const auto& f : manifest["files"]) {
+    listed.insert(f["name"].get<std::string>());
+    EXPECT_EQ(f["bytes"].get<int64_t>(), static_cast<int64_t>(fs::file_size(ck / f["name"])));
+    EXPECT_EQ(f["sha256"].get<std::string>().size(), 64u);
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{"model.safetensors", "config.json", "trainer_state.json",
+                                           "optimizer-00000-of-00001.safetensors"}));
+  const std::string shard = "optimizer-00000-of-00001.safetensors";
+  const std::string whole = testing::bytes_of(ck / shard);
+  auto resume_error = [&] {
+    return error_of([&] { Trainer r(config(dir_ / "run", {"train.resume=must"}), quiet()); });
+  };
+  fs::resize_file(ck / shard, whole.size() - 100);
+  std::string e = resume_error();
+  EXPECT_NE(e.find(shard), std::string::npos) << e;
+  EXPECT_NE(e.find("bytes, the manifest says"), std::string::npos) << e;
+  fs::remove(ck / shard);
+  e = resume_error();
+  EXPECT_NE(e.find(shard + " is missing"), std::string::npos) << e;
+  // The same size, one byte changed.
+  std::string changed = whole;
+  changed[changed.size() - 1] ^= 1;
+  std::ofstream(ck / shard, std::ios::binary) << changed;
+  e = resume_error();
+  EXPECT_NE(e.find(shard + " does not have the SHA-256"), std::string::npos) << e;
+  std::ofstream(ck / shard, std::ios::binary) << whole;
+  Trainer ok(config(dir_ / "run", {"train.resume=must"}), quiet());
+  EXPECT_EQ(ok.steps_done(), 4);
+}
+
 TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
   Trainer full(config(dir_ / "full"), quiet());
   full.run();
@@ -289,6 +386,7 @@ TEST_F(TrainerTest, ResumesAnEarlierKilnsCheckpointWithWholeOptimizerTensors) {
   opt.insert(opt.end(), vv.begin(), vv.end());
   write_safetensors(ck + "/optimizer.safetensors", opt, {{"optimizer", "adamw"}});
   fs::remove(shard);
+  fs::remove(ck + "/manifest.json");  // earlier kilns wrote none
   Trainer resumed(config(dir_ / "old", {"train.resume=must"}), quiet());
   EXPECT_EQ(resumed.steps_done(), 4);
   resumed.run();
@@ -533,6 +631,8 @@ TEST_F(TrainerTest, ResumeFromACheckpointWithNonFiniteWeightsIsRefused) {
   f.seekp(static_cast<std::streamoff>(8 + header));
   f.write(reinterpret_cast<const char*>(&nan), 4);
   f.close();
+  // Without its manifest (an earlier kiln's checkpoint), which would refuse the changed bytes.
+  fs::remove(dir_ / "run/checkpoints/step_00000002/manifest.json");
   std::string e =
       error_of([&] { Trainer r(config(dir_ / "run", {"train.resume=must"}), quiet()); });
   EXPECT_NE(e.find("not finite"), std::string::npos) << e;
