@@ -433,6 +433,9 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
     Activations::Block& a = A.h[l];
     const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
     if (opts_.recompute == Recompute::full) block_forward(l, residual);
+    // bf16: the shared fp32 forms of qkv and the MLP input are filled again from the block's
+    // bf16 copies (a full recompute has just made them).
+    const bool widen = bf && opts_.recompute != Recompute::full;
     // A linear layer's two products, dW += x^T @ dy and dx = dy @ W^T, in the model's
     // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
     auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
@@ -457,7 +460,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
              4 * C, C);
     {
       ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
-      if (bf) from_bf16(a.fch, a.fch_bf, BT * 4 * C);
+      if (widen) from_bf16(a.fch, a.fch_bf, BT * 4 * C);
       gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
                          accumulate);
     }
@@ -473,7 +476,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
       ProfileTimer t(profile_, &Profile::attention);
       // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
       // the values it already holds.
-      if (bf) from_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
+      if (widen) from_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
       if (opts_.flash_attention) {
         attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
       } else {

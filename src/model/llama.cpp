@@ -435,6 +435,9 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
     Activations::Block& a = A.h[l];
     const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
     if (opts_.recompute == Recompute::full) block_forward(l, residual);
+    // bf16: the shared fp32 forms of qkv and the MLP input are filled again from the block's
+    // bf16 copies (a full recompute has just made them).
+    const bool widen = bf && opts_.recompute != Recompute::full;
     // A linear layer y = x @ w^T (w is (N,K)): dw += dy^T @ x and dx = dy @ w, in the model's
     // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
     auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
@@ -455,7 +458,7 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
     products(S.dact, D.down, S.dresidual, S.dout_bf, a.act, a.act_bf, W.down, F, C);
     {
       ProfileTimer t(profile_, &Profile::activation);
-      if (bf) from_bf16(a.gu, a.gu_bf, BT * 2 * F);
+      if (widen) from_bf16(a.gu, a.gu_bf, BT * 2 * F);
       swiglu_backward(S.dgu, a.gu, S.dact, BT, static_cast<int>(F), bf ? S.dout_bf : nullptr);
     }
     products(S.dln, D.gate, S.dgu, S.dout_bf, a.ln2, a.ln2_bf, W.gate, C, 2 * F);
@@ -467,7 +470,7 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
     products(S.datty, D.o, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.o, C, C);
     {
       ProfileTimer t(profile_, &Profile::attention);
-      if (bf) from_bf16(a.qkv, a.qkv_bf, BT * QKV);
+      if (widen) from_bf16(a.qkv, a.qkv_bf, BT * QKV);
       if (opts_.flash_attention) {
         attention_backward_flash_gqa(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, NH, NKV,
                                      hs);
