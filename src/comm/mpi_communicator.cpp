@@ -1,6 +1,9 @@
 // The MPI backend: one communication thread per communicator runs the operations in issue order
 // as MPI nonblocking calls and polls them, spinning briefly and then sleeping, so it never takes
-// a core away from the compute threads for long.
+// a core away from the compute threads for long. Collectives run one at a time; a send or a
+// receive is started in its turn and then completes in the background (polled with whatever
+// runs next), so two ranks that each send before they receive never wait on each other: a
+// pipeline schedule's exchanges issue in any order.
 #include <mpi.h>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "comm/comm_observer.h"
 #include "comm/communicator.h"
@@ -97,6 +101,14 @@ struct Op {
   std::string name;
   std::function<int(MPI_Request*)> start;  // returns an MPI error code
   std::shared_ptr<OpState> state;
+  bool p2p = false;  // a send or a receive: started in turn, completed in the background
+};
+
+// A started send or receive, polled until it completes.
+struct InFlight {
+  Op op;
+  MPI_Request req = MPI_REQUEST_NULL;
+  double t0 = 0, deadline = 0;
 };
 
 class MpiCommunicator : public Communicator {
@@ -163,16 +175,21 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
                                    int tag) override {
     int count = as_int(n);
-    return issue(fmt::format("send of {} elements to rank {}", n, peer), [=, this](MPI_Request* r) {
-      return MPI_Isend(buf, count, mpi_type(t), peer, tag, comm_, r);
-    });
+    return issue(
+        fmt::format("send of {} elements to rank {}", n, peer),
+        [=, this](MPI_Request* r) {
+          return MPI_Isend(buf, count, mpi_type(t), peer, tag, comm_, r);
+        },
+        /*p2p=*/true);
   }
   std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) override {
     int count = as_int(n);
-    return issue(fmt::format("receive of {} elements from rank {}", n, peer),
-                 [=, this](MPI_Request* r) {
-                   return MPI_Irecv(buf, count, mpi_type(t), peer, tag, comm_, r);
-                 });
+    return issue(
+        fmt::format("receive of {} elements from rank {}", n, peer),
+        [=, this](MPI_Request* r) {
+          return MPI_Irecv(buf, count, mpi_type(t), peer, tag, comm_, r);
+        },
+        /*p2p=*/true);
   }
   std::shared_ptr<Work> barrier_async() override {
     return issue("barrier", [this](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
@@ -197,37 +214,105 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  std::shared_ptr<Work> issue(std::string name, std::function<int(MPI_Request*)> start) {
+  std::shared_ptr<Work> issue(std::string name, std::function<int(MPI_Request*)> start,
+                              bool p2p = false) {
     auto st = std::make_shared<OpState>();
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Issue order is the same on every rank, so the sequence number names the collective.
       const uint64_t seq = ++seq_;
       uint64_t rec = comm_observer().issued(name_, seq, name, /*running=*/false);
-      queue_.push_back({rec, seq, std::move(name), std::move(start), st});
+      queue_.push_back({rec, seq, std::move(name), std::move(start), st, p2p});
     }
     cv_.notify_all();
     return st;
   }
 
   void loop() {
-    while (true) {
+    for (int idle = 0;; idle++) {
       Op op;
+      bool have = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        op = std::move(queue_.front());
-        queue_.pop_front();
+        auto woken = [&] { return stop_ || !queue_.empty(); };
+        if (in_flight_.empty())
+          cv_.wait(lock, woken);
+        else  // sends and receives to poll: look again soon
+          cv_.wait_for(lock, std::chrono::microseconds(idle > 2000 ? 500 : 50), woken);
+        if (!queue_.empty()) {
+          op = std::move(queue_.front());
+          queue_.pop_front();
+          have = true;
+        } else if (stop_) {
+          abandon_in_flight();
+          return;
+        }
       }
+      poll_in_flight();
+      if (!have) continue;
+      idle = 0;
       CommObserver& watch = comm_observer();
       watch.started(op.record);
       const double t0 = now_seconds();
+      if (op.p2p) {
+        start_p2p(std::move(op), t0);
+        continue;
+      }
       std::string err = run(op);
-      watch.finished(op.record, !err.empty());
-      if (watch.tracing()) watch.span(op.name, t0, now_seconds(), name_, op.seq);
-      op.state->finish(std::move(err));
+      done(op, t0, std::move(err));
     }
+  }
+
+  void done(Op& op, double t0, std::string err) {
+    CommObserver& watch = comm_observer();
+    watch.finished(op.record, !err.empty());
+    if (watch.tracing()) watch.span(op.name, t0, now_seconds(), name_, op.seq);
+    op.state->finish(std::move(err));
+  }
+
+  void start_p2p(Op op, double t0) {
+    if (broken_) {
+      std::string err = fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_,
+                                    op.name, broken_reason_);
+      return done(op, t0, std::move(err));
+    }
+    InFlight f{std::move(op), MPI_REQUEST_NULL, t0, t0 + opts_.timeout_seconds};
+    int rc = f.op.start(&f.req);
+    if (rc != MPI_SUCCESS) return done(f.op, t0, mark_broken(f.op, "MPI error " + mpi_error(rc)));
+    in_flight_.push_back(std::move(f));
+  }
+
+  // Completes the sends and receives that have finished (or failed, or timed out).
+  void poll_in_flight() {
+    for (size_t i = 0; i < in_flight_.size();) {
+      InFlight& f = in_flight_[i];
+      int flag = 0;
+      int rc = MPI_Test(&f.req, &flag, MPI_STATUS_IGNORE);
+      std::string err;
+      if (rc != MPI_SUCCESS)
+        err = mark_broken(f.op, "MPI error " + mpi_error(rc));
+      else if (!flag && now_seconds() > f.deadline)
+        err = mark_broken(f.op, fmt::format("timed out after {:.0f} s (a peer may have died or "
+                                            "be stuck)",
+                                            opts_.timeout_seconds));
+      else if (!flag) {
+        i++;
+        continue;
+      }
+      done(f.op, f.t0, std::move(err));
+      in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  // The communicator goes away with sends or receives unfinished (an error path: the caller
+  // stopped waiting for them): they fail, and their requests are let go.
+  void abandon_in_flight() {
+    for (auto& f : in_flight_) {
+      MPI_Request_free(&f.req);
+      done(f.op, f.t0,
+           fmt::format("rank {}: {} abandoned: the communicator was destroyed", rank_, f.op.name));
+    }
+    in_flight_.clear();
   }
 
   std::string run(Op& op) {
@@ -243,6 +328,7 @@ class MpiCommunicator : public Communicator {
       rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mark_broken(op, "MPI error " + mpi_error(rc));
       if (flag) return "";
+      poll_in_flight();
       if (now_seconds() > deadline)
         return mark_broken(op, fmt::format("timed out after {:.0f} s (a peer may have died or "
                                            "be stuck)",
@@ -276,6 +362,7 @@ class MpiCommunicator : public Communicator {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
+  std::vector<InFlight> in_flight_;  // the communication thread's own
   bool stop_ = false;
   bool broken_ = false;
   std::string broken_reason_;

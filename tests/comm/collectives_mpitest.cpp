@@ -121,6 +121,40 @@ TEST(Collectives, BroadcastSendRecvAndAsyncOrder) {
   EXPECT_DOUBLE_EQ(world().all_reduce_scalar(1.5), 1.5 * R);
 }
 
+// Pipeline schedules exchange in whatever order their steps come: here every rank sends a large
+// message to each neighbour before it receives from them (MPI's rendezvous sizes: a send is
+// only done once its receive is posted), with a reduction issued between the sends and the
+// receives. A backend that finished each send before starting the next operation would hang.
+TEST(Collectives, SendsIssuedBeforeTheirReceivesOnEveryRankComplete) {
+  {
+    Communicator* c = &world();
+    const int R = c->size(), me = c->rank();
+    const int next = (me + 1) % R, prev = (me + R - 1) % R;
+    constexpr int64_t n = 1 << 20;  // 4 MiB: far above any eager limit
+    std::vector<float> to_next(n), to_prev(n), from_prev(n, -1), from_next(n, -1);
+    for (int64_t i = 0; i < n; i++) {
+      to_next[i] = value(me, i);
+      to_prev[i] = -value(me, i);
+    }
+    for (int round = 0; round < 3; round++) {
+      std::vector<std::shared_ptr<Work>> ws;
+      ws.push_back(c->send_async(to_next.data(), n, DType::F32, next, round));
+      ws.push_back(c->send_async(to_prev.data(), n, DType::F32, prev, 100 + round));
+      double s = me;
+      auto red = c->all_reduce_async(&s, 1, DType::F64);
+      ws.push_back(c->recv_async(from_prev.data(), n, DType::F32, prev, round));
+      ws.push_back(c->recv_async(from_next.data(), n, DType::F32, next, 100 + round));
+      red->wait();
+      EXPECT_EQ(s, R * (R - 1) / 2.0);
+      for (auto& w : ws) w->wait();
+      for (int64_t i = 0; i < n; i += 4097) {
+        ASSERT_EQ(from_prev[i], value(prev, i)) << i;
+        ASSERT_EQ(from_next[i], -value(next, i)) << i;
+      }
+    }
+  }
+}
+
 TEST(Collectives, SplitMakesGroupsOfTheGrid) {
   const int me = world().rank();
   auto group = world().split(me % 2, me);
