@@ -234,6 +234,17 @@ void init_normal(float* p, int64_t n, double std, uint64_t seed) {
   }
 }
 
+StageSpec pipeline_stage(int n_layer, int stages, int stage) {
+  KILN_CHECK(stages >= 1 && stage >= 0 && stage < stages && stages <= n_layer);
+  const int base = n_layer / stages, extra = n_layer % stages;
+  StageSpec s;
+  s.first = stage * base + std::min(stage, extra);
+  s.last = s.first + base + (stage < extra ? 1 : 0);
+  s.embedding = stage == 0;
+  s.head = stage == stages - 1;
+  return s;
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts) {
   c.validate();
   if (c.llama()) return std::make_unique<Llama>(c, B, T, opts);

@@ -150,6 +150,11 @@ class Model {
 // Rows of the LM head's logits computed at a time in a bf16 training forward.
 int64_t head_chunk_rows(int64_t rows);
 
+// Stage `stage` of `stages` of a model of n_layer layers: an even share of the layers (the
+// first n_layer % stages stages one more), the first stage with the embedding, the last with
+// the head.
+StageSpec pipeline_stage(int n_layer, int stages, int stage);
+
 // A model of the config's family.
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts = {});
 

@@ -83,9 +83,15 @@ TraceSpan::TraceSpan(const char* name, const char* category) : name_(name), cate
   if (Tracer::instance().enabled()) begin_ = now_seconds();
 }
 
+TraceSpan::TraceSpan(const char* name, const char* category, int micro)
+    : TraceSpan(name, category) {
+  micro_ = micro;
+}
+
 void TraceSpan::end() {
   if (begin_ < 0) return;
-  Tracer::instance().complete(name_, category_, begin_, now_seconds());
+  Tracer::instance().complete(name_, category_, begin_, now_seconds(),
+                              micro_ < 0 ? "" : fmt::format("{{\"micro\": {}}}", micro_));
   begin_ = -1;
 }
 

@@ -50,6 +50,8 @@ class Tracer {
 class TraceSpan {
  public:
   TraceSpan(const char* name, const char* category);
+  // The same with the micro-batch it works on (pipeline schedules: an argument of the event).
+  TraceSpan(const char* name, const char* category, int micro);
   ~TraceSpan() { end(); }
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
@@ -58,6 +60,7 @@ class TraceSpan {
  private:
   const char* name_;
   const char* category_;
+  int micro_ = -1;
   double begin_ = -1;
 };
 

@@ -9,8 +9,8 @@ namespace kiln {
 
 DataParallel::DataParallel(Communicator& comm, int64_t numel,
                            const std::vector<int64_t>& tensor_offsets, int zero,
-                           int64_t bucket_bytes)
-    : comm_(comm), numel_(numel), zero_(zero) {
+                           int64_t bucket_bytes, int64_t base)
+    : comm_(comm), base_(base), numel_(numel), zero_(zero) {
   if (zero < 0 || zero > 3) fail("train.zero = {}: ZeRO stages are 0, 1, 2 and 3", zero);
   const int R = comm.size();
   shard_ = (numel + R - 1) / R;
@@ -21,9 +21,11 @@ DataParallel::DataParallel(Communicator& comm, int64_t numel,
   const int64_t limit = std::max<int64_t>(1, bucket_bytes / 4);
   int64_t end = numel;
   for (auto it = tensor_offsets.rbegin(); it != tensor_offsets.rend(); ++it) {
-    if (end - *it >= limit || *it == 0) {
-      buckets_.push_back({*it, end});
-      end = *it;
+    const int64_t at = *it - base;
+    if (at < 0 || at >= numel) continue;  // outside the reduced part
+    if (end - at >= limit || at == 0) {
+      buckets_.push_back({at, end});
+      end = at;
     }
   }
   if (end > 0) buckets_.push_back({0, end});
@@ -59,14 +61,14 @@ void DataParallel::begin(PageBuffer& grads, bool first) {
 void DataParallel::launch(size_t bucket) {
   const Bucket& b = buckets_[bucket];
   if (zero_ == 0) {
-    pending_.emplace_back(
-        bucket, comm_.all_reduce_async(pages_->data() + b.begin, b.end - b.begin, DType::F32));
+    pending_.emplace_back(bucket, comm_.all_reduce_async(pages_->data() + base_ + b.begin,
+                                                         b.end - b.begin, DType::F32));
     return;
   }
   // This rank's part of the bucket lands at its place in the shard buffer.
   int64_t mine = std::max(b.begin, shard_begin_);
   float* out = into_ + std::max<int64_t>(0, mine - shard_begin_);
-  pending_.emplace_back(bucket, comm_.reduce_scatter_async(pages_->data() + b.begin, out,
+  pending_.emplace_back(bucket, comm_.reduce_scatter_async(pages_->data() + base_ + b.begin, out,
                                                            counts_in(b.begin, b.end), DType::F32));
 }
 
@@ -76,12 +78,14 @@ void DataParallel::release_finished() {
   while (!pending_.empty() && pending_.front().second->test()) {
     pending_.front().second->wait();  // rethrows a failure
     const Bucket& b = buckets_[pending_.front().first];
-    pages_->release(b.begin, b.end);
+    pages_->release(base_ + b.begin, base_ + b.end);
     pending_.erase(pending_.begin());
   }
 }
 
 void DataParallel::ready(int64_t begin, int64_t end) {
+  begin = std::max<int64_t>(0, begin - base_);
+  end -= base_;
   KILN_CHECK(pages_ && end <= numel_);
   // Ranges arrive from the end of the buffer backwards; a range that starts below the final
   // region but does not reach it (not expected from GPT-2's backward) is an internal error.
@@ -98,7 +102,7 @@ double DataParallel::finish() {
   double t0 = now_seconds();
   for (auto& [bucket, w] : pending_) {
     w->wait();
-    if (zero_ >= 2) pages_->release(buckets_[bucket].begin, buckets_[bucket].end);
+    if (zero_ >= 2) pages_->release(base_ + buckets_[bucket].begin, base_ + buckets_[bucket].end);
   }
   const double waited = now_seconds() - t0;
   pending_.clear();
@@ -114,7 +118,7 @@ double DataParallel::finish() {
 }
 
 void DataParallel::fetch(PageBuffer& params, const float* master, int64_t begin, int64_t end) {
-  KILN_CHECK(zero_ == 3);
+  KILN_CHECK(zero_ == 3 && base_ == 0);  // ZeRO-3 shards the whole model (no pipeline)
   const int64_t lo = std::max(begin, shard_begin_), hi = std::min(end, shard_end_);
   if (lo < hi)
     std::copy(master + (lo - shard_begin_), master + (hi - shard_begin_), params.data() + lo);
@@ -133,7 +137,7 @@ void DataParallel::await(int64_t begin) {
 }
 
 void DataParallel::gather(float* params) {
-  if (zero_ == 1 || zero_ == 2) all_gather_shards(params);  // zero 3 gathers where it uses them
+  if (zero_ == 1 || zero_ == 2) all_gather_shards(params + base_);  // zero 3: where it uses them
 }
 
 void DataParallel::all_gather_shards(float* full) {
@@ -143,8 +147,8 @@ void DataParallel::all_gather_shards(float* full) {
 }
 
 void DataParallel::gather_into(float* full, const float* shard) {
-  std::copy(shard, shard + (shard_end_ - shard_begin_), full + shard_begin_);
-  if (zero_ > 0) all_gather_shards(full);
+  std::copy(shard, shard + (shard_end_ - shard_begin_), full + base_ + shard_begin_);
+  if (zero_ > 0) all_gather_shards(full + base_);
 }
 
 }  // namespace kiln

@@ -34,12 +34,14 @@ namespace kiln {
 class DataParallel {
  public:
   // tensor_offsets: offsets of the tensors in the flat buffer (ascending), for bucket edges.
+  // `base`: the reduced part is [base, base + numel) of the flat buffers (a pipeline stage's
+  // parameters); every offset and range in the calls below is one of the whole buffer.
   DataParallel(Communicator& comm, int64_t numel, const std::vector<int64_t>& tensor_offsets,
-               int zero, int64_t bucket_bytes);
+               int zero, int64_t bucket_bytes, int64_t base = 0);
 
   int zero() const { return zero_; }
-  int64_t shard_begin() const { return shard_begin_; }
-  int64_t shard_end() const { return shard_end_; }
+  int64_t shard_begin() const { return base_ + shard_begin_; }
+  int64_t shard_end() const { return base_ + shard_end_; }
   int64_t shard_size(int rank) const;
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
@@ -82,6 +84,7 @@ class DataParallel {
   std::vector<int64_t> counts_in(int64_t begin, int64_t end) const;  // per rank: its shard ∩ range
 
   Communicator& comm_;
+  int64_t base_;  // where the reduced part starts; the members below are relative to it
   int64_t numel_;
   int zero_;
   std::vector<Bucket> buckets_;  // in reduction order (from the end of the buffer)

@@ -143,7 +143,12 @@ std::vector<Key> schema(TrainConfig& c) {
       {"parallel.dp", &c.dp,
        "data-parallel replicas (0: the job's processes / (parallel.tp x parallel.pp))"},
       {"parallel.tp", &c.tp, "tensor-parallel ranks per layer (only 1 is supported so far)"},
-      {"parallel.pp", &c.pp, "pipeline stages (only 1 is supported so far)"},
+      {"parallel.pp", &c.pp,
+       "pipeline stages, each an even share of the layers (the first holds the embedding, the "
+       "last the head)"},
+      {"parallel.schedule", &c.schedule,
+       "pipeline schedule: \"1f1b\" (at most pp micro-batches in flight) or \"gpipe\" (all "
+       "forwards, then all backwards); train.grad_accum micro-batches per step"},
       {"hardware.peak_gflops", &c.peak_gflops,
        "peak FLOP/s of one process for MFU in GFLOP/s (0: what `kiln bench peak` cached for "
        "this CPU, thread count and dtype, else measured at start)"},
@@ -457,9 +462,20 @@ void TrainConfig::validate() const {
   if (tp != 1)
     fail("{}: parallel.tp = {}: tensor parallelism is not supported yet; set parallel.tp = 1",
          source, tp);
-  if (pp != 1)
-    fail("{}: parallel.pp = {}: pipeline parallelism is not supported yet; set parallel.pp = 1",
-         source, pp);
+  if (pp > 1 && pp > model.n_layer)
+    fail("{}: parallel.pp = {} is more than model.n_layer = {}: every pipeline stage needs a layer",
+         source, pp, model.n_layer);
+  if (schedule == "interleaved" || schedule == "zero_bubble")
+    fail("{}: parallel.schedule = \"{}\" is not built yet; use \"1f1b\" or \"gpipe\"", source,
+         schedule);
+  if (schedule != "1f1b" && schedule != "gpipe")
+    fail("{}: parallel.schedule must be \"1f1b\" or \"gpipe\", got \"{}\"", source, schedule);
+  if (pp > 1 && zero >= 2)
+    fail(
+        "{}: train.zero = {} with parallel.pp = {}: ZeRO-2 and 3 do not run with pipeline "
+        "parallelism yet (each micro-batch's gradients would be reduced, and each block's "
+        "weights gathered, once per micro-batch in flight); set train.zero = 0 or 1",
+        source, zero, pp);
 
   real(lr, lr >= 0, "train.lr", "must be 0 or more");
   real(min_lr, min_lr >= 0, "train.min_lr", "must be 0 or more");

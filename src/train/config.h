@@ -71,7 +71,10 @@ struct TrainConfig {
   // [parallel]: the job's rank grid, dp × pp × tp = world (parallel/grid.h)
   int dp = 0;  // data-parallel replicas; 0: world / (tp × pp)
   int tp = 1;  // tensor-parallel ranks (1 only, for now)
-  int pp = 1;  // pipeline stages (1 only, for now)
+  int pp = 1;  // pipeline stages, each a contiguous range of layers (pipeline_stage, model.h)
+  // The pipeline schedule: "1f1b" (PipeDream-Flush) or "gpipe"; train.grad_accum is the number
+  // of micro-batches per step.
+  std::string schedule = "1f1b";
 
   // [hardware]
   double peak_gflops = 0;  // 0: kiln bench peak's cache, else measured at start (train/peak.h)

@@ -77,12 +77,21 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   mo.bf16 = cfg_.dtype == "bf16";
   mo.recompute = parse_recompute(cfg_.recompute);
   mo.flash_attention = cfg_.attention == "flash";
+  if (pipelined()) {
+    // This rank's stage, with an activation slot for each micro-batch the schedule keeps in
+    // flight on it.
+    mo.stage = pipeline_stage(cfg_.model.n_layer, shape.pp, grid_->pp_rank());
+    schedule_ = pipeline_schedule(cfg_.schedule, shape.pp, cfg_.grad_accum);
+    mo.slots = simulate(schedule_).in_flight.at(grid_->pp_rank());
+  }
   model_ = make_model(cfg_.model, B, T, mo);
   const int64_t n = model_->layout().total;
+  std::tie(own_begin_, own_end_) = stage_range(grid_->pp_rank());
   std::vector<int64_t> offsets;
   for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
-  dp_ = std::make_unique<DataParallel>(*dp_group_, n, offsets, cfg_.zero,
-                                       static_cast<int64_t>(cfg_.bucket_mb * 1e6));
+  // Data parallelism reduces and shards this stage's parameters (at pp = 1, all of them).
+  dp_ = std::make_unique<DataParallel>(*dp_group_, own_end_ - own_begin_, offsets, cfg_.zero,
+                                       static_cast<int64_t>(cfg_.bucket_mb * 1e6), own_begin_);
   params_ = PageBuffer(n);
   grads_ = PageBuffer(n);
   if (dp_group_->size() > 1 && dp_group_->shares_memory()) {
@@ -121,6 +130,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     }
   });
 
+  if (pipelined()) release_other_stages_params();
   if (zero3()) {  // keep only this rank's shard; ranges are gathered where they are used
     master_.resize(std::max<int64_t>(1, dp_->shard_end() - dp_->shard_begin()));
     std::copy(params_.data() + dp_->shard_begin(), params_.data() + dp_->shard_end(),
@@ -140,7 +150,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
       };
       zero3_->on_drop = [this](int64_t b, int64_t e) { weights_bf16_->release(b, e); };
     } else {
-      weights_bf16_->refresh(params_.data());  // the first copy
+      refresh_weight_copy();  // the first copy
     }
   }
   // MFU is measured against the peak of the dtype the matmuls run in, on this many threads.
@@ -327,10 +337,14 @@ std::string Trainer::checkpoint_root() const {
 MemoryReport Trainer::memory() const {
   MemoryReport r;
   const int zero = dp_->zero();
-  r.params = zero == 3 ? master_.bytes() : params_.bytes();
+  // The parameters (and gradients) this rank reads: all, or its pipeline stage's and the tied
+  // embedding the last stage's head reads.
+  const int64_t used = (own_end_ - own_begin_ + (reads_tied_embedding() ? tied_numel() : 0)) *
+                       static_cast<int64_t>(sizeof(float));
+  r.params = zero == 3 ? master_.bytes() : used;
   // bf16: the matmuls' copy; under ZeRO-3 only the gathered ranges' (half their fp32 bytes).
-  if (weights_bf16_ && zero != 3) r.params += weights_bf16_->bytes();
-  r.grads = zero >= 2 ? dp_->shard_grad_bytes() : grads_.bytes();
+  if (weights_bf16_ && zero != 3) r.params += used / 2;
+  r.grads = zero >= 2 ? dp_->shard_grad_bytes() : used;
   r.optimizer = m_.bytes() + v_.bytes();
   if (zero >= 2) r.working = dp_->peak_resident_grad_bytes();
   if (zero == 3) r.working += zero3_->peak_resident_bytes() * (weights_bf16_ ? 3 : 2) / 2;
@@ -349,13 +363,9 @@ void Trainer::next_batch() {
   opts_.batches(inputs_.data(), targets_.data());
 }
 
-StepResult Trainer::step() {
-  double t0 = now_seconds();
-  StepResult r;
-  // Every token of the global batch (all ranks, all micro-batches) weighs the same.
-  const int64_t tokens =
-      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * dp_group_->size();
-  const float dloss = 1.0f / static_cast<float>(tokens);
+// The step's micro-batches through the whole model, one after the other; data parallelism's
+// reduction overlaps the last one's backward (every one's with ZeRO-2).
+double Trainer::forward_backward(StepResult& r, float dloss) {
   // ZeRO-2/3: pages come back only for the buckets written. Otherwise the first micro-batch's
   // backward writes every gradient (no zeroing pass over the buffer) and later ones add.
   if (dp_->reduces_every_micro_batch()) grads_.release(0, grads_.size());
@@ -402,14 +412,34 @@ StepResult Trainer::step() {
     }
     if (zero3()) zero3_->drop_all();
   }
+  return loss_sum;
+}
+
+StepResult Trainer::step() {
+  double t0 = now_seconds();
+  StepResult r;
+  // Every token of the global batch (all ranks, all micro-batches) weighs the same.
+  const int64_t tokens =
+      static_cast<int64_t>(cfg_.grad_accum) * cfg_.batch_size * cfg_.seq_len * dp_group_->size();
+  const float dloss = 1.0f / static_cast<float>(tokens);
+  double loss_sum = pipelined() ? pipeline_forward_backward(r, dloss) : forward_backward(r, dloss);
   const double t_opt = now_seconds();
   TraceSpan opt_span("optimizer", "compute");
   const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
   // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1, 2).
-  const float* gshard = dp_->zero() == 0 ? grads_.data() : dp_->shard_grads();
+  const float* gshard = dp_->zero() == 0 ? grads_.data() + sb : dp_->shard_grads();
   double sumsq = sum_squares(gshard, se - sb);
   r.stop_requested = stop_signal() != 0;
-  if (dp_group_->size() > 1) {
+  if (pipelined()) {
+    // The loss is the last stage's, the norm's square the sum of every stage's part (each
+    // data-parallel rank holds the whole summed gradient of its stage with ZeRO 0: one counts).
+    double sums[3] = {loss_sum, r.stop_requested ? 1.0 : 0.0,
+                      dp_->zero() > 0 || dp_group_->rank() == 0 ? sumsq : 0.0};
+    world_->all_reduce(sums, 3, DType::F64);
+    loss_sum = sums[0];
+    r.stop_requested = sums[1] > 0;
+    sumsq = sums[2];
+  } else if (dp_group_->size() > 1) {
     // A stop asked of any rank (a signal) reaches all of them with the loss.
     double sums[2] = {loss_sum, r.stop_requested ? 1.0 : 0.0};
     dp_group_->all_reduce(sums, 2, DType::F64);
@@ -451,7 +481,8 @@ StepResult Trainer::step() {
     }
     dp_->gather(params_.data());
     // bf16: once per step (ZeRO-3 makes it as it gathers the parameters).
-    if (weights_bf16_ && !copy && !zero3()) weights_bf16_->refresh(params_.data());
+    if (weights_bf16_ && !copy && !zero3()) refresh_weight_copy();
+    if (pipelined()) share_tied_embedding();
   }
   opt_span.end();
   step_++;
@@ -478,10 +509,14 @@ double Trainer::validate() {
   if (zero3()) zero3_->fetch_all();
   for (int i = rank; i < cfg_.val_batches; i += R) {
     val.next(inputs_.data(), targets_.data());
-    sum += model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
+    sum += pipelined() ? pipeline_forward_only(inputs_.data(), targets_.data())
+                       : model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
   }
   if (zero3()) zero3_->drop_all();
-  if (R > 1) sum = dp_group_->all_reduce_scalar(sum);
+  if (pipelined())  // the last stages' sums
+    sum = world_->all_reduce_scalar(sum);
+  else if (R > 1)
+    sum = dp_group_->all_reduce_scalar(sum);
   return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
 }
 
@@ -591,12 +626,14 @@ bool Trainer::run() {
   install_stop_handlers();
   if (!opts_.quiet) {
     fmt::print(
-        "kiln {} | {} {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={} zero={} "
+        "kiln {} | {} {}L {}H {}C | {:.2f}M params | B={} T={} accum={} | dp={}{} zero={} "
         "({}) | {} threads/rank | peak {:.{}f} GFLOP/s ({})\n",
         KILN_VERSION, cfg_.model.llama() ? "Llama" : "GPT-2", cfg_.model.n_layer, cfg_.model.n_head,
         cfg_.model.n_embd, kiln::num_params(cfg_.model) / 1e6, cfg_.batch_size, cfg_.seq_len,
-        cfg_.grad_accum, dp_group_->size(), cfg_.zero, dp_group_->backend(), num_threads(),
-        peak_.gflops, peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
+        cfg_.grad_accum, dp_group_->size(),
+        pipelined() ? fmt::format(" pp={} ({})", grid_->shape().pp, cfg_.schedule) : "", cfg_.zero,
+        dp_group_->backend(), num_threads(), peak_.gflops,
+        peak_.gflops >= 10 || peak_.gflops == 0 ? 0 : 3, peak_.describe());
     std::fflush(stdout);
   }
   // Each rank leaves its pid where operators (and the recovery tests) find it.
@@ -693,6 +730,7 @@ bool Trainer::run() {
       set_metric(Metric::ValLoss, vl);
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
       if (zero3() && cfg_.sample_tokens > 0) zero3_->fetch_all();
+      if (pipelined() && cfg_.sample_tokens > 0) bring_to_rank0(0, params_.size());
       if (cfg_.sample_tokens > 0 && world_->rank() == 0) {
         std::string text = sample_text();
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
@@ -703,6 +741,8 @@ bool Trainer::run() {
         }
       }
       if (zero3() && cfg_.sample_tokens > 0) zero3_->drop_all();
+      if (pipelined() && cfg_.sample_tokens > 0 && world_->rank() == 0)
+        release_other_stages_params();
       if (watchdog_) watchdog_->set_phase("train");
     }
     // The last checkpoint is written at once (the run ends with it); async ones before it.

@@ -26,6 +26,7 @@
 #include "obs/watchdog.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/zero3_prefetch.h"
 #include "train/config.h"
 #include "train/peak.h"
@@ -46,6 +47,11 @@ struct StepResult {
   bool stop_requested = false;  // some rank was asked to stop (all ranks agree)
   double seconds = 0;
   double comm_wait_seconds = 0;  // waiting for gradient reductions after backward
+  // Pipeline parallelism: waiting for the neighbouring stages' activations and gradients (the
+  // schedule's bubble and the transfers), and the most micro-batches whose activations this
+  // rank held at once.
+  double pipeline_wait_seconds = 0;
+  int micro_batches_in_flight = 0;
   // Where the step's time went (this rank): reading batches, forward (with ZeRO-3's parameter
   // waits), backward (with bucket hand-offs), the optimizer (clipping, AdamW, gathers).
   double data_seconds = 0, forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
@@ -125,6 +131,7 @@ class Trainer {
   // MFU is at most 1.
   double mfu(double tokens_per_sec);
   int rank() const { return grid_->rank(); }
+  const Grid& grid() const { return *grid_; }
   int world() const { return grid_->shape().size(); }
   std::string checkpoint_root() const;
   // Rank 0's Prometheus registry (set after every step); null on other ranks.
@@ -140,6 +147,32 @@ class Trainer {
   void check_manifest(const std::string& first_shard) const;
   bool zero3() const { return dp_->zero() == 3; }
   std::pair<int64_t, int64_t> block_range(int l) const;  // [begin, end) of block l's parameters
+  // The micro-batches of a step, forward and backward (the gradients reduced over data
+  // parallelism); returns the loss sum of this rank's micro-batches (0 on a stage without the
+  // head). One stage holding the whole model, or the pipeline's schedule (trainer_pipeline.cpp).
+  double forward_backward(StepResult& r, float dloss);
+  double pipeline_forward_backward(StepResult& r, float dloss);
+  // Pipeline parallelism (trainer_pipeline.cpp).
+  bool pipelined() const { return grid_->shape().pp > 1; }
+  // The range of the flat buffers pipeline stage `stage` owns (updates, saves); the whole model
+  // at pp = 1.
+  std::pair<int64_t, int64_t> stage_range(int stage) const;
+  // Whether this stage reads the tied embedding that the first stage owns (the last stage's LM
+  // head), and its number of elements (at offset 0).
+  bool reads_tied_embedding() const;
+  int64_t tied_numel() const { return model_->layout().tensors.front().numel; }
+  // Hands back the pages of the parameters this stage neither owns nor reads.
+  void release_other_stages_params();
+  // The tied embedding: the last stage's gradient added into the first stage's before it is
+  // reduced, and the first stage's updated weights to the last after the step.
+  void add_tied_grad_from_last_stage();
+  void share_tied_embedding();
+  // One micro-batch forward through the pipeline (validation): the loss sum on the last stage.
+  double pipeline_forward_only(const int32_t* inputs, const int32_t* targets);
+  // Moves tensor [begin, end) from the stage that owns it to rank 0 (checkpoints, samples).
+  void bring_to_rank0(int64_t begin, int64_t end);
+  // bf16: the matmuls' copy of the parameters this rank reads, made again after an update.
+  void refresh_weight_copy();
   std::vector<FlatTensor> flat_tensors() const;
   // train.init_from: a safetensors file or a Hugging Face directory (single file or sharded).
   void init_from(const std::string& path);
@@ -189,6 +222,12 @@ class Trainer {
   double flops_per_token_ = 0;
   std::unique_ptr<Bf16WeightCopy> weights_bf16_;  // bf16: the copy the model's matmuls read
   std::unique_ptr<Zero3Prefetch> zero3_;          // ZeRO-3: when the blocks' parameters come and go
+  // Pipeline parallelism: the schedule, this stage's parameters [own_begin_, own_end_), the step's
+  // micro-batches (every stage reads them all), and the buffers of the transfers between stages.
+  PipeSchedule schedule_;
+  int64_t own_begin_ = 0, own_end_ = 0;
+  Buffer<int32_t> micro_inputs_, micro_targets_;
+  Buffer<float> act_in_, grad_in_, grad_out_[2], tied_grad_;
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;

@@ -52,14 +52,23 @@ CheckpointContents Trainer::checkpoint_contents() {
   CheckpointContents c;
   c.model = named_tensors(model_->layout(), cfg_.model, params_.data());
   c.model_metadata = {{"format", "pt"}};
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // each tensor's [begin, end) in params_
+  for (const auto& t : c.model) {
+    const int64_t begin = static_cast<const float*>(t.data) - params_.data();
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    ranges.emplace_back(begin, begin + numel);
+  }
+  if (pipelined()) {  // each tensor comes to rank 0 from its stage, and goes again once written
+    c.before_tensor = [this, ranges](size_t i) {
+      bring_to_rank0(ranges[i].first, ranges[i].second);
+    };
+    c.after_tensor = [this, ranges](size_t i) {
+      auto [b, e] = ranges[i];
+      if (world_->rank() == 0 && b >= own_end_) params_.release(b, e);
+    };
+  }
   if (zero3()) {
-    std::vector<std::pair<int64_t, int64_t>> ranges;  // each tensor's [begin, end) in params_
-    for (const auto& t : c.model) {
-      const int64_t begin = static_cast<const float*>(t.data) - params_.data();
-      int64_t numel = 1;
-      for (int64_t d : t.shape) numel *= d;
-      ranges.emplace_back(begin, begin + numel);
-    }
     c.before_tensor = [this, ranges](size_t i) {
       auto [b, e] = ranges[i];
       dp_->fetch(params_, master_.data(), b, e);
@@ -70,10 +79,13 @@ CheckpointContents Trainer::checkpoint_contents() {
       dp_->drop(params_, b, e);
     };
   }
+  // Each pipeline stage's part of the state from its data-parallel ranks' shards (ZeRO 1-3), or
+  // whole from its first data-parallel rank.
   const bool sharded = dp_->zero() > 0;
-  c.writes_shard = sharded || world_->rank() == 0;
-  c.shard_rank = sharded ? dp_group_->rank() : 0;
-  c.shard_ranks = sharded ? dp_group_->size() : 1;
+  const int per_stage = sharded ? dp_group_->size() : 1;
+  c.writes_shard = sharded || dp_group_->rank() == 0;
+  c.shard_rank = grid_->pp_rank() * per_stage + (sharded ? dp_group_->rank() : 0);
+  c.shard_ranks = grid_->shape().pp * per_stage;
   c.shard_tensors = flat_tensors();
   c.shard_begin = dp_->shard_begin();
   c.shard_end = dp_->shard_end();

@@ -1,0 +1,238 @@
+// The Trainer's pipeline parallelism (parallel.pp > 1): each rank of a pipeline group holds one
+// stage (model/model.h: a contiguous range of layers, the first with the embedding, the last with
+// the head) and runs the schedule's forwards and backwards (parallel/pipeline_schedule.h) on the
+// step's micro-batches, receiving its input from the stage before and its output's gradient
+// from the stage after. Every stage reads the same micro-batches (its data-parallel rank's);
+// the first uses the tokens, the last the targets.
+//
+// Each stage owns a contiguous range of the flat buffers, which it alone updates and saves: the
+// first from offset 0 (the embedding) to its last block's end, the last from its first block to
+// the end (final norm, untied LM head). The flat buffers keep the whole model's layout; the
+// pages of other stages' ranges are handed back. The tied embedding (GPT-2, tied Llama) belongs
+// to the first stage: the last stage's LM head adds its gradient there before the reduction, and
+// the first stage sends the updated weights back after each step (as Megatron-LM keeps the two
+// copies equal by summing their gradients).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "obs/trace.h"
+#include "train/trainer.h"
+
+namespace kiln {
+
+namespace {
+
+// Message tags between stages: a micro-batch's activations and gradients carry its index (MPI
+// keeps messages of one tag in order, so wrapping around is safe); the tied embedding's
+// transfers and the checkpoint's have their own.
+constexpr int kMicroTags = 16384;
+constexpr int kTiedGradTag = 30000, kTiedWeightTag = 30001, kGatherTag = 30002, kValTag = 30003;
+
+int micro_tag(int micro) {
+  return micro % kMicroTags;
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> Trainer::stage_range(int stage) const {
+  const ParamLayout& L = model_->layout();
+  const int P = grid_->shape().pp;
+  if (P == 1) return {0, L.total};
+  const StageSpec st = pipeline_stage(cfg_.model.n_layer, P, stage);
+  return {st.embedding ? 0 : L.blocks.at(st.first), st.head ? L.total : L.blocks.at(st.last)};
+}
+
+bool Trainer::reads_tied_embedding() const {
+  const StageSpec& st = model_->stage();
+  return pipelined() && st.head && !st.embedding && model_spec(cfg_.model).tied_embeddings;
+}
+
+void Trainer::release_other_stages_params() {
+  const int64_t keep_from = reads_tied_embedding() ? tied_numel() : 0;
+  params_.release(keep_from, own_begin_);
+  params_.release(own_end_, params_.size());
+}
+
+void Trainer::refresh_weight_copy() {
+  if (!pipelined()) return weights_bf16_->refresh(params_.data());
+  weights_bf16_->refresh_range(params_.data(), own_begin_, own_end_);
+  if (reads_tied_embedding()) weights_bf16_->refresh_range(params_.data(), 0, tied_numel());
+}
+
+void Trainer::add_tied_grad_from_last_stage() {
+  const int64_t n = tied_numel();
+  if (tied_grad_.size() != static_cast<size_t>(n)) tied_grad_.resize(n);
+  {
+    TraceSpan span("recv tied embedding gradient", "comm");
+    grid_->pp_group().recv(tied_grad_.data(), n, DType::F32, grid_->shape().pp - 1, kTiedGradTag);
+  }
+  float* g = grads_.data();
+  const float* add = tied_grad_.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) g[i] += add[i];
+}
+
+void Trainer::share_tied_embedding() {
+  if (!model_spec(cfg_.model).tied_embeddings) return;
+  Communicator& pp = grid_->pp_group();
+  const int P = grid_->shape().pp;
+  if (grid_->pp_rank() == 0) {
+    TraceSpan span("send tied embedding", "comm");
+    pp.send(params_.data(), tied_numel(), DType::F32, P - 1, kTiedWeightTag);
+  } else if (reads_tied_embedding()) {
+    {
+      TraceSpan span("recv tied embedding", "comm");
+      pp.recv(params_.data(), tied_numel(), DType::F32, 0, kTiedWeightTag);
+    }
+    if (weights_bf16_) weights_bf16_->refresh_range(params_.data(), 0, tied_numel());
+  }
+}
+
+double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
+  const StageSpec& st = model_->stage();
+  Communicator& pp = grid_->pp_group();
+  const int me = grid_->pp_rank(), m = cfg_.grad_accum;
+  const int64_t BT = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
+  const int64_t x_numel = BT * cfg_.model.n_embd;  // a stage's input or output
+  if (act_in_.size() != static_cast<size_t>(x_numel)) {
+    act_in_.resize(x_numel);
+    grad_in_.resize(x_numel);
+    for (auto& b : grad_out_) b.resize(x_numel);
+    micro_inputs_.resize(BT * m);
+    micro_targets_.resize(BT * m);
+  }
+  // The step's micro-batches, read in order on every stage (the loader's position stays the
+  // same on all of them).
+  double t = now_seconds();
+  for (int i = 0; i < m; i++) {
+    next_batch();
+    std::copy(inputs_.data(), inputs_.data() + BT, micro_inputs_.data() + i * BT);
+    std::copy(targets_.data(), targets_.data() + BT, micro_targets_.data() + i * BT);
+  }
+  r.data_seconds += now_seconds() - t;
+
+  // Activation slots: a micro-batch takes a free one at its forward and gives it back after its
+  // backward. A slot's output is being sent until its send is done.
+  const int slots = model_->options().slots;
+  std::vector<int> slot_of(m, -1), free_slots;
+  for (int s = slots; s-- > 0;) free_slots.push_back(s);
+  std::vector<std::shared_ptr<Work>> slot_send(slots), grad_send(2);
+  int in_flight = 0, sent_grads = 0, backwards_left = m;
+  double loss_sum = 0;
+  // The wait for a neighbour's tensor, timed as the pipeline's.
+  auto receive = [&](float* buf, int peer, int micro, const char* what) {
+    const double t0 = now_seconds();
+    TraceSpan span(what, "comm", micro);
+    pp.recv(buf, x_numel, DType::F32, peer, micro_tag(micro));
+    r.pipeline_wait_seconds += now_seconds() - t0;
+  };
+  // The first stage adds the last stage's LM-head gradient of the tied embedding into its own
+  // before data parallelism reduces it (the embedding's range is the last to become ready).
+  const bool owns_tied = me == 0 && model_spec(cfg_.model).tied_embeddings;
+  auto ready = [&](int64_t b, int64_t e) {
+    if (owns_tied && b == 0) add_tied_grad_from_last_stage();
+    dp_->ready(b, e);
+  };
+  for (const PipeAction& a : schedule_.order.at(me)) {
+    const int i = a.micro;
+    const int32_t* inputs = micro_inputs_.data() + i * BT;
+    if (a.op == PipeOp::Forward) {
+      KILN_CHECK(!free_slots.empty());
+      const int s = free_slots.back();
+      free_slots.pop_back();
+      slot_of[i] = s;
+      r.micro_batches_in_flight = std::max(r.micro_batches_in_flight, ++in_flight);
+      if (slot_send[s]) {  // the output this slot last held has reached the next stage
+        slot_send[s]->wait();
+        slot_send[s].reset();
+      }
+      if (!st.embedding) receive(act_in_.data(), me - 1, i, "recv activations");
+      t = now_seconds();
+      {
+        TraceSpan span("forward", "compute", i);
+        loss_sum +=
+            model_->forward_stage(params_.data(), inputs, st.embedding ? nullptr : act_in_.data(),
+                                  st.head ? micro_targets_.data() + i * BT : nullptr, dloss, {}, s);
+      }
+      r.forward_seconds += now_seconds() - t;
+      if (!st.head)
+        slot_send[s] =
+            pp.send_async(model_->stage_output(s), x_numel, DType::F32, me + 1, micro_tag(i));
+      continue;
+    }
+    KILN_CHECK(a.op == PipeOp::Backward && slot_of[i] >= 0);
+    const int s = slot_of[i];
+    if (!st.head) receive(grad_in_.data(), me + 1, i, "recv gradients");
+    // The first backward of the step writes the gradients, the later ones add; the last one
+    // hands its ranges to data parallelism as they become final.
+    const bool first = backwards_left == m, last = --backwards_left == 0;
+    if (last) dp_->begin(grads_, true);
+    t = now_seconds();
+    {
+      TraceSpan span("backward", "compute", i);
+      model_->backward_stage(params_.data(), grads_.data(), inputs,
+                             st.head ? nullptr : grad_in_.data(),
+                             last ? Model::GradsReady(ready) : Model::GradsReady(), {}, !first, s);
+    }
+    r.backward_seconds += now_seconds() - t;
+    if (!st.embedding) {  // input_grad() is overwritten by the next backward: send a copy
+      const int k = sent_grads++ % 2;
+      if (grad_send[k]) grad_send[k]->wait();
+      std::copy(model_->input_grad(), model_->input_grad() + x_numel, grad_out_[k].data());
+      grad_send[k] = pp.send_async(grad_out_[k].data(), x_numel, DType::F32, me - 1, micro_tag(i));
+    }
+    free_slots.push_back(s);
+    in_flight--;
+  }
+  // The last stage's LM-head gradient of the tied embedding goes to the first stage.
+  std::shared_ptr<Work> tied_send;
+  if (reads_tied_embedding())
+    tied_send = pp.send_async(grads_.data(), tied_numel(), DType::F32, 0, kTiedGradTag);
+  {
+    TraceSpan span("gradient reduction wait", "comm");
+    r.comm_wait_seconds += dp_->finish();
+  }
+  t = now_seconds();
+  for (auto& w : slot_send)
+    if (w) w->wait();
+  for (auto& w : grad_send)
+    if (w) w->wait();
+  if (tied_send) tied_send->wait();
+  r.pipeline_wait_seconds += now_seconds() - t;
+  return loss_sum;
+}
+
+double Trainer::pipeline_forward_only(const int32_t* inputs, const int32_t* targets) {
+  const StageSpec& st = model_->stage();
+  Communicator& pp = grid_->pp_group();
+  const int me = grid_->pp_rank();
+  const int64_t x_numel = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len * cfg_.model.n_embd;
+  if (act_in_.size() != static_cast<size_t>(x_numel)) act_in_.resize(x_numel);
+  if (!st.embedding) pp.recv(act_in_.data(), x_numel, DType::F32, me - 1, kValTag);
+  const double loss =
+      model_->forward_stage(params_.data(), inputs, st.embedding ? nullptr : act_in_.data(),
+                            st.head ? targets : nullptr, 0.0f, {}, 0);
+  if (!st.head) pp.send(model_->stage_output(0), x_numel, DType::F32, me + 1, kValTag);
+  return loss;
+}
+
+void Trainer::bring_to_rank0(int64_t begin, int64_t end) {
+  const int P = grid_->shape().pp;
+  for (int s = 1; s < P; s++) {
+    auto [lo, hi] = stage_range(s);
+    lo = std::max(lo, begin);
+    hi = std::min(hi, end);
+    if (lo >= hi) continue;
+    // The stage's first data-parallel rank (every one holds the same weights) sends.
+    const int from = grid_->rank_of(0, s, grid_->tp_rank());
+    if (world_->rank() == from)
+      world_->send(params_.data() + lo, hi - lo, DType::F32, 0, kGatherTag);
+    else if (world_->rank() == 0)
+      world_->recv(params_.data() + lo, hi - lo, DType::F32, from, kGatherTag);
+  }
+}
+
+}  // namespace kiln
