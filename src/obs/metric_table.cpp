@@ -4,7 +4,8 @@
 
 namespace kiln {
 
-const char* const kStepPhases[5] = {"data", "forward", "backward", "optimizer", "comm_wait"};
+const char* const kStepPhases[6] = {"data",      "forward",   "backward",
+                                    "optimizer", "comm_wait", "pipeline_wait"};
 const char* const kMemoryKinds[7] = {"params",      "grads",        "optimizer", "working",
                                      "activations", "comm_buffers", "peak_rss"};
 
@@ -39,12 +40,17 @@ const std::vector<MetricSpec>& metric_specs() {
        "train", "step_ms", 1e3},
       {Metric::PhaseSeconds, "kiln_step_phase_seconds", T::Gauge, "seconds",
        "Rank 0's time in each phase of the last step (data, forward, backward, optimizer, "
-       "comm_wait).",
+       "comm_wait, pipeline_wait: waiting for the neighbouring pipeline stages).",
        "train", "{}_ms", 1e3, "phase"},
       {Metric::RankComputeSeconds, "kiln_rank_compute_seconds", T::Gauge, "seconds",
        "Each rank's forward+backward+optimizer time in the last step, waits excluded; the "
        "largest is the straggler.",
        "train", "rank_compute_ms", 1e3, "rank"},
+      {Metric::MicroBatchesInFlight, "kiln_pipeline_micro_batches_in_flight", T::Gauge,
+       "micro-batches",
+       "Most micro-batches whose activations rank 0 held at once in the last step (1 without "
+       "pipeline parallelism; the first stage's count with it).",
+       "train", "micro_batches_in_flight"},
       {Metric::SkippedSteps, "kiln_skipped_steps_total", T::Counter, "steps",
        "Steps skipped for a non-finite loss or norm."},
       {Metric::MetricsWriteErrors, "kiln_metrics_write_errors_total", T::Counter, "records",

@@ -26,6 +26,7 @@ enum class Metric {
   StepSeconds,
   PhaseSeconds,
   RankComputeSeconds,
+  MicroBatchesInFlight,
   SkippedSteps,
   MetricsWriteErrors,
   MemoryBytes,
@@ -56,7 +57,8 @@ std::string metric_json_key(Metric id, const std::string& label_value = "");
 void declare_metrics(MetricsRegistry& registry);
 
 // The values a phase of a step is split into, in the order records and series list them.
-extern const char* const kStepPhases[5];   // data, forward, backward, optimizer, comm_wait
+// data, forward, backward, optimizer, comm_wait, pipeline_wait
+extern const char* const kStepPhases[6];
 extern const char* const kMemoryKinds[7];  // params, grads, ..., peak_rss
 
 }  // namespace kiln

@@ -204,6 +204,7 @@ RunData read_run(const std::string& run_dir) {
       t.backward_ms = r.num(metric_json_key(Metric::PhaseSeconds, "backward"));
       t.optimizer_ms = r.num(metric_json_key(Metric::PhaseSeconds, "optimizer"));
       t.comm_wait_ms = r.num(metric_json_key(Metric::PhaseSeconds, "comm_wait"));
+      t.pipeline_wait_ms = r.num(metric_json_key(Metric::PhaseSeconds, "pipeline_wait"));
       t.data_ms = r.num(metric_json_key(Metric::PhaseSeconds, "data"));
       t.skipped = r.boolean("skipped");
       for (const char* key : {"rank_step_ms", "rank_compute_ms"}) {
@@ -1072,6 +1073,7 @@ std::string render_report(const RunData& run) {
                         {"backward", &TrainRecord::backward_ms},
                         {"optimizer", &TrainRecord::optimizer_ms},
                         {"comm wait", &TrainRecord::comm_wait_ms},
+                        {"pipeline wait", &TrainRecord::pipeline_wait_ms},
                         {"data", &TrainRecord::data_ms}};
   {
     LineChart c;
@@ -1209,13 +1211,30 @@ std::string render_report(const RunData& run) {
       }
       int64_t counted = 0;
       for (auto n : slowest_count) counted += n;
+      // A pipeline's measured bubble: the part of each step a rank did not compute.
+      std::string bubble;
+      if (compute && has_field(run, &TrainRecord::pipeline_wait_ms) &&
+          median(field_values(run, &TrainRecord::pipeline_wait_ms)) > 0) {
+        bubble =
+            " Pipeline bubble, the share of the step each rank was idle (1 − compute ÷ step, "
+            "median):";
+        for (size_t r = 0; r < world; r++) {
+          std::vector<double> idle;
+          for (auto& t : run.train)
+            if (r < t.rank_ms.size() && std::isfinite(t.rank_ms[r]) && t.step_ms > 0)
+              idle.push_back(1 - t.rank_ms[r] / t.step_ms);
+          bubble +=
+              fmt::format(" rank {} {:.0f}%{}", r, 100 * median(idle), r + 1 < world ? "," : ".");
+        }
+      }
       out += render_bar_chart(
           "ranks", "Median " + what + " per rank", bars,
-          fmt::format("Rank {} was the slowest in {} of {} steps (hatched bar).{}", slowest,
+          fmt::format("Rank {} was the slowest in {} of {} steps (hatched bar).{}{}", slowest,
                       slowest_count[slowest], counted,
                       compute ? " Each rank's forward, backward and optimizer time, waits "
                                 "excluded: the slowest rank is the one the others wait for."
-                              : ""));
+                              : "",
+                      bubble));
     } else {
       out +=
           "<figure class=\"chart\" id=\"ranks\"><figcaption>Step time across "

@@ -17,7 +17,7 @@ namespace kiln {
 struct TrainRecord {
   int64_t step = 0;
   double time, loss, lr, grad_norm, tokens, tokens_per_sec, step_ms, mfu;
-  double forward_ms, backward_ms, optimizer_ms, comm_wait_ms, data_ms;
+  double forward_ms, backward_ms, optimizer_ms, comm_wait_ms, pipeline_wait_ms, data_ms;
   bool skipped = false;  // the trainer made no update (non-finite loss or norm)
   // Per rank, when the job had more than one: "rank_step_ms" (each rank's whole step) or
   // "rank_compute_ms" (its forward, backward and optimizer, waits excluded).

@@ -370,6 +370,7 @@ double Trainer::forward_backward(StepResult& r, float dloss) {
   // backward writes every gradient (no zeroing pass over the buffer) and later ones add.
   if (dp_->reduces_every_micro_batch()) grads_.release(0, grads_.size());
   double loss_sum = 0;
+  r.micro_batches_in_flight = 1;  // one after the other
   // ZeRO-3: the blocks' parameters come and go around each block (parallel/zero3_prefetch.h).
   Model::BlockHooks fwd, bwd;
   if (zero3()) {
@@ -567,10 +568,12 @@ void Trainer::log_step(const StepResult& r) {
   put(Metric::TokensPerSecond, tps);
   put(Metric::StepSeconds, r.seconds);
   put(Metric::Mfu, mfu);
-  const double phases[] = {r.data_seconds, r.forward_seconds, r.backward_seconds,
-                           r.optimizer_seconds, r.comm_wait_seconds};
+  const double phases[] = {r.data_seconds,      r.forward_seconds,   r.backward_seconds,
+                           r.optimizer_seconds, r.comm_wait_seconds, r.pipeline_wait_seconds};
+  static_assert(std::size(phases) == std::size(kStepPhases));
   for (size_t i = 0; i < std::size(kStepPhases); i++)
     put(Metric::PhaseSeconds, phases[i], kStepPhases[i]);
+  put(Metric::MicroBatchesInFlight, r.micro_batches_in_flight);
   const MetricSpec& ranks = metric(Metric::RankComputeSeconds);
   nlohmann::json per_rank = nlohmann::json::array();
   for (size_t i = 0; i < r.rank_compute_seconds.size(); i++) {
