@@ -90,6 +90,9 @@ struct ModelOptions {
   // Incremental decoding (B = T = 1): each layer keeps the keys and values of every position up
   // to block_size, and Model::decode runs.
   bool kv_cache = false;
+  // Zero-bubble pipelines: a backward leaves the weight gradients of its matrix products for
+  // Model::backward_weight (model/model.h). Needs the blocks' inputs kept (no full recompute).
+  bool split_backward = false;
 };
 
 // Bytes of one micro-batch's activations, by kind.

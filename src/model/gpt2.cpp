@@ -382,7 +382,7 @@ void Gpt2::head_backward(Activations& A, bool accumulate) {
   GradScratch& S = scratch_;
   // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
   lm_head_backward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P.wte, G.wte, S.dln,
-                   accumulate);
+                   accumulate, /*tied_here=*/st.embedding);
   ProfileTimer t(profile_, &Profile::norm);
   std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
   const bool blocks = st.last > st.first;
@@ -408,6 +408,7 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
   const ModelParams& P = P_;
   ModelParams& G = G_;
   cur_ = &slots_.at(slot);
+  backward_slot_ = slot;
   Activations& A = *cur_;
   GradScratch& S = scratch_;
 
@@ -441,13 +442,12 @@ void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inpu
     auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
                         const bf16* x_bf, const float* w, int64_t K, int64_t N) {
       ProfileTimer t(profile_, &Profile::matmul);
-      if (bf) {
-        matmul_bf16(MatmulShape{K, N, BT, true, false, accumulate, false}, x_bf, dy_bf, dw);
+      // dy is backward's scratch (kept aside when the weight part waits: split_backward).
+      weight_grad(MatmulShape{K, N, BT, true, false, accumulate, false}, x, x_bf, dy, dy_bf, dw, 2);
+      if (bf)
         matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
-      } else {
-        matmul(MatmulShape{K, N, BT, true, false, accumulate, false}, x, dy, dw);
+      else
         matmul(MatmulShape{BT, K, N, false, true, false, false}, dy, w, dx);
-      }
     };
     auto bias_grad = [&](float* db, const float* dy, int64_t N) {
       ProfileTimer t(profile_, &Profile::matmul);

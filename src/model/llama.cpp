@@ -388,7 +388,7 @@ void Llama::head_backward(Activations& A, bool accumulate) {
   Scratch& S = scratch_;
   // dW(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ W
   lm_head_backward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.lm_head, G_.lm_head,
-                   S.dln, accumulate);
+                   S.dln, accumulate, /*tied_here=*/st.embedding && c.tie_embeddings);
   ProfileTimer t(profile_, &Profile::norm);
   std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
   const bool blocks = st.last > st.first;
@@ -414,6 +414,7 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
   const Params& P = P_;
   Params& G = G_;
   cur_ = &slots_.at(slot);
+  backward_slot_ = slot;
   Activations& A = *cur_;
   Scratch& S = scratch_;
   const std::vector<int64_t>& blocks = layout_.blocks;
@@ -445,13 +446,12 @@ void Llama::backward_stage(const float* params, float* grads, const int32_t* inp
       ProfileTimer t(profile_, &Profile::matmul);
       const MatmulShape sw{N, K, BT, true, false, accumulate, false};
       const MatmulShape sx{BT, K, N, false, false, false, false};
-      if (bf) {
-        matmul_bf16(sw, dy_bf, x_bf, dw);
+      // dy is backward's scratch (kept aside when the weight part waits: split_backward).
+      weight_grad(sw, dy, dy_bf, x, x_bf, dw, 1);
+      if (bf)
         matmul_bf16(sx, dy_bf, wbf(w), dx);
-      } else {
-        matmul(sw, dy, x, dw);
+      else
         matmul(sx, dy, w, dx);
-      }
     };
     // The MLP's down projection; dresidual's bf16 copy came with the RMSNorm backward that last
     // added to it.

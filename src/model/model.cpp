@@ -135,6 +135,11 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
   if (st.head && st.last != c.n_layer)
     fail("a stage with the head ends at the last layer ({}), not {}", c.n_layer, st.last);
   if (opts_.slots < 1) fail("a model needs at least one activation slot, got {}", opts_.slots);
+  if (opts_.split_backward && opts_.recompute == Recompute::full)
+    fail(
+        "a split backward (zero-bubble pipelines) keeps each block's inputs for the weight "
+        "gradients; train.recompute = \"full\" does not keep them: use \"attention\" or "
+        "\"none\"");
   if (opts_.kv_cache &&
       (B != 1 || T != 1 || !st.embedding || !st.head || opts_.slots != 1 || opts_.bf16))
     fail("a decoding model (kv_cache) is the whole fp32 model with B = T = 1 and one slot");
@@ -188,19 +193,74 @@ double Model::lm_head_forward(const Head& h, const float* w, const int32_t* targ
   return sum;
 }
 
-void Model::lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate) {
+void Model::lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate,
+                             bool tied_here) {
   const int C = cfg_.n_embd, Vp = cfg_.padded_vocab_size;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   ProfileTimer t(profile_, &Profile::lm_head);
   const MatmulShape sw{Vp, C, BT, true, false, accumulate, false};
   const MatmulShape sx{BT, C, Vp, false, false, false, false};
-  if (opts_.bf16) {
-    matmul_bf16(sw, h.dlogits_bf, h.x_bf, dw);  // written by the forward's loss
+  // dlogits (written by the forward's loss) and x are the slot's: kept until its next forward.
+  weight_grad(sw, h.logits, h.dlogits_bf, h.x, h.x_bf, dw, 0, tied_here);
+  if (opts_.bf16)
     matmul_bf16(sx, h.dlogits_bf, wbf(w), dx);
-  } else {
-    matmul(sw, h.logits, h.x, dw);
+  else
     matmul(sx, h.logits, w, dx);
+}
+
+void Model::weight_grad(const MatmulShape& s, const float* a, const bf16* a_bf, const float* b,
+                        const bf16* b_bf, float* dw, int scratch, bool now) {
+  const bool bf = opts_.bf16;
+  if (!opts_.split_backward || now) {
+    if (bf)
+      matmul_bf16(s, a_bf, b_bf, dw);
+    else
+      matmul(s, a, b, dw);
+    return;
   }
+  if (deferred_.size() != static_cast<size_t>(opts_.slots)) deferred_.resize(opts_.slots);
+  DeferredSlot& d = deferred_.at(backward_slot_);
+  DeferredProduct p{s, a, a_bf, b, b_bf, dw, scratch, 0};
+  if (scratch != 0) {  // (M,K) for a (K,M) transposed, (K,N) for b: M·K or K·N elements
+    const int64_t n = scratch == 1 ? s.M * s.K : s.K * s.N;
+    if (bf) {
+      p.offset = static_cast<int64_t>(d.b16.size());
+      const bf16* src = scratch == 1 ? a_bf : b_bf;
+      d.b16.insert(d.b16.end(), src, src + n);
+    } else {
+      p.offset = static_cast<int64_t>(d.f32.size());
+      const float* src = scratch == 1 ? a : b;
+      d.f32.insert(d.f32.end(), src, src + n);
+    }
+  }
+  d.products.push_back(p);
+}
+
+void Model::backward_weight(int slot, bool accumulate) {
+  KILN_CHECK(opts_.split_backward);
+  if (deferred_.size() != static_cast<size_t>(opts_.slots)) deferred_.resize(opts_.slots);
+  DeferredSlot& d = deferred_.at(slot);
+  ProfileTimer t(profile_, &Profile::matmul);
+  for (DeferredProduct p : d.products) {
+    p.s.accumulate = accumulate;
+    if (opts_.bf16) {
+      const bf16* kept = d.b16.data() + p.offset;
+      matmul_bf16(p.s, p.scratch == 1 ? kept : p.a_bf, p.scratch == 2 ? kept : p.b_bf, p.dw);
+    } else {
+      const float* kept = d.f32.data() + p.offset;
+      matmul(p.s, p.scratch == 1 ? kept : p.a, p.scratch == 2 ? kept : p.b, p.dw);
+    }
+  }
+  d.products.clear();
+  d.f32.clear();
+  d.b16.clear();
+}
+
+int64_t Model::deferred_bytes() const {
+  int64_t n = 0;
+  for (const auto& d : deferred_)
+    n += static_cast<int64_t>(d.f32.capacity() * sizeof(float) + d.b16.capacity() * sizeof(bf16));
+  return n;
 }
 
 void Model::begin_decode(int32_t token, int pos) {

@@ -12,8 +12,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/buffer.h"
+#include "kernels/matmul.h"
 #include "model/config.h"
 #include "model/spec.h"
 #include "model/weight_copy.h"
@@ -86,6 +88,16 @@ class Model {
                               int slot = 0) = 0;
   virtual const float* input_grad() const = 0;
 
+  // With ModelOptions::split_backward, backward_stage is the input part of a backward (Qi et
+  // al. 2023's B: everything the stage before waits for) and leaves out the weight gradients of
+  // the matrix products (W), keeping what they need: the products' inputs stay in the slot's
+  // activations, their output gradients are copied from scratch. This computes them for the
+  // slot, written (accumulate = false) or added into the gradients that backward was given.
+  // Call it before the slot's next forward.
+  void backward_weight(int slot, bool accumulate);
+  // Bytes the weight parts waiting in every slot keep (output gradients of the products).
+  int64_t deferred_bytes() const;
+
   // (B,T,Vp); valid after a forward without targets (a forward with targets consumes them)
   virtual const float* logits() const = 0;
   virtual const float* losses() const = 0;
@@ -124,7 +136,16 @@ class Model {
   };
   double lm_head_forward(const Head& h, const float* w, const int32_t* targets, float dloss);
   // dw (Vp,C) += dlogits^T @ x (written with accumulate = false) and dx (B·T,C) = dlogits @ w.
-  void lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate);
+  // A stage whose embedding is the head's matrix (tied) passes `tied_here`: the embedding's
+  // backward adds to dw, so dw is made at once, not left for backward_weight.
+  void lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate,
+                        bool tied_here);
+  // dw (+)= the product `s` of a and b (a linear layer's weight gradient; in bf16 mode of a_bf
+  // and b_bf): now, or with split_backward kept for backward_weight(backward_slot_). `scratch`
+  // names the operand that lives in backward's scratch (1: a, 2: b, 0: neither), copied then.
+  void weight_grad(const MatmulShape& s, const float* a, const bf16* a_bf, const float* b,
+                   const bf16* b_bf, float* dw, int scratch, bool now = false);
+  int backward_slot_ = 0;  // the slot the running backward works on (families set it)
   // The logits a forward without targets left: slot 0's, or bf16 mode's own buffer.
   const float* head_logits(const float* slot_logits) const {
     return opts_.bf16 ? full_logits_.data() : slot_logits;
@@ -145,6 +166,26 @@ class Model {
   ActivationBytes act_bytes_;
   Profile profile_;
   Buffer<float> full_logits_;  // bf16 mode: all logits of a forward without targets
+
+ private:
+  // split_backward: a slot's weight products waiting for backward_weight, their scratch operands
+  // copied into `f32` or `b16` (offsets, as the vectors grow).
+  struct DeferredProduct {
+    MatmulShape s;
+    const float* a;
+    const bf16* a_bf;
+    const float* b;
+    const bf16* b_bf;
+    float* dw;
+    int scratch;
+    int64_t offset;
+  };
+  struct DeferredSlot {
+    std::vector<DeferredProduct> products;
+    std::vector<float> f32;
+    std::vector<bf16> b16;
+  };
+  std::vector<DeferredSlot> deferred_;
 };
 
 // Rows of the LM head's logits computed at a time in a bf16 training forward.

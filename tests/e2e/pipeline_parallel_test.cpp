@@ -5,11 +5,15 @@
 // parts), so losses and norms agree to 1e-5 relative and the final weights to 1e-4.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "ckpt/safetensors.h"
 #include "test_util.h"
@@ -23,7 +27,9 @@ using kiln::testing::bytes_of;
 using kiln::testing::run_kiln;
 using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
+using kiln::testing::spawn_kiln;
 using kiln::testing::TempDir;
+using kiln::testing::wait_until;
 
 struct StepRecord {
   double loss = 0, grad_norm = 0;
@@ -218,6 +224,41 @@ TEST_F(PipelineRun, CheckpointFromOneLayoutResumesOnAnother) {
   resume("src", "pp4", 4, "--set parallel.pp=4");
   resume("src", "dp2pp2", 4, "--set parallel.pp=2 --set train.batch_size=2");
   resume("pp1", "back", 2, "--set parallel.pp=2");
+}
+
+// A stage's process killed mid-run: kiln launch restarts the pipeline from the newest complete
+// checkpoint and it ends with the bits of a run that was never interrupted.
+TEST_F(PipelineRun, LaunchRestartsAPipelineAfterKillNineAndEndsWithTheSameBits) {
+  const std::string common =
+      config_ + " --set parallel.pp=2 --set train.steps=120 --set train.grad_accum=2";
+  auto full = run_kiln("launch -n 2 " + common + " --set train.out_dir=" + (dir_ / "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  std::mt19937 gen(std::random_device{}());
+  const int victim = static_cast<int>(gen() % 2);
+  const int at = 10 * static_cast<int>(2 + gen() % 8);
+  SCOPED_TRACE("killing stage " + std::to_string(victim) + " after step " + std::to_string(at));
+  std::string out = dir_ / "killed";
+  pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
+                         out + ".log");
+  ASSERT_GE(pid, 0);
+  std::string ck = out + "/checkpoints/" + fmt::format("step_{:08d}", at);
+  const std::string pidfile = out + "/pids/rank-" + std::to_string(victim) + ".pid";
+  ASSERT_TRUE(wait_until(
+      pid, [&] { return fs::exists(ck) && fs::exists(pidfile); }, 60))
+      << bytes_of(out + ".log");
+  std::ifstream pidf(pidfile);
+  pid_t rank_pid = 0;
+  pidf >> rank_pid;
+  ASSERT_GT(rank_pid, 0);
+  kill(rank_pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string log = bytes_of(out + ".log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_NE(log.find("restarting from the newest complete checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000120/model.safetensors") ==
+              bytes_of(out + "/checkpoints/step_00000120/model.safetensors"));
 }
 
 TEST_F(PipelineRun, LayoutsThatCannotRunAreRefusedNamingTheKeys) {
