@@ -95,7 +95,8 @@ void bench_train(const BenchTrainOpts& o) {
   const std::string backend = comm->backend();
   Trainer trainer(cfg, opts, std::move(comm));
   Profile& prof = trainer.model().profile();
-  std::vector<double> times, waits;
+  std::vector<double> times, waits, pipe_waits;
+  std::vector<std::vector<double>> idle(world);  // each rank's idle share of each step
   Profile sum;
   for (int s = 0; s < o.steps; s++) {
     prof.reset();
@@ -104,6 +105,8 @@ void bench_train(const BenchTrainOpts& o) {
     if (s == 0) continue;
     times.push_back(r.seconds);
     waits.push_back(r.comm_wait_seconds);
+    pipe_waits.push_back(r.pipeline_wait_seconds);
+    for (int k = 0; k < world; k++) idle[k].push_back(1 - r.rank_compute_seconds[k] / r.seconds);
     for (auto f : {&Profile::matmul, &Profile::attention, &Profile::norm, &Profile::activation,
                    &Profile::lm_head, &Profile::loss, &Profile::embedding, &Profile::residual})
       sum.*f += prof.*f;
@@ -112,8 +115,12 @@ void bench_train(const BenchTrainOpts& o) {
   const double step_s = median(times);
   const double wait_s = median(waits);
   if (rank != 0) return;  // rank 0 reports for the job
+  // The global batch: every data-parallel row's micro-batches (pipeline stages share theirs).
+  const GridShape grid = trainer.grid().shape();
   const int64_t tokens =
-      static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len * world;
+      static_cast<int64_t>(cfg.grad_accum) * cfg.batch_size * cfg.seq_len * grid.dp;
+  std::vector<double> bubble;  // per rank: the share of a step it did not compute (median)
+  for (auto& v : idle) bubble.push_back(median(v));
   const double tps = tokens / step_s;
   const double gflops = flops_per_token(cfg.model, cfg.seq_len) * tps * 1e-9;
   const double mfu = trainer.mfu(tps);  // raises an underestimated peak (train/peak.h)
@@ -135,6 +142,7 @@ void bench_train(const BenchTrainOpts& o) {
                           {"softmax + loss", sum.loss / n},
                           {"residual copies", sum.residual / n},
                           {"embedding", sum.embedding / n}};
+  if (grid.pp > 1) parts.push_back({"pipeline wait (rank 0)", median(pipe_waits)});
   double accounted = 0;
   for (auto& p : parts) accounted += p.seconds;
   if (o.json) {
@@ -149,6 +157,9 @@ void bench_train(const BenchTrainOpts& o) {
                         {"comm_backend", backend},
                         {"zero", cfg.zero},
                         {"comm_wait_ms", wait_s * 1e3},
+                        {"pipeline_wait_ms", median(pipe_waits) * 1e3},
+                        {"rank_idle_share", bubble},
+                        {"grid", {{"dp", grid.dp}, {"pp", grid.pp}, {"tp", grid.tp}}},
                         {"steps_timed", times.size()},
                         {"dtype", cfg.dtype},
                         {"recompute", cfg.recompute},
@@ -184,6 +195,13 @@ void bench_train(const BenchTrainOpts& o) {
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);
   fmt::print("{:<28} {:>12.1f}\n", "comm wait ms/step", wait_s * 1e3);
+  if (grid.pp > 1) {
+    fmt::print("{:<28} {:>12}\n", "pipeline",
+               fmt::format("dp {} x pp {}, {}", grid.dp, grid.pp, cfg.schedule));
+    fmt::print("{:<28} {:>12.1f}\n", "pipeline wait ms (rank 0)", median(pipe_waits) * 1e3);
+    for (int k = 0; k < world; k++)
+      fmt::print("{:<28} {:>11.1f}%\n", fmt::format("  idle share, rank {}", k), 100 * bubble[k]);
+  }
   fmt::print("{:<28} {:>12.0f}\n", "tokens/s", tps);
   fmt::print("{:<28} {:>12.1f}\n", "model GFLOP/s", gflops);
   fmt::print("{:<28} {:>12.1f}  ({})\n", "peak GFLOP/s (" + cfg.dtype + ")", peak,

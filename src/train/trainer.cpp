@@ -83,6 +83,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     mo.stage = pipeline_stage(cfg_.model.n_layer, shape.pp, grid_->pp_rank());
     schedule_ = pipeline_schedule(cfg_.schedule, shape.pp, cfg_.grad_accum);
     mo.slots = simulate(schedule_).in_flight.at(grid_->pp_rank());
+    mo.split_backward = schedule_.split_backward;
   }
   model_ = make_model(cfg_.model, B, T, mo);
   const int64_t n = model_->layout().total;
@@ -351,7 +352,7 @@ MemoryReport Trainer::memory() const {
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
   r.comm_buffers += dp_group_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
-  r.activations = model_->activation_bytes();
+  r.activations = model_->activation_bytes() + model_->deferred_bytes();
   return r;
 }
 

@@ -120,7 +120,8 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
   std::vector<int> slot_of(m, -1), free_slots;
   for (int s = slots; s-- > 0;) free_slots.push_back(s);
   std::vector<std::shared_ptr<Work>> slot_send(slots), grad_send(2);
-  int in_flight = 0, sent_grads = 0, backwards_left = m;
+  int in_flight = 0, sent_grads = 0, backwards_left = m, weights_done = 0;
+  const bool split = schedule_.split_backward;
   double loss_sum = 0;
   // The wait for a neighbour's tensor, timed as the pipeline's.
   auto receive = [&](float* buf, int peer, int micro, const char* what) {
@@ -163,16 +164,28 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
             pp.send_async(model_->stage_output(s), x_numel, DType::F32, me + 1, micro_tag(i));
       continue;
     }
-    KILN_CHECK(a.op == PipeOp::Backward && slot_of[i] >= 0);
+    KILN_CHECK(slot_of[i] >= 0);
     const int s = slot_of[i];
+    if (a.op == PipeOp::BackwardWeight) {  // zero bubble: the weight gradients, deferred
+      t = now_seconds();
+      {
+        TraceSpan span("weight gradients", "compute", i);
+        model_->backward_weight(s, weights_done++ > 0);
+      }
+      r.backward_seconds += now_seconds() - t;
+      free_slots.push_back(s);
+      in_flight--;
+      continue;
+    }
     if (!st.head) receive(grad_in_.data(), me + 1, i, "recv gradients");
     // The first backward of the step writes the gradients, the later ones add; the last one
-    // hands its ranges to data parallelism as they become final.
-    const bool first = backwards_left == m, last = --backwards_left == 0;
+    // hands its ranges to data parallelism as they become final (with a split backward, the
+    // weight parts come later: the whole range is handed over after the last of them).
+    const bool first = backwards_left == m, last = --backwards_left == 0 && !split;
     if (last) dp_->begin(grads_, true);
     t = now_seconds();
     {
-      TraceSpan span("backward", "compute", i);
+      TraceSpan span(split ? "input gradients" : "backward", "compute", i);
       model_->backward_stage(params_.data(), grads_.data(), inputs,
                              st.head ? nullptr : grad_in_.data(),
                              last ? Model::GradsReady(ready) : Model::GradsReady(), {}, !first, s);
@@ -184,8 +197,13 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
       std::copy(model_->input_grad(), model_->input_grad() + x_numel, grad_out_[k].data());
       grad_send[k] = pp.send_async(grad_out_[k].data(), x_numel, DType::F32, me - 1, micro_tag(i));
     }
+    if (split) continue;  // the slot is held until its weight part
     free_slots.push_back(s);
     in_flight--;
+  }
+  if (split) {
+    dp_->begin(grads_, true);
+    ready(own_begin_, own_end_);
   }
   // The last stage's LM-head gradient of the tied embedding goes to the first stage.
   std::shared_ptr<Work> tied_send;
