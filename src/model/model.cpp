@@ -305,6 +305,18 @@ StageSpec pipeline_stage(int n_layer, int stages, int stage) {
   return s;
 }
 
+StageSpec pipeline_stage(int n_layer, const std::vector<int>& layers, int stages, int stage) {
+  if (layers.empty()) return pipeline_stage(n_layer, stages, stage);
+  KILN_CHECK(static_cast<int>(layers.size()) == stages && stage >= 0 && stage < stages);
+  StageSpec s;
+  for (int k = 0; k < stage; k++) s.first += layers[k];
+  s.last = s.first + layers[stage];
+  KILN_CHECK(s.last <= n_layer);
+  s.embedding = stage == 0;
+  s.head = stage == stages - 1;
+  return s;
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts) {
   c.validate();
   if (c.llama()) return std::make_unique<Llama>(c, B, T, opts);

@@ -195,6 +195,8 @@ int64_t head_chunk_rows(int64_t rows);
 // first n_layer % stages stages one more), the first stage with the embedding, the last with
 // the head.
 StageSpec pipeline_stage(int n_layer, int stages, int stage);
+// The same with each stage's number of layers given (`layers`, summing to n_layer); empty: even.
+StageSpec pipeline_stage(int n_layer, const std::vector<int>& layers, int stages, int stage);
 
 // A model of the config's family.
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts = {});

@@ -46,7 +46,7 @@ bool has_control_char(const std::string& s, bool allow_whitespace) {
   return false;
 }
 
-using Field = std::variant<int*, int64_t*, float*, double*, bool*, std::string*>;
+using Field = std::variant<int*, int64_t*, float*, double*, bool*, std::string*, std::vector<int>*>;
 
 struct Key {
   std::string name;  // section.key
@@ -146,6 +146,9 @@ std::vector<Key> schema(TrainConfig& c) {
       {"parallel.pp", &c.pp,
        "pipeline stages, each an even share of the layers (the first holds the embedding, the "
        "last the head)"},
+      {"parallel.stage_layers", &c.stage_layers,
+       "layers of each pipeline stage, e.g. [3, 5] (the sum is model.n_layer; empty: an even "
+       "split)"},
       {"parallel.schedule", &c.schedule,
        "pipeline schedule: \"1f1b\" (at most pp micro-batches in flight) or \"gpipe\" (all "
        "forwards, then all backwards); train.grad_accum micro-batches per step"},
@@ -187,7 +190,18 @@ void set_from_toml(Key& k, const toml::node& v, const std::string& source) {
   std::visit(
       [&](auto* p) {
         using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, bool>) {
+        if constexpr (std::is_same_v<T, std::vector<int>>) {
+          const toml::array* a = v.as_array();
+          if (!a) wrong("an array of integers");
+          p->clear();
+          for (const toml::node& e : *a) {
+            if (!e.is_integer()) wrong("an array of integers");
+            const int64_t x = *e.value<int64_t>();
+            if (x < INT32_MIN || x > INT32_MAX)
+              fail("{}: config key '{}' is out of range", source, k.name);
+            p->push_back(static_cast<int>(x));
+          }
+        } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) wrong("true or false");
           *p = *v.value<bool>();
         } else if constexpr (std::is_same_v<T, std::string>) {
@@ -367,7 +381,15 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& s
         t.insert(key, v.get<double>());
       else if (v.is_string())
         t.insert(key, v.get<std::string>());
-      else
+      else if (v.is_array()) {
+        toml::array a;
+        for (const auto& e : v) {
+          if (!e.is_number_integer())
+            fail("{}: config key '{}.{}' has an unsupported value", source, section, key);
+          a.push_back(e.get<int64_t>());
+        }
+        t.insert(key, std::move(a));
+      } else
         fail("{}: config key '{}.{}' has an unsupported value", source, section, key);
     }
     root.insert(section, std::move(t));
@@ -465,6 +487,19 @@ void TrainConfig::validate() const {
   if (pp > 1 && pp > model.n_layer)
     fail("{}: parallel.pp = {} is more than model.n_layer = {}: every pipeline stage needs a layer",
          source, pp, model.n_layer);
+  if (!stage_layers.empty()) {
+    int64_t sum = 0;
+    for (int n : stage_layers) {
+      if (n < 1)
+        fail("{}: parallel.stage_layers holds {}: every stage needs at least one layer", source, n);
+      sum += n;
+    }
+    if (static_cast<int>(stage_layers.size()) != pp || sum != model.n_layer)
+      fail(
+          "{}: parallel.stage_layers gives {} stages of {} layers in all; it needs parallel.pp = "
+          "{} stages of model.n_layer = {} layers in all",
+          source, stage_layers.size(), sum, pp, model.n_layer);
+  }
   if (schedule == "interleaved" || schedule == "zero_bubble")
     fail("{}: parallel.schedule = \"{}\" is not built yet; use \"1f1b\" or \"gpipe\"", source,
          schedule);

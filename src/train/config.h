@@ -75,6 +75,8 @@ struct TrainConfig {
   // The pipeline schedule: "1f1b" (PipeDream-Flush) or "gpipe"; train.grad_accum is the number
   // of micro-batches per step.
   std::string schedule = "1f1b";
+  // Layers of each stage (pp numbers summing to n_layer); empty: an even split.
+  std::vector<int> stage_layers;
 
   // [hardware]
   double peak_gflops = 0;  // 0: kiln bench peak's cache, else measured at start (train/peak.h)

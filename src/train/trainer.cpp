@@ -80,7 +80,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   if (pipelined()) {
     // This rank's stage, with an activation slot for each micro-batch the schedule keeps in
     // flight on it.
-    mo.stage = pipeline_stage(cfg_.model.n_layer, shape.pp, grid_->pp_rank());
+    mo.stage = pipeline_stage(cfg_.model.n_layer, cfg_.stage_layers, shape.pp, grid_->pp_rank());
     schedule_ = pipeline_schedule(cfg_.schedule, shape.pp, cfg_.grad_accum);
     mo.slots = simulate(schedule_).in_flight.at(grid_->pp_rank());
     mo.split_backward = schedule_.split_backward;

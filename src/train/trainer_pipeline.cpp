@@ -41,7 +41,7 @@ std::pair<int64_t, int64_t> Trainer::stage_range(int stage) const {
   const ParamLayout& L = model_->layout();
   const int P = grid_->shape().pp;
   if (P == 1) return {0, L.total};
-  const StageSpec st = pipeline_stage(cfg_.model.n_layer, P, stage);
+  const StageSpec st = pipeline_stage(cfg_.model.n_layer, cfg_.stage_layers, P, stage);
   return {st.embedding ? 0 : L.blocks.at(st.first), st.head ? L.total : L.blocks.at(st.last)};
 }
 

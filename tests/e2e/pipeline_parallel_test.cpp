@@ -138,6 +138,11 @@ TEST_F(PipelineRun, EveryScheduleAndStageCountAgreesWithOneProcessAndRepeatsToTh
   r = train(3, "pp3", "--set parallel.pp=3 --set train.grad_accum=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_agrees("ref2", "pp3", 1e-5, 1e-4);
+  // Stages of 3 and 1 layers (parallel.stage_layers), both schedules' ends of the range.
+  r = train(2, "uneven",
+            "--set parallel.pp=2 --set train.grad_accum=2 --set parallel.stage_layers=[3,1]");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref2", "uneven", 1e-5, 1e-4);
   // The same layout twice: the same bits, weights and every stage's optimizer state.
   r = train(2, "again", "--set parallel.pp=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -277,6 +282,11 @@ TEST_F(PipelineRun, LayoutsThatCannotRunAreRefusedNamingTheKeys) {
   r = train(1, "d", "--set parallel.schedule=zigzag");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("parallel.schedule must be"), std::string::npos) << r.output;
+  r = train(2, "f", "--set parallel.pp=2 --set parallel.stage_layers=[2,1]");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("parallel.stage_layers gives 2 stages of 3 layers in all"),
+            std::string::npos)
+      << r.output;
   r = train(3, "e", "--set parallel.pp=2");  // 3 processes do not make stages of 2
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("parallel.pp"), std::string::npos) << r.output;
