@@ -35,6 +35,15 @@ constexpr size_t kCarried = 512;  // doubles: 4 KiB of text carried per rank in 
 
 }  // namespace
 
+// Writes one shard of sharded state durably; returns its manifest entry.
+ManifestEntry write_shard(const std::string& tmp, const std::string& stem,
+                          const std::vector<FlatTensor>& tensors,
+                          const CheckpointContents::Shard& sh,
+                          const std::map<std::string, std::string>& metadata, int rank) {
+  write_state_shard(tmp, stem, sh.rank, sh.ranks, tensors, sh.begin, sh.end, sh.buffers, metadata);
+  return manifest_entry(tmp, state_shard_name(stem, sh.rank, sh.ranks), rank);
+}
+
 // One async save: what this rank copied at the boundary, and what its writer reports.
 struct Checkpointer::Pending {
   int64_t step = 0;
@@ -45,13 +54,10 @@ struct Checkpointer::Pending {
   size_t model_size = 0;
   std::string model_file;
   std::map<std::string, std::string> model_metadata;
-  bool writes_shard = false;
   std::string shard_stem;
-  int shard_rank = 0, shard_ranks = 1;
+  std::vector<CheckpointContents::Shard> shards;  // their buffers point into shard_copies
   std::vector<FlatTensor> shard_tensors;
-  int64_t shard_begin = 0, shard_end = 0;
   std::vector<std::vector<float>> shard_copies;
-  std::vector<std::string> shard_prefixes;
   std::map<std::string, std::string> shard_metadata;
   std::vector<std::pair<std::string, std::string>> files;
   bool writer = false;  // rank 0: the model, the text files, the publication
@@ -66,15 +72,9 @@ struct Checkpointer::Pending {
   void write(int rank) {
     const double t0 = now_seconds();
     try {
-      if (writes_shard) {
+      for (const auto& sh : shards) {
         test_writer_delay();
-        std::vector<StateBuffer> buffers;
-        for (size_t i = 0; i < shard_copies.size(); i++)
-          buffers.push_back({shard_prefixes[i], shard_copies[i].data()});
-        write_state_shard(tmp, shard_stem, shard_rank, shard_ranks, shard_tensors, shard_begin,
-                          shard_end, buffers, shard_metadata);
-        entries.push_back(
-            manifest_entry(tmp, state_shard_name(shard_stem, shard_rank, shard_ranks), rank));
+        entries.push_back(write_shard(tmp, shard_stem, shard_tensors, sh, shard_metadata, rank));
       }
       if (writer) {
         test_writer_delay();
@@ -197,16 +197,13 @@ std::string Checkpointer::save(int64_t step, const CheckpointContents& c) {
   std::string error;
   std::vector<ManifestEntry> mine;
 
-  // Each rank's own shard.
-  if (c.writes_shard) {
-    try {
-      write_state_shard(tmp, c.shard_stem, c.shard_rank, c.shard_ranks, c.shard_tensors,
-                        c.shard_begin, c.shard_end, c.shard_buffers, c.shard_metadata);
-      mine.push_back(manifest_entry(
-          tmp, state_shard_name(c.shard_stem, c.shard_rank, c.shard_ranks), world_.rank()));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+  // Each rank's own shards.
+  try {
+    for (const auto& sh : c.shards)
+      mine.push_back(
+          write_shard(tmp, c.shard_stem, c.shard_tensors, sh, c.shard_metadata, world_.rank()));
+  } catch (const std::exception& e) {
+    error = e.what();
   }
   agree(error, fmt::format("writing its part of checkpoint step {}", step), writer ? tmp : "");
 
@@ -280,18 +277,18 @@ void Checkpointer::save_async(int64_t step, const CheckpointContents& c) {
     at += sizes[i];
     if (c.after_tensor) c.after_tensor(i);
   }
-  p->writes_shard = c.writes_shard;
-  if (c.writes_shard) {
+  if (!c.shards.empty()) {
     p->shard_stem = c.shard_stem;
-    p->shard_rank = c.shard_rank;
-    p->shard_ranks = c.shard_ranks;
     p->shard_tensors = c.shard_tensors;
-    p->shard_begin = c.shard_begin;
-    p->shard_end = c.shard_end;
     p->shard_metadata = c.shard_metadata;
-    for (const auto& b : c.shard_buffers) {
-      p->shard_prefixes.push_back(b.prefix);
-      p->shard_copies.emplace_back(b.data, b.data + (c.shard_end - c.shard_begin));
+    for (const auto& sh : c.shards)
+      for (const auto& b : sh.buffers)
+        p->shard_copies.emplace_back(b.data, b.data + (sh.end - sh.begin));
+    size_t k = 0;  // the copies in the same order, the shards pointing at them
+    for (const auto& sh : c.shards) {
+      CheckpointContents::Shard copy = sh;
+      for (auto& b : copy.buffers) b.data = p->shard_copies[k++].data();
+      p->shards.push_back(std::move(copy));
     }
   }
   p->files = c.files;

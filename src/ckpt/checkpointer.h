@@ -45,12 +45,16 @@ struct CheckpointContents {
   std::map<std::string, std::string> model_metadata;
   std::function<void(size_t tensor)> before_tensor, after_tensor;  // run on every rank
 
-  bool writes_shard = false;  // this rank holds a shard of its own
+  // This rank's shards of sharded state, each written as file `rank` of `ranks` of the stem:
+  // none, one, or one per range it owns (a pipeline rank holding several model chunks).
+  struct Shard {
+    int rank = 0, ranks = 1;
+    int64_t begin = 0, end = 0;
+    std::vector<StateBuffer> buffers;
+  };
+  std::vector<Shard> shards;
   std::string shard_stem = "optimizer";
-  int shard_rank = 0, shard_ranks = 1;
   std::vector<FlatTensor> shard_tensors;
-  int64_t shard_begin = 0, shard_end = 0;
-  std::vector<StateBuffer> shard_buffers;
   std::map<std::string, std::string> shard_metadata;
 
   std::vector<std::pair<std::string, std::string>> files;  // name, text; rank 0, in order

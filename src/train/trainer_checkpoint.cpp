@@ -83,13 +83,16 @@ CheckpointContents Trainer::checkpoint_contents() {
   // whole from its first data-parallel rank.
   const bool sharded = dp_->zero() > 0;
   const int per_stage = sharded ? dp_group_->size() : 1;
-  c.writes_shard = sharded || dp_group_->rank() == 0;
-  c.shard_rank = grid_->pp_rank() * per_stage + (sharded ? dp_group_->rank() : 0);
-  c.shard_ranks = grid_->shape().pp * per_stage;
+  if (sharded || dp_group_->rank() == 0) {
+    CheckpointContents::Shard sh;
+    sh.rank = grid_->pp_rank() * per_stage + (sharded ? dp_group_->rank() : 0);
+    sh.ranks = grid_->shape().pp * per_stage;
+    sh.begin = dp_->shard_begin();
+    sh.end = dp_->shard_end();
+    sh.buffers = {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
+    c.shards.push_back(sh);
+  }
   c.shard_tensors = flat_tensors();
-  c.shard_begin = dp_->shard_begin();
-  c.shard_end = dp_->shard_end();
-  c.shard_buffers = {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
   c.shard_metadata = {{"optimizer", "adamw"}, {"step", std::to_string(step_)}};
   c.files = {{"config.json", hf_config(cfg_.model).dump(2) + "\n"},
              {"trainer_state.json", state.dump(2) + "\n"}};

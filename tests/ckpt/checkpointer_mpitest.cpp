@@ -44,13 +44,14 @@ CheckpointContents contents(std::vector<float>& state, std::vector<float>& weigh
   CheckpointContents c;
   c.model = {{"a.weight", "F32", {4, 6}, weights.data()},
              {"b.bias", "F32", {9}, weights.data() + 24}};
-  c.writes_shard = true;
-  c.shard_rank = r;
-  c.shard_ranks = R;
+  CheckpointContents::Shard sh;
+  sh.rank = r;
+  sh.ranks = R;
   c.shard_tensors = kTensors;
-  c.shard_begin = std::min<int64_t>(kTotal, r * per);
-  c.shard_end = std::min<int64_t>(kTotal, (r + 1) * per);
-  c.shard_buffers = {{"exp_avg.", state.data() + c.shard_begin}};
+  sh.begin = std::min<int64_t>(kTotal, r * per);
+  sh.end = std::min<int64_t>(kTotal, (r + 1) * per);
+  sh.buffers = {{"exp_avg.", state.data() + sh.begin}};
+  c.shards.push_back(sh);
   c.files = {{"trainer_state.json", "{}\n"}};
   return c;
 }
