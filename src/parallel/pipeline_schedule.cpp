@@ -191,6 +191,18 @@ void check_sizes(int ranks, int micro, int chunks) {
   if (chunks < 1) fail("parallel.virtual_stages must be at least 1, got {}", chunks);
 }
 
+// An empty schedule of the given shape, for the straight-line schedules to fill in.
+PipeSchedule empty_schedule(const std::string& name, int ranks, int micro, int chunks, bool split) {
+  PipeSchedule out;
+  out.name = name;
+  out.ranks = ranks;
+  out.micro = micro;
+  out.chunks = chunks;
+  out.split_backward = split;
+  out.order.assign(ranks, {});
+  return out;
+}
+
 }  // namespace
 
 PipeSchedule gpipe(int ranks, int micro) {
@@ -211,6 +223,40 @@ PipeSchedule one_f_one_b(int ranks, int micro) {
     if (f && st.held < ranks - r) return 0;  // at most P - r forwards ahead
     return -1;
   });
+}
+
+PipeSchedule interleaved_1f1b(int ranks, int micro, int chunks) {
+  check_sizes(ranks, micro, chunks);
+  if (chunks > 1 && micro % ranks != 0)
+    fail(
+        "the interleaved pipeline schedule runs micro-batches in groups of parallel.pp: "
+        "train.grad_accum ({}) must be a multiple of parallel.pp ({}) when "
+        "parallel.virtual_stages = {}",
+        micro, ranks, chunks);
+  const Setup s{ranks, micro, chunks, false, {}};
+  const std::vector<PipeAction> fo = forward_order(s), bo = backward_order(s);
+  const int total = micro * chunks;  // forwards (and backwards) per rank
+  PipeSchedule out = empty_schedule("interleaved", ranks, micro, chunks, false);
+  for (int r = 0; r < ranks; r++) {
+    // Megatron-LM's warm-up: (v - 1) P forwards fill the later chunks on every rank, and
+    // 2 (P - r - 1) more cover a gradient's round trip from the last stage. With one chunk it is
+    // 1F1B's P - r - 1. (Megatron also runs every forward first when m == P, for its paired
+    // sends and receives; the order needs no such rule and holds less on the later ranks.)
+    int warmup = chunks == 1 ? ranks - r - 1 : (ranks - r - 1) * 2 + (chunks - 1) * ranks;
+    warmup = std::min(warmup, total);
+    std::vector<PipeAction>& o = out.order[r];
+    int f = 0, b = 0;
+    // Warm-up: forwards only.
+    while (f < warmup) o.push_back(fo[f++]);
+    // Steady state: one forward, one backward.
+    while (f < total) {
+      o.push_back(fo[f++]);
+      o.push_back(bo[b++]);
+    }
+    // Cool-down: the backwards left.
+    while (b < total) o.push_back(bo[b++]);
+  }
+  return out;
 }
 
 PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro) {

@@ -39,6 +39,8 @@ struct PipeTimes {
 
 PipeSchedule gpipe(int ranks, int micro);
 PipeSchedule one_f_one_b(int ranks, int micro);
+// `chunks` model chunks per rank; more than one needs `micro` a multiple of `ranks`.
+PipeSchedule interleaved_1f1b(int ranks, int micro, int chunks);
 // By name: "gpipe" or "1f1b"; an error names the choices.
 PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro);
 

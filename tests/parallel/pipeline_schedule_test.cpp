@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -60,6 +61,68 @@ TEST(PipelineSchedule, AnOrderThatCannotRunAndBadSizesAreRefusedByName) {
   EXPECT_NE(e.find("parallel.schedule must be"), std::string::npos) << e;
   e = kiln::testing::error_of([] { gpipe(0, 4); });
   EXPECT_NE(e.find("at least 1 stage"), std::string::npos) << e;
+}
+
+// One rank's order as text, "F0 B0 W0 ..." (".c" after the micro-batch for model chunk c).
+std::string order_text(const PipeSchedule& s, int rank) {
+  std::string out;
+  for (const auto& a : s.order[rank]) {
+    const char* op = a.op == PipeOp::Forward ? "F" : a.op == PipeOp::BackwardWeight ? "W" : "B";
+    out += fmt::format("{}{}{}{}", out.empty() ? "" : " ", op, a.micro,
+                       s.chunks > 1 ? fmt::format(".{}", a.chunk) : "");
+  }
+  return out;
+}
+
+TEST(PipelineSchedule, InterleavedRunsEachChunkOnceAndIdlesVTimesLessThanOneFOneB) {
+  for (auto [P, m, v] : {std::tuple{1, 3, 2}, std::tuple{2, 2, 2}, std::tuple{2, 4, 2},
+                         std::tuple{4, 4, 2}, std::tuple{4, 8, 4}, std::tuple{3, 6, 3}})
+    expect_complete(interleaved_1f1b(P, m, v));
+  const PipeTimes t{1, 1, 1};  // per chunk: forward 1, backward 2
+  // Rank 0's warm-up is 2(P-1) + (v-1)P forwards, and the steady state's first forward comes
+  // before its first backward: it holds (v+1)P - 1 micro-batch chunks at once.
+  for (auto [P, m, v, held] :
+       {std::tuple{2, 4, 2, 5}, std::tuple{4, 8, 2, 11}, std::tuple{4, 16, 2, 11},
+        std::tuple{2, 8, 4, 9}, std::tuple{4, 8, 4, 19}}) {
+    SCOPED_TRACE(fmt::format("P={} m={} v={}", P, m, v));
+    PipeStats s = simulate(interleaved_1f1b(P, m, v), t);
+    EXPECT_NEAR(s.bubble, double(P - 1) / (v * m), 1e-9);
+    EXPECT_LT(s.bubble, simulate(one_f_one_b(P, m), t).bubble);
+    EXPECT_EQ(s.in_flight[0], held);
+    EXPECT_EQ(held, (v + 1) * P - 1);
+  }
+  // With m = P the warm-up is capped at every forward: rank 0 holds all v·m chunks.
+  EXPECT_EQ(simulate(interleaved_1f1b(4, 4, 2), t).in_flight[0], 8);
+}
+
+TEST(PipelineSchedule, InterleavedFollowsMegatronsGroupsOfPMicroBatchesPerChunk) {
+  // P = 2, m = 4, v = 2: forwards go 0,1 through chunk 0, then 0,1 through chunk 1, then 2,3;
+  // backwards the same groups through the chunks in reverse. Rank 0 warms up with 2 + 2
+  // forwards, rank 1 with 0 + 2.
+  PipeSchedule s = interleaved_1f1b(2, 4, 2);
+  EXPECT_EQ(order_text(s, 0),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(order_text(s, 1),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+}
+
+TEST(PipelineSchedule, InterleavedWithOneChunkIsOneFOneB) {
+  for (auto [P, m] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 4},
+                      std::pair{3, 7}, std::pair{4, 2}}) {
+    SCOPED_TRACE(fmt::format("P={} m={}", P, m));
+    PipeSchedule i = interleaved_1f1b(P, m, 1), f = one_f_one_b(P, m);
+    EXPECT_EQ(i.order, f.order);
+    PipeStats si = simulate(i, {1, 1, 1}), sf = simulate(f, {1, 1, 1});
+    EXPECT_DOUBLE_EQ(si.bubble, sf.bubble);
+    EXPECT_EQ(si.in_flight, sf.in_flight);
+  }
+}
+
+TEST(PipelineSchedule, InterleavedRefusesMicroBatchesNotAMultipleOfTheStages) {
+  std::string e = kiln::testing::error_of([] { interleaved_1f1b(4, 6, 2); });
+  for (const char* key : {"train.grad_accum", "parallel.pp", "parallel.virtual_stages"})
+    EXPECT_NE(e.find(key), std::string::npos) << e;
+  EXPECT_NO_THROW(interleaved_1f1b(4, 6, 1));  // one chunk is 1F1B: any m
 }
 
 }  // namespace
