@@ -259,6 +259,41 @@ PipeSchedule interleaved_1f1b(int ranks, int micro, int chunks) {
   return out;
 }
 
+PipeSchedule zero_bubble_h1(int ranks, int micro) {
+  check_sizes(ranks, micro, 1);
+  PipeSchedule out = empty_schedule("zero_bubble", ranks, micro, 1, true);
+  auto F = [](int mb) { return PipeAction{PipeOp::Forward, mb, 0}; };
+  auto B = [](int mb) { return PipeAction{PipeOp::BackwardInput, mb, 0}; };
+  auto W = [](int mb) { return PipeAction{PipeOp::BackwardWeight, mb, 0}; };
+  for (int r = 0; r < ranks; r++) {
+    std::vector<PipeAction>& o = out.order[r];
+    int f = 0, b = 0, w = 0;
+    // Warm-up: 1F1B's P - r - 1 forwards.
+    while (f < std::min(ranks - r - 1, micro)) o.push_back(F(f++));
+    // Steady state, first r rounds: F, B with the W held back. Rank r's backwards then start
+    // as soon as the last stage's gradient arrives, and these r W's fill the cool-down, where
+    // 1F1B idles waiting for the gradients of the later stages.
+    for (int i = 0; i < r && f < micro; i++) {
+      o.push_back(F(f++));
+      o.push_back(B(b++));
+    }
+    // Steady state: F, B, W; each W is for the oldest micro-batch whose B is done.
+    while (f < micro) {
+      o.push_back(F(f++));
+      o.push_back(B(b++));
+      o.push_back(W(w++));
+    }
+    // Cool-down: B, W.
+    while (b < micro) {
+      o.push_back(B(b++));
+      o.push_back(W(w++));
+    }
+    // The W's held back.
+    while (w < micro) o.push_back(W(w++));
+  }
+  return out;
+}
+
 PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro) {
   if (name == "gpipe") return gpipe(ranks, micro);
   if (name == "1f1b") return one_f_one_b(ranks, micro);

@@ -41,6 +41,7 @@ PipeSchedule gpipe(int ranks, int micro);
 PipeSchedule one_f_one_b(int ranks, int micro);
 // `chunks` model chunks per rank; more than one needs `micro` a multiple of `ranks`.
 PipeSchedule interleaved_1f1b(int ranks, int micro, int chunks);
+PipeSchedule zero_bubble_h1(int ranks, int micro);
 // By name: "gpipe" or "1f1b"; an error names the choices.
 PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro);
 

@@ -125,5 +125,44 @@ TEST(PipelineSchedule, InterleavedRefusesMicroBatchesNotAMultipleOfTheStages) {
   EXPECT_NO_THROW(interleaved_1f1b(4, 6, 1));  // one chunk is 1F1B: any m
 }
 
+TEST(PipelineSchedule, ZeroBubbleH1HoldsBackWeightPartsIntoTheCoolDown) {
+  for (auto [P, m] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 4},
+                      std::pair{3, 7}, std::pair{4, 2}, std::pair{8, 16}})
+    expect_complete(zero_bubble_h1(P, m));
+  // Warm-up P - r - 1 forwards, r rounds of F, B with the W held back, steady F, B, W (the
+  // oldest W waiting), cool-down B, W, and the r W's held back last.
+  PipeSchedule s = zero_bubble_h1(4, 8);
+  EXPECT_TRUE(s.split_backward);
+  EXPECT_EQ(order_text(s, 0),
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(order_text(s, 1),
+            "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  EXPECT_EQ(order_text(s, 3),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+}
+
+// ZB-H1 at F = B = W = 1: idle P - 1 per rank, the paper's (P-1)(F+B-W), a third of 1F1B's
+// (P-1)(F+B+W). (F+B-2W, zero here, is ZB-H2's, which holds up to 2P - 1 micro-batches.) Its
+// memory is 1F1B's peak, P micro-batches, on every rank rather than P - r on rank r: with at
+// most one on the last rank its F, B and W of each micro-batch run one after another, and the
+// idle is at least (P-1)(F+B), twice what ZB-H1 reaches.
+TEST(PipelineSchedule, ZeroBubbleH1IdlesAThirdOfOneFOneBAtOneFOneBsPeakMemory) {
+  const PipeTimes t{1, 1, 1};
+  for (auto [P, m] : {std::pair{2, 4}, std::pair{4, 4}, std::pair{4, 8}, std::pair{4, 16},
+                      std::pair{3, 7}, std::pair{8, 16}}) {
+    SCOPED_TRACE(fmt::format("P={} m={}", P, m));
+    PipeStats z = simulate(zero_bubble_h1(P, m), t), f = simulate(one_f_one_b(P, m), t);
+    EXPECT_DOUBLE_EQ(z.makespan, 3.0 * m + (P - 1));
+    EXPECT_NEAR(z.bubble, double(P - 1) / (3 * m), 1e-9);
+    EXPECT_NEAR(f.bubble, 3 * z.bubble, 1e-9);  // 1F1B here runs B and W as one backward of 2
+    EXPECT_EQ(z.max_in_flight, f.max_in_flight);
+    for (int r = 0; r < P; r++) EXPECT_EQ(z.in_flight[r], P) << "rank " << r;
+  }
+  // Fewer micro-batches than stages: every rank holds them all and still idles less than 1F1B.
+  PipeStats z = simulate(zero_bubble_h1(4, 2), t), f = simulate(one_f_one_b(4, 2), t);
+  EXPECT_EQ(z.max_in_flight, 2);
+  EXPECT_LT(z.bubble, f.bubble);
+}
+
 }  // namespace
 }  // namespace kiln
