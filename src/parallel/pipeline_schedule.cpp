@@ -203,6 +203,24 @@ PipeSchedule empty_schedule(const std::string& name, int ranks, int micro, int c
   return out;
 }
 
+constexpr const char* kScheduleNames = "\"gpipe\", \"1f1b\", \"interleaved\" or \"zero_bubble\"";
+
+// Refuses an unknown name, and model chunks for a schedule that has none.
+void check_name(const std::string& name, int chunks) {
+  if (name != "gpipe" && name != "1f1b" && name != "interleaved" && name != "zero_bubble")
+    fail("parallel.schedule must be {}, got '{}'", kScheduleNames, name);
+  if (name == "interleaved" && chunks < 2)
+    fail(
+        "parallel.schedule = \"interleaved\" needs parallel.virtual_stages >= 2 (model chunks "
+        "per rank), got {}",
+        chunks);
+  if (name != "interleaved" && chunks != 1)
+    fail(
+        "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\"; \"{}\" runs one "
+        "model chunk per rank",
+        chunks, name);
+}
+
 }  // namespace
 
 PipeSchedule gpipe(int ranks, int micro) {
@@ -294,13 +312,25 @@ PipeSchedule zero_bubble_h1(int ranks, int micro) {
   return out;
 }
 
-PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro) {
+PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro, int chunks) {
+  check_name(name, chunks);
   if (name == "gpipe") return gpipe(ranks, micro);
   if (name == "1f1b") return one_f_one_b(ranks, micro);
-  fail(
-      "parallel.schedule must be \"gpipe\" or \"1f1b\" (interleaved and zero-bubble are not built "
-      "yet), got '{}'",
-      name);
+  if (name == "interleaved") return interleaved_1f1b(ranks, micro, chunks);
+  return zero_bubble_h1(ranks, micro);
+}
+
+double pipeline_bubble_formula(const std::string& name, int ranks, int micro, int chunks,
+                               const PipeTimes& t) {
+  check_name(name, chunks);
+  check_sizes(ranks, micro, chunks);
+  const double P = ranks, m = micro, v = chunks;
+  // Idle (P - 1) (F + B + W) against busy m (F + B + W) per rank, chunks dividing the idle.
+  if (name != "zero_bubble") return (P - 1) / (v * m);
+  // ZB-H1, the paper's Table 2: a B waits for the next stage's B only, not its W, and the W's
+  // held back fill the cool-down: idle (P - 1)(F + B - W) against 1F1B's (P - 1)(F + B + W).
+  // The schedule reaches it for m >= P and W <= F; simulate finds (P - 1)(F + B - min(F, W)).
+  return std::max(0.0, (P - 1) * (t.f + t.b - t.w) / (m * (t.f + t.b + t.w)));
 }
 
 PipeStats simulate(const PipeSchedule& sch, const PipeTimes& t) {

@@ -1,6 +1,7 @@
 // Pipeline schedules against their theory: every rank runs each micro-batch's forward and
 // backward exactly once in an order the dependencies allow; GPipe and 1F1B idle (P-1)/m of the
-// busy time; 1F1B holds at most P - r micro-batches on rank r, GPipe all m.
+// busy time; 1F1B holds at most P - r micro-batches on rank r, GPipe all m; interleaved 1F1B
+// idles (P-1)/(v·m) and ZB-H1 (P-1)(F+B-W) over m(F+B+W), as pipeline_bubble_formula says.
 #include "parallel/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
@@ -162,6 +163,58 @@ TEST(PipelineSchedule, ZeroBubbleH1IdlesAThirdOfOneFOneBAtOneFOneBsPeakMemory) {
   PipeStats z = simulate(zero_bubble_h1(4, 2), t), f = simulate(one_f_one_b(4, 2), t);
   EXPECT_EQ(z.max_in_flight, 2);
   EXPECT_LT(z.bubble, f.bubble);
+}
+
+TEST(PipelineSchedule, BubbleFormulaMatchesTheSimulationWhereTheScheduleReachesIt) {
+  for (PipeTimes t :
+       {PipeTimes{1, 1, 1}, PipeTimes{1, 2, 1}, PipeTimes{2, 1, 0.5}, PipeTimes{2, 2, 1}}) {
+    for (auto [P, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 16}, std::pair{3, 6}}) {
+      SCOPED_TRACE(fmt::format("t=({},{},{}) P={} m={}", t.f, t.b, t.w, P, m));
+      for (const char* name : {"gpipe", "1f1b", "zero_bubble"})
+        EXPECT_NEAR(simulate(pipeline_schedule(name, P, m), t).bubble,
+                    pipeline_bubble_formula(name, P, m, 1, t), 1e-9)
+            << name;
+      for (int v : {2, 3, 4})
+        EXPECT_NEAR(simulate(interleaved_1f1b(P, m, v), t).bubble,
+                    pipeline_bubble_formula("interleaved", P, m, v, t), 1e-9)
+            << "v=" << v;
+    }
+  }
+  // ZB-H1's formula needs W <= F (and m >= P). With a longer W the simulation idles
+  // (P-1)(F+B-min(F,W)) = (P-1) B: above the formula, still well below 1F1B.
+  for (PipeTimes t : {PipeTimes{1, 1, 2}, PipeTimes{1, 2, 2}, PipeTimes{1, 1, 3}}) {
+    SCOPED_TRACE(fmt::format("t=({},{},{})", t.f, t.b, t.w));
+    const int P = 4, m = 8;
+    const double sim = simulate(zero_bubble_h1(P, m), t).bubble;
+    EXPECT_NEAR(sim, (P - 1) * t.b / (m * (t.f + t.b + t.w)), 1e-9);
+    EXPECT_GT(sim, pipeline_bubble_formula("zero_bubble", P, m, 1, t));
+    EXPECT_LT(sim, simulate(one_f_one_b(P, m), t).bubble / 2);
+  }
+  EXPECT_EQ(pipeline_bubble_formula("zero_bubble", 4, 8, 1, {1, 1, 3}), 0.0);  // clamped
+}
+
+TEST(PipelineSchedule, ScheduleByNameRefusesModelChunksWhereTheyDoNotFit) {
+  EXPECT_EQ(pipeline_schedule("gpipe", 2, 4).name, "gpipe");
+  EXPECT_EQ(pipeline_schedule("1f1b", 2, 4).name, "1f1b");
+  EXPECT_EQ(pipeline_schedule("zero_bubble", 2, 4).name, "zero_bubble");
+  PipeSchedule i = pipeline_schedule("interleaved", 2, 4, 3);
+  EXPECT_EQ(i.name, "interleaved");
+  EXPECT_EQ(i.chunks, 3);
+  std::string e = kiln::testing::error_of([] { pipeline_schedule("interleaved", 2, 4); });
+  EXPECT_NE(e.find("parallel.virtual_stages"), std::string::npos) << e;
+  for (const char* name : {"gpipe", "1f1b", "zero_bubble"}) {
+    e = kiln::testing::error_of([&] { pipeline_schedule(name, 2, 4, 2); });
+    EXPECT_NE(e.find("parallel.virtual_stages"), std::string::npos) << name << ": " << e;
+  }
+  e = kiln::testing::error_of([] { pipeline_schedule("interleaved", 2, 5, 2); });
+  EXPECT_NE(e.find("train.grad_accum"), std::string::npos) << e;
+  for (auto f : {+[] { pipeline_schedule("zb", 2, 4); },
+                 +[] { pipeline_bubble_formula("zb", 2, 4, 1, {}); }}) {
+    e = kiln::testing::error_of(f);
+    EXPECT_EQ(e.rfind("parallel.schedule must be", 0), 0u) << e;
+    for (const char* name : {"\"gpipe\"", "\"1f1b\"", "\"interleaved\"", "\"zero_bubble\""})
+      EXPECT_NE(e.find(name), std::string::npos) << e;
+  }
 }
 
 }  // namespace
