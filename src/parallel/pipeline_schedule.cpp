@@ -191,6 +191,36 @@ void check_sizes(int ranks, int micro, int chunks) {
   if (chunks < 1) fail("parallel.virtual_stages must be at least 1, got {}", chunks);
 }
 
+// An empty schedule of the given shape, for the straight-line schedules to fill in.
+PipeSchedule empty_schedule(const std::string& name, int ranks, int micro, int chunks, bool split) {
+  PipeSchedule out;
+  out.name = name;
+  out.ranks = ranks;
+  out.micro = micro;
+  out.chunks = chunks;
+  out.split_backward = split;
+  out.order.assign(ranks, {});
+  return out;
+}
+
+constexpr const char* kScheduleNames = "\"gpipe\", \"1f1b\", \"interleaved\" or \"zero_bubble\"";
+
+// Refuses an unknown name, and model chunks for a schedule that has none.
+void check_name(const std::string& name, int chunks) {
+  if (name != "gpipe" && name != "1f1b" && name != "interleaved" && name != "zero_bubble")
+    fail("parallel.schedule must be {}, got '{}'", kScheduleNames, name);
+  if (name == "interleaved" && chunks < 2)
+    fail(
+        "parallel.schedule = \"interleaved\" needs parallel.virtual_stages >= 2 (model chunks "
+        "per rank), got {}",
+        chunks);
+  if (name != "interleaved" && chunks != 1)
+    fail(
+        "parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\"; \"{}\" runs one "
+        "model chunk per rank",
+        chunks, name);
+}
+
 }  // namespace
 
 PipeSchedule gpipe(int ranks, int micro) {
@@ -213,13 +243,94 @@ PipeSchedule one_f_one_b(int ranks, int micro) {
   });
 }
 
-PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro) {
+PipeSchedule interleaved_1f1b(int ranks, int micro, int chunks) {
+  check_sizes(ranks, micro, chunks);
+  if (chunks > 1 && micro % ranks != 0)
+    fail(
+        "the interleaved pipeline schedule runs micro-batches in groups of parallel.pp: "
+        "train.grad_accum ({}) must be a multiple of parallel.pp ({}) when "
+        "parallel.virtual_stages = {}",
+        micro, ranks, chunks);
+  const Setup s{ranks, micro, chunks, false, {}};
+  const std::vector<PipeAction> fo = forward_order(s), bo = backward_order(s);
+  const int total = micro * chunks;  // forwards (and backwards) per rank
+  PipeSchedule out = empty_schedule("interleaved", ranks, micro, chunks, false);
+  for (int r = 0; r < ranks; r++) {
+    // Megatron-LM's warm-up: (v - 1) P forwards fill the later chunks on every rank, and
+    // 2 (P - r - 1) more cover a gradient's round trip from the last stage. With one chunk it is
+    // 1F1B's P - r - 1. (Megatron also runs every forward first when m == P, for its paired
+    // sends and receives; the order needs no such rule and holds less on the later ranks.)
+    int warmup = chunks == 1 ? ranks - r - 1 : (ranks - r - 1) * 2 + (chunks - 1) * ranks;
+    warmup = std::min(warmup, total);
+    std::vector<PipeAction>& o = out.order[r];
+    int f = 0, b = 0;
+    // Warm-up: forwards only.
+    while (f < warmup) o.push_back(fo[f++]);
+    // Steady state: one forward, one backward.
+    while (f < total) {
+      o.push_back(fo[f++]);
+      o.push_back(bo[b++]);
+    }
+    // Cool-down: the backwards left.
+    while (b < total) o.push_back(bo[b++]);
+  }
+  return out;
+}
+
+PipeSchedule zero_bubble_h1(int ranks, int micro) {
+  check_sizes(ranks, micro, 1);
+  PipeSchedule out = empty_schedule("zero_bubble", ranks, micro, 1, true);
+  auto F = [](int mb) { return PipeAction{PipeOp::Forward, mb, 0}; };
+  auto B = [](int mb) { return PipeAction{PipeOp::BackwardInput, mb, 0}; };
+  auto W = [](int mb) { return PipeAction{PipeOp::BackwardWeight, mb, 0}; };
+  for (int r = 0; r < ranks; r++) {
+    std::vector<PipeAction>& o = out.order[r];
+    int f = 0, b = 0, w = 0;
+    // Warm-up: 1F1B's P - r - 1 forwards.
+    while (f < std::min(ranks - r - 1, micro)) o.push_back(F(f++));
+    // Steady state, first r rounds: F, B with the W held back. Rank r's backwards then start
+    // as soon as the last stage's gradient arrives, and these r W's fill the cool-down, where
+    // 1F1B idles waiting for the gradients of the later stages.
+    for (int i = 0; i < r && f < micro; i++) {
+      o.push_back(F(f++));
+      o.push_back(B(b++));
+    }
+    // Steady state: F, B, W; each W is for the oldest micro-batch whose B is done.
+    while (f < micro) {
+      o.push_back(F(f++));
+      o.push_back(B(b++));
+      o.push_back(W(w++));
+    }
+    // Cool-down: B, W.
+    while (b < micro) {
+      o.push_back(B(b++));
+      o.push_back(W(w++));
+    }
+    // The W's held back.
+    while (w < micro) o.push_back(W(w++));
+  }
+  return out;
+}
+
+PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro, int chunks) {
+  check_name(name, chunks);
   if (name == "gpipe") return gpipe(ranks, micro);
   if (name == "1f1b") return one_f_one_b(ranks, micro);
-  fail(
-      "parallel.schedule must be \"gpipe\" or \"1f1b\" (interleaved and zero-bubble are not built "
-      "yet), got '{}'",
-      name);
+  if (name == "interleaved") return interleaved_1f1b(ranks, micro, chunks);
+  return zero_bubble_h1(ranks, micro);
+}
+
+double pipeline_bubble_formula(const std::string& name, int ranks, int micro, int chunks,
+                               const PipeTimes& t) {
+  check_name(name, chunks);
+  check_sizes(ranks, micro, chunks);
+  const double P = ranks, m = micro, v = chunks;
+  // Idle (P - 1) (F + B + W) against busy m (F + B + W) per rank, chunks dividing the idle.
+  if (name != "zero_bubble") return (P - 1) / (v * m);
+  // ZB-H1, the paper's Table 2: a B waits for the next stage's B only, not its W, and the W's
+  // held back fill the cool-down: idle (P - 1)(F + B - W) against 1F1B's (P - 1)(F + B + W).
+  // The schedule reaches it for m >= P and W <= F; simulate finds (P - 1)(F + B - min(F, W)).
+  return std::max(0.0, (P - 1) * (t.f + t.b - t.w) / (m * (t.f + t.b + t.w)));
 }
 
 PipeStats simulate(const PipeSchedule& sch, const PipeTimes& t) {

@@ -1,14 +1,21 @@
 // Pipeline schedules: for P ranks holding the stages of a model and m micro-batches per step,
-// the order in which each rank runs its forwards and backwards. Each schedule is a policy, and
-// the per-rank orders come from running it over unit-time operations (list scheduling), so
-// every order is one the dependencies allow:
-//   - gpipe: every forward, then every backward;
+// the order in which each rank runs its forwards (F) and backwards (B, or with the backward
+// split, its input part B and weight part W):
+//   - gpipe: every forward, then every backward; rank r holds all m micro-batches;
 //   - one_f_one_b: PipeDream-Flush / Megatron-LM's default: rank r runs at most P - r forwards
 //     ahead of its backwards, so the first rank holds at most P micro-batches' activations.
-// Both idle (P-1)/m of their busy time. Model chunks (interleaving) and a split backward (zero
-// bubble) are in the types and the simulation; their policies are not built yet: greedy rules
-// missed the published bubbles, (P-1)/(v·m) and (P-1)(F+B-W) at 1F1B's memory.
-// A micro-batch's activations are held from its forward until its last backward part.
+//     Both idle (P-1)/m of their busy time, and both come from a policy run over unit-time
+//     operations (list scheduling), so every order is one the dependencies allow;
+//   - interleaved_1f1b: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021): rank r holds v
+//     model chunks, virtual stages c·P + r, and runs warm-up forwards, steady 1F1B and
+//     cool-down backwards over micro-batches in groups of P. Idles (P-1)/(v·m); rank 0 holds
+//     up to min(v·m, (v+1)P - 1) micro-batch chunks (each 1/v of its layers);
+//   - zero_bubble_h1: ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B with the
+//     backward split, rank r holding back its first r W's to fill the cool-down. Idles
+//     (P-1)(F+B-W) against 1F1B's (P-1)(F+B+W); every rank holds at most P micro-batches,
+//     1F1B's peak (its first rank).
+// The straight-line schedules are written as their papers give them: warm-up, steady state and
+// cool-down. A micro-batch's activations are held from its forward until its last backward part.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,8 +46,16 @@ struct PipeTimes {
 
 PipeSchedule gpipe(int ranks, int micro);
 PipeSchedule one_f_one_b(int ranks, int micro);
-// By name: "gpipe" or "1f1b"; an error names the choices.
-PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro);
+// `chunks` model chunks per rank; more than one needs `micro` a multiple of `ranks`.
+PipeSchedule interleaved_1f1b(int ranks, int micro, int chunks);
+PipeSchedule zero_bubble_h1(int ranks, int micro);
+// By name: "gpipe", "1f1b", "interleaved" (chunks >= 2) or "zero_bubble"; an error names the
+// choices and the setting at fault.
+PipeSchedule pipeline_schedule(const std::string& name, int ranks, int micro, int chunks = 1);
+// The schedule's idle over busy time per rank in theory, with the given operation times: what
+// simulate() finds for m >= P (zero_bubble: and W <= F; a longer W idles more).
+double pipeline_bubble_formula(const std::string& name, int ranks, int micro, int chunks,
+                               const PipeTimes& t);
 
 struct PipeStats {
   double makespan = 0;    // one step, with the given times
