@@ -146,12 +146,17 @@ std::vector<Key> schema(TrainConfig& c) {
       {"parallel.pp", &c.pp,
        "pipeline stages, each an even share of the layers (the first holds the embedding, the "
        "last the head)"},
+      {"parallel.virtual_stages", &c.virtual_stages,
+       "model chunks per pipeline rank for parallel.schedule = \"interleaved\" (at least 2; 1 "
+       "otherwise)"},
       {"parallel.stage_layers", &c.stage_layers,
-       "layers of each pipeline stage, e.g. [3, 5] (the sum is model.n_layer; empty: an even "
-       "split)"},
+       "layers of each pipeline stage, e.g. [3, 5]: parallel.pp x parallel.virtual_stages numbers "
+       "summing to model.n_layer (empty: an even split)"},
       {"parallel.schedule", &c.schedule,
-       "pipeline schedule: \"1f1b\" (at most pp micro-batches in flight) or \"gpipe\" (all "
-       "forwards, then all backwards); train.grad_accum micro-batches per step"},
+       "pipeline schedule: \"1f1b\" (at most pp micro-batches in flight), \"gpipe\" (all "
+       "forwards, then all backwards), \"interleaved\" (parallel.virtual_stages chunks per rank) "
+       "or \"zero_bubble\" (ZB-H1: weight gradients fill the bubble); train.grad_accum "
+       "micro-batches per step"},
       {"hardware.peak_gflops", &c.peak_gflops,
        "peak FLOP/s of one process for MFU in GFLOP/s (0: what `kiln bench peak` cached for "
        "this CPU, thread count and dtype, else measured at start)"},
@@ -484,9 +489,15 @@ void TrainConfig::validate() const {
   if (tp != 1)
     fail("{}: parallel.tp = {}: tensor parallelism is not supported yet; set parallel.tp = 1",
          source, tp);
-  if (pp > 1 && pp > model.n_layer)
-    fail("{}: parallel.pp = {} is more than model.n_layer = {}: every pipeline stage needs a layer",
-         source, pp, model.n_layer);
+  in_range(virtual_stages, 1, kIntMax, "parallel.virtual_stages", "must be at least 1");
+  const int64_t stages = static_cast<int64_t>(pp) * virtual_stages;
+  if (pp > 1 && stages > model.n_layer)
+    fail(
+        "{}: parallel.pp = {}{} is more than model.n_layer = {}: every pipeline stage needs a "
+        "layer",
+        source, pp,
+        virtual_stages > 1 ? fmt::format(" x parallel.virtual_stages = {}", virtual_stages) : "",
+        model.n_layer);
   if (!stage_layers.empty()) {
     int64_t sum = 0;
     for (int n : stage_layers) {
@@ -494,17 +505,34 @@ void TrainConfig::validate() const {
         fail("{}: parallel.stage_layers holds {}: every stage needs at least one layer", source, n);
       sum += n;
     }
-    if (static_cast<int>(stage_layers.size()) != pp || sum != model.n_layer)
+    if (static_cast<int64_t>(stage_layers.size()) != stages || sum != model.n_layer)
       fail(
-          "{}: parallel.stage_layers gives {} stages of {} layers in all; it needs parallel.pp = "
-          "{} stages of model.n_layer = {} layers in all",
-          source, stage_layers.size(), sum, pp, model.n_layer);
+          "{}: parallel.stage_layers gives {} stages of {} layers in all; it needs parallel.pp x "
+          "parallel.virtual_stages = {} stages of model.n_layer = {} layers in all",
+          source, stage_layers.size(), sum, stages, model.n_layer);
   }
-  if (schedule == "interleaved" || schedule == "zero_bubble")
-    fail("{}: parallel.schedule = \"{}\" is not built yet; use \"1f1b\" or \"gpipe\"", source,
-         schedule);
-  if (schedule != "1f1b" && schedule != "gpipe")
-    fail("{}: parallel.schedule must be \"1f1b\" or \"gpipe\", got \"{}\"", source, schedule);
+  if (schedule != "1f1b" && schedule != "gpipe" && schedule != "interleaved" &&
+      schedule != "zero_bubble")
+    fail(
+        "{}: parallel.schedule must be \"1f1b\", \"gpipe\", \"interleaved\" or "
+        "\"zero_bubble\", got \"{}\"",
+        source, schedule);
+  if ((schedule == "interleaved") != (virtual_stages > 1))
+    fail(
+        "{}: parallel.schedule = \"{}\" with parallel.virtual_stages = {}: the interleaved "
+        "schedule needs at least 2 chunks per rank, the others 1",
+        source, schedule, virtual_stages);
+  if (pp > 1 && virtual_stages > 1 && grad_accum % pp != 0)
+    fail(
+        "{}: train.grad_accum = {} with parallel.pp = {} and parallel.virtual_stages = {}: the "
+        "interleaved schedule runs micro-batches in groups of pp; make train.grad_accum a "
+        "multiple of parallel.pp",
+        source, grad_accum, pp, virtual_stages);
+  if (pp > 1 && schedule == "zero_bubble" && recompute == "full")
+    fail(
+        "{}: parallel.schedule = \"zero_bubble\" with train.recompute = \"full\": the weight "
+        "gradients wait for inputs a full recompute does not keep; use \"attention\" or \"none\"",
+        source);
   if (pp > 1 && zero >= 2)
     fail(
         "{}: train.zero = {} with parallel.pp = {}: ZeRO-2 and 3 do not run with pipeline "

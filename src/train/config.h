@@ -72,10 +72,14 @@ struct TrainConfig {
   int dp = 0;  // data-parallel replicas; 0: world / (tp × pp)
   int tp = 1;  // tensor-parallel ranks (1 only, for now)
   int pp = 1;  // pipeline stages, each a contiguous range of layers (pipeline_stage, model.h)
-  // The pipeline schedule: "1f1b" (PipeDream-Flush) or "gpipe"; train.grad_accum is the number
-  // of micro-batches per step.
+  // The pipeline schedule: "1f1b" (PipeDream-Flush), "gpipe", "interleaved" (Megatron-LM's
+  // interleaved 1F1B over virtual_stages chunks) or "zero_bubble" (ZB-H1); train.grad_accum is
+  // the number of micro-batches per step.
   std::string schedule = "1f1b";
-  // Layers of each stage (pp numbers summing to n_layer); empty: an even split.
+  // Model chunks per pipeline rank ("interleaved": rank r holds virtual stages r, r + pp, ...).
+  int virtual_stages = 1;
+  // Layers of each (virtual) stage (pp × virtual_stages numbers summing to n_layer); empty: an
+  // even split.
   std::vector<int> stage_layers;
 
   // [hardware]

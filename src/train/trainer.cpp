@@ -77,22 +77,38 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   mo.bf16 = cfg_.dtype == "bf16";
   mo.recompute = parse_recompute(cfg_.recompute);
   mo.flash_attention = cfg_.attention == "flash";
+  // The model chunks this rank holds (one but with the interleaved schedule): each a pipeline
+  // stage with an activation slot for each micro-batch the schedule keeps in flight on it.
+  const int P = shape.pp, me = grid_->pp_rank();
+  const int nchunks = pipelined() ? cfg_.virtual_stages : 1;
+  std::vector<int> slots(nchunks, 1);
   if (pipelined()) {
-    // This rank's stage, with an activation slot for each micro-batch the schedule keeps in
-    // flight on it.
-    mo.stage = pipeline_stage(cfg_.model.n_layer, cfg_.stage_layers, shape.pp, grid_->pp_rank());
-    schedule_ = pipeline_schedule(cfg_.schedule, shape.pp, cfg_.grad_accum);
-    mo.slots = simulate(schedule_).in_flight.at(grid_->pp_rank());
+    schedule_ = pipeline_schedule(cfg_.schedule, P, cfg_.grad_accum, nchunks);
+    slots = slots_per_chunk(schedule_, me);
     mo.split_backward = schedule_.split_backward;
   }
-  model_ = make_model(cfg_.model, B, T, mo);
+  const int64_t bucket_bytes = static_cast<int64_t>(cfg_.bucket_mb * 1e6);
+  for (int c = 0; c < nchunks; c++) {
+    if (pipelined())
+      mo.stage = pipeline_stage(cfg_.model.n_layer, cfg_.stage_layers, P * nchunks, c * P + me);
+    mo.slots = slots[c];
+    if (c == 0)
+      model_ = make_model(cfg_.model, B, T, mo);
+    else
+      later_models_.push_back(make_model(cfg_.model, B, T, mo));
+    own_.push_back(stage_range(pipelined() ? c * P + me : 0));
+    auto [lo, hi] = own_.back();
+    std::vector<int64_t> offsets;
+    for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
+    // Data parallelism reduces and shards this chunk's parameters (at pp = 1, all of them).
+    auto dp =
+        std::make_unique<DataParallel>(*dp_group_, hi - lo, offsets, cfg_.zero, bucket_bytes, lo);
+    if (c == 0)
+      dp_ = std::move(dp);
+    else
+      later_dps_.push_back(std::move(dp));
+  }
   const int64_t n = model_->layout().total;
-  std::tie(own_begin_, own_end_) = stage_range(grid_->pp_rank());
-  std::vector<int64_t> offsets;
-  for (const auto& t : model_->layout().tensors) offsets.push_back(t.offset);
-  // Data parallelism reduces and shards this stage's parameters (at pp = 1, all of them).
-  dp_ = std::make_unique<DataParallel>(*dp_group_, own_end_ - own_begin_, offsets, cfg_.zero,
-                                       static_cast<int64_t>(cfg_.bucket_mb * 1e6), own_begin_);
   params_ = PageBuffer(n);
   grads_ = PageBuffer(n);
   if (dp_group_->size() > 1 && dp_group_->shares_memory()) {
@@ -105,8 +121,13 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
     if (cfg_.zero <= 1 || mem->removable())
       grads_ = PageBuffer(static_cast<float*>(mem->data()), n, mem, mem->removable());
   }
-  m_.resize(dp_->shard_end() - dp_->shard_begin());
-  v_.resize(dp_->shard_end() - dp_->shard_begin());
+  int64_t state = 0;  // each chunk's shard of the AdamW state, one after the other
+  for (int c = 0; c < chunks(); c++) {
+    state_at_.push_back(state);
+    state += chunk_dp(c).shard_end() - chunk_dp(c).shard_begin();
+  }
+  m_.resize(state);
+  v_.resize(state);
   inputs_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
   flops_per_token_ = flops_per_token(cfg_.model, T);
@@ -340,8 +361,9 @@ MemoryReport Trainer::memory() const {
   const int zero = dp_->zero();
   // The parameters (and gradients) this rank reads: all, or its pipeline stage's and the tied
   // embedding the last stage's head reads.
-  const int64_t used = (own_end_ - own_begin_ + (reads_tied_embedding() ? tied_numel() : 0)) *
-                       static_cast<int64_t>(sizeof(float));
+  int64_t used = reads_tied_embedding() ? tied_numel() : 0;
+  for (auto [lo, hi] : own_) used += hi - lo;
+  used *= static_cast<int64_t>(sizeof(float));
   r.params = zero == 3 ? master_.bytes() : used;
   // bf16: the matmuls' copy; under ZeRO-3 only the gathered ranges' (half their fp32 bytes).
   if (weights_bf16_ && zero != 3) r.params += used / 2;
@@ -352,7 +374,9 @@ MemoryReport Trainer::memory() const {
   r.comm_buffers =
       zero == 1 ? dp_->shard_grad_bytes() + dp_->side_buffer_bytes() : dp_->side_buffer_bytes();
   r.comm_buffers += dp_group_->buffer_bytes();  // e.g. this rank's share of a shared-memory window
-  r.activations = model_->activation_bytes() + model_->deferred_bytes();
+  r.activations = 0;
+  for (int c = 0; c < chunks(); c++)
+    r.activations += chunk_model(c).activation_bytes() + chunk_model(c).deferred_bytes();
   return r;
 }
 
@@ -427,10 +451,15 @@ StepResult Trainer::step() {
   double loss_sum = pipelined() ? pipeline_forward_backward(r, dloss) : forward_backward(r, dloss);
   const double t_opt = now_seconds();
   TraceSpan opt_span("optimizer", "compute");
-  const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
-  // This rank's part of the summed gradient: the whole buffer (zero 0) or its shard (zero 1, 2).
-  const float* gshard = dp_->zero() == 0 ? grads_.data() + sb : dp_->shard_grads();
-  double sumsq = sum_squares(gshard, se - sb);
+  // This rank's part of the summed gradient, per chunk: its whole range (zero 0) or its shard
+  // (zero 1, 2).
+  auto grad_part = [&](int c) {
+    DataParallel& d = chunk_dp(c);
+    return d.zero() == 0 ? grads_.data() + d.shard_begin() : d.shard_grads();
+  };
+  double sumsq = 0;
+  for (int c = 0; c < chunks(); c++)
+    sumsq += sum_squares(grad_part(c), chunk_dp(c).shard_end() - chunk_dp(c).shard_begin());
   r.stop_requested = stop_signal() != 0;
   if (pipelined()) {
     // The loss is the last stage's, the norm's square the sum of every stage's part (each
@@ -467,21 +496,27 @@ StepResult Trainer::step() {
     // bf16 with the whole parameters updated here (zero 0): AdamW writes the weight copy too.
     bf16* copy =
         dp_->zero() == 0 && weights_bf16_ ? weights_bf16_->for_update(params_.data()) : nullptr;
-    for (const auto& t : model_->layout().tensors) {
-      const int64_t lo = std::max(t.offset, sb), hi = std::min(t.offset + t.numel, se);
-      if (lo >= hi) continue;  // not in this rank's shard
-      AdamWParams a{static_cast<float>(r.lr),
-                    static_cast<float>(cfg_.beta1),
-                    static_cast<float>(cfg_.beta2),
-                    static_cast<float>(cfg_.eps),
-                    t.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f,
-                    scale,
-                    step_ + 1 - skipped_steps_};
-      float* p = zero3() ? master_.data() + (lo - sb) : params_.data() + lo;
-      adamw_update(p, gshard + (lo - sb), m_.data() + (lo - sb), v_.data() + (lo - sb), hi - lo, a,
-                   copy ? copy + lo : nullptr);
+    for (int c = 0; c < chunks(); c++) {
+      const int64_t sb = chunk_dp(c).shard_begin(), se = chunk_dp(c).shard_end();
+      const float* gshard = grad_part(c);
+      float* m = m_.data() + state_at_[c];
+      float* v = v_.data() + state_at_[c];
+      for (const auto& t : model_->layout().tensors) {
+        const int64_t lo = std::max(t.offset, sb), hi = std::min(t.offset + t.numel, se);
+        if (lo >= hi) continue;  // not in this rank's shard
+        AdamWParams a{static_cast<float>(r.lr),
+                      static_cast<float>(cfg_.beta1),
+                      static_cast<float>(cfg_.beta2),
+                      static_cast<float>(cfg_.eps),
+                      t.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f,
+                      scale,
+                      step_ + 1 - skipped_steps_};
+        float* p = zero3() ? master_.data() + (lo - sb) : params_.data() + lo;
+        adamw_update(p, gshard + (lo - sb), m + (lo - sb), v + (lo - sb), hi - lo, a,
+                     copy ? copy + lo : nullptr);
+      }
+      chunk_dp(c).gather(params_.data());
     }
-    dp_->gather(params_.data());
     // bf16: once per step (ZeRO-3 makes it as it gathers the parameters).
     if (weights_bf16_ && !copy && !zero3()) refresh_weight_copy();
     if (pipelined()) share_tied_embedding();

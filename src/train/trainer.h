@@ -60,6 +60,10 @@ struct StepResult {
   std::span<const double> rank_compute_seconds;
 };
 
+// The activation slots each model chunk of pipeline rank `rank` needs: the most micro-batches
+// the schedule keeps in flight on it at once.
+std::vector<int> slots_per_chunk(const PipeSchedule& s, int rank);
+
 // Fills one micro-batch: inputs and targets, each (B,T).
 using BatchSource = std::function<void(int32_t* inputs, int32_t* targets)>;
 
@@ -152,12 +156,21 @@ class Trainer {
   // head). One stage holding the whole model, or the pipeline's schedule (trainer_pipeline.cpp).
   double forward_backward(StepResult& r, float dloss);
   double pipeline_forward_backward(StepResult& r, float dloss);
-  // Pipeline parallelism (trainer_pipeline.cpp).
+  // Pipeline parallelism (trainer_pipeline.cpp). A rank holds `chunks()` model chunks: chunk c
+  // of pipeline rank r is virtual stage c·pp + r of pp · virtual_stages (one chunk but with the
+  // interleaved schedule).
   bool pipelined() const { return grid_->shape().pp > 1; }
-  // The range of the flat buffers pipeline stage `stage` owns (updates, saves); the whole model
+  int chunks() const { return static_cast<int>(own_.size()); }
+  int virtual_stages() const { return grid_->shape().pp * cfg_.virtual_stages; }
+  Model& chunk_model(int c) { return c == 0 ? *model_ : *later_models_.at(c - 1); }
+  const Model& chunk_model(int c) const { return c == 0 ? *model_ : *later_models_.at(c - 1); }
+  DataParallel& chunk_dp(int c) { return c == 0 ? *dp_ : *later_dps_.at(c - 1); }
+  // The range of the flat buffers virtual stage `stage` owns (updates, saves); the whole model
   // at pp = 1.
   std::pair<int64_t, int64_t> stage_range(int stage) const;
-  // Whether this stage reads the tied embedding that the first stage owns (the last stage's LM
+  // Whether the flat index lies in a range this rank owns.
+  bool owns(int64_t i) const;
+  // Whether this rank reads the tied embedding that the first stage owns (the last stage's LM
   // head), and its number of elements (at offset 0).
   bool reads_tied_embedding() const;
   int64_t tied_numel() const { return model_->layout().tensors.front().numel; }
@@ -176,7 +189,9 @@ class Trainer {
   std::vector<FlatTensor> flat_tensors() const;
   // train.init_from: a safetensors file or a Hugging Face directory (single file or sharded).
   void init_from(const std::string& path);
-  void load_whole_optimizer_state(const std::string& path, int64_t shard_begin, int64_t shard_end);
+  // Elements [shard_begin, shard_end) of the AdamW moments, into m and v.
+  void load_whole_optimizer_state(const std::string& path, int64_t shard_begin, int64_t shard_end,
+                                  float* m, float* v);
   std::string sample_text();
   void next_batch();
   void log_step(const StepResult& r);
@@ -225,7 +240,10 @@ class Trainer {
   // Pipeline parallelism: the schedule, this stage's parameters [own_begin_, own_end_), the step's
   // micro-batches (every stage reads them all), and the buffers of the transfers between stages.
   PipeSchedule schedule_;
-  int64_t own_begin_ = 0, own_end_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> own_;  // per chunk: the range it owns
+  std::vector<int64_t> state_at_;  // per chunk: where its AdamW state starts in m_, v_
+  std::vector<std::unique_ptr<Model>> later_models_;      // chunks 1.. (chunk 0 is model_)
+  std::vector<std::unique_ptr<DataParallel>> later_dps_;  // their data parallelism
   Buffer<int32_t> micro_inputs_, micro_targets_;
   Buffer<float> act_in_, grad_in_, grad_out_[2], tied_grad_;
   double run_start_ = 0;

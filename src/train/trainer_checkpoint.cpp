@@ -65,7 +65,7 @@ CheckpointContents Trainer::checkpoint_contents() {
     };
     c.after_tensor = [this, ranges](size_t i) {
       auto [b, e] = ranges[i];
-      if (world_->rank() == 0 && b >= own_end_) params_.release(b, e);
+      if (world_->rank() == 0 && !owns(b)) params_.release(b, e);
     };
   }
   if (zero3()) {
@@ -83,15 +83,18 @@ CheckpointContents Trainer::checkpoint_contents() {
   // whole from its first data-parallel rank.
   const bool sharded = dp_->zero() > 0;
   const int per_stage = sharded ? dp_group_->size() : 1;
-  if (sharded || dp_group_->rank() == 0) {
-    CheckpointContents::Shard sh;
-    sh.rank = grid_->pp_rank() * per_stage + (sharded ? dp_group_->rank() : 0);
-    sh.ranks = grid_->shape().pp * per_stage;
-    sh.begin = dp_->shard_begin();
-    sh.end = dp_->shard_end();
-    sh.buffers = {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
-    c.shards.push_back(sh);
-  }
+  if (sharded || dp_group_->rank() == 0)
+    for (int k = 0; k < chunks(); k++) {  // file numbers: virtual stage, then data-parallel rank
+      const int stage = k * grid_->shape().pp + grid_->pp_rank();
+      CheckpointContents::Shard sh;
+      sh.rank = stage * per_stage + (sharded ? dp_group_->rank() : 0);
+      sh.ranks = virtual_stages() * per_stage;
+      sh.begin = chunk_dp(k).shard_begin();
+      sh.end = chunk_dp(k).shard_end();
+      sh.buffers = {{"exp_avg.", m_.data() + state_at_[k]},
+                    {"exp_avg_sq.", v_.data() + state_at_[k]}};
+      c.shards.push_back(sh);
+    }
   c.shard_tensors = flat_tensors();
   c.shard_metadata = {{"optimizer", "adamw"}, {"step", std::to_string(step_)}};
   c.files = {{"config.json", hf_config(cfg_.model).dump(2) + "\n"},
@@ -170,17 +173,18 @@ void Trainer::init_from(const std::string& path) {
   load_tensors(TensorFiles(path), model_->layout(), cfg_.model, params_.data());
 }
 
-void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, int64_t se) {
+void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, int64_t se, float* m,
+                                         float* v) {
   const auto& layout = model_->layout();
   const TensorFiles opt_file(path);
-  for (auto [prefix, dst] : {std::pair{"exp_avg.", &m_}, std::pair{"exp_avg_sq.", &v_}}) {
+  for (auto [prefix, dst] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
     if (sb == 0 && se == static_cast<int64_t>(params_.size())) {
-      load_tensors(opt_file, layout, cfg_.model, dst->data(), prefix);
+      load_tensors(opt_file, layout, cfg_.model, dst, prefix);
       continue;
     }
     Buffer<float> full(params_.size());
     load_tensors(opt_file, layout, cfg_.model, full.data(), prefix);
-    std::copy(full.data() + sb, full.data() + se, dst->data());
+    std::copy(full.data() + sb, full.data() + se, dst);
   }
 }
 
@@ -236,16 +240,19 @@ void Trainer::resume_from(const std::string& dir) {
   // Each rank reads its shard of the AdamW state, whatever the layout that wrote it: from the
   // per-rank files (optimizer-RRRRR-of-NNNNN.safetensors), or from one optimizer.safetensors of
   // whole tensors (checkpoints of earlier kiln versions).
-  const int64_t sb = dp_->shard_begin(), se = dp_->shard_end();
   const auto shards = state_shard_files(dir, "optimizer");
-  if (!shards.empty())
-    read_state_shards(shards, flat_tensors(), sb, se,
-                      {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}});
-  else
-    load_whole_optimizer_state((p / "optimizer.safetensors").string(), sb, se);
+  for (int k = 0; k < chunks(); k++) {  // each chunk's shard
+    const int64_t sb = chunk_dp(k).shard_begin(), se = chunk_dp(k).shard_end();
+    float* m = m_.data() + state_at_[k];
+    float* v = v_.data() + state_at_[k];
+    if (!shards.empty())
+      read_state_shards(shards, flat_tensors(), sb, se, {{"exp_avg.", m}, {"exp_avg_sq.", v}});
+    else
+      load_whole_optimizer_state((p / "optimizer.safetensors").string(), sb, se, m, v);
+  }
   if (!std::isfinite(sum_squares(params_.data(), params_.size())) ||
-      !std::isfinite(sum_squares(m_.data(), se - sb)) ||
-      !std::isfinite(sum_squares(v_.data(), se - sb)))
+      !std::isfinite(sum_squares(m_.data(), static_cast<int64_t>(m_.size()))) ||
+      !std::isfinite(sum_squares(v_.data(), static_cast<int64_t>(v_.size()))))
     fail(
         "cannot resume from {}: its weights or AdamW state are not finite (NaN or inf); every "
         "step would be skipped. Remove that checkpoint directory to resume from an older one",

@@ -150,6 +150,7 @@ const KeyRow kKeys[] = {
     {"parallel.dp", true, kRefused, kAccepted, kAccepted},  // 0: world / (tp x pp)
     {"parallel.tp", true, kRefused, kRefused, kRefused},    // only 1 so far
     {"parallel.pp", true, kRefused, kRefused, kRefused},
+    {"parallel.virtual_stages", true, kRefused, kRefused, kRefused},  // > 1: interleaved only
 };
 
 TEST(BadInput, TheTableCoversEveryNumericConfigKey) {

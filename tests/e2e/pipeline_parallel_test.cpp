@@ -120,17 +120,19 @@ TEST_F(PipelineRun, EveryScheduleAndStageCountAgreesWithOneProcessAndRepeatsToTh
   // Without a pipeline one micro-batch is in flight at a time.
   EXPECT_EQ(train_records(dir_ / "ref/metrics.jsonl")[1].in_flight, 1);
   for (int pp : {2, 4})
-    for (const char* schedule : {"1f1b", "gpipe"}) {
+    for (const std::string schedule : {"1f1b", "gpipe", "zero_bubble", "interleaved"}) {
+      if (schedule == "interleaved" && pp == 4) continue;  // 8 chunks of a 4-layer model
       const std::string out = fmt::format("pp{}-{}", pp, schedule);
       r = train(pp, out,
-                fmt::format("--set parallel.pp={} --set parallel.schedule={}", pp, schedule));
+                fmt::format("--set parallel.pp={} --set parallel.schedule={}{}", pp, schedule,
+                            schedule == "interleaved" ? " --set parallel.virtual_stages=2" : ""));
       ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
       expect_agrees("ref", out, 1e-5, 1e-4);
-      // The first stage holds at most pp micro-batches' activations under 1F1B, all four under
-      // GPipe.
-      EXPECT_EQ(train_records(dir_ / (out + "/metrics.jsonl"))[5].in_flight,
-                std::string(schedule) == "1f1b" ? std::min(pp, 4) : 4)
-          << out;
+      // The first stage holds at most pp micro-batches' activations under 1F1B and zero bubble
+      // (a micro-batch until its weight part), all four under GPipe; with two chunks, micro-
+      // batch chunks: Megatron's warm-up of (pp - 1) * 2 + (v - 1) * pp forwards, and one more.
+      const int want = schedule == "gpipe" ? 4 : schedule == "interleaved" ? 5 : std::min(pp, 4);
+      EXPECT_EQ(train_records(dir_ / (out + "/metrics.jsonl"))[5].in_flight, want) << out;
     }
   // Three stages of 2, 1 and 1 layers, and a step with fewer micro-batches than stages.
   r = train(1, "ref2", "--set train.grad_accum=2");
@@ -229,6 +231,11 @@ TEST_F(PipelineRun, CheckpointFromOneLayoutResumesOnAnother) {
   resume("src", "pp4", 4, "--set parallel.pp=4");
   resume("src", "dp2pp2", 4, "--set parallel.pp=2 --set train.batch_size=2");
   resume("pp1", "back", 2, "--set parallel.pp=2");
+  // Two chunks per rank save their optimizer state as four virtual stages' shards.
+  const std::string interleaved =
+      "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2";
+  resume("src", "interleaved", 2, interleaved);
+  resume("interleaved", "from_interleaved", 2, "--set train.batch_size=2");
 }
 
 // A stage's process killed mid-run: kiln launch restarts the pipeline from the newest complete
@@ -276,8 +283,14 @@ TEST_F(PipelineRun, LayoutsThatCannotRunAreRefusedNamingTheKeys) {
   EXPECT_NE(r.output.find("train.zero = 2 with parallel.pp = 2"), std::string::npos) << r.output;
   r = train(1, "c", "--set parallel.schedule=interleaved");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("parallel.schedule = \"interleaved\" is not built yet"),
+  EXPECT_NE(r.output.find("the interleaved schedule needs at least 2 chunks per rank"),
             std::string::npos)
+      << r.output;
+  r = train(2, "g",
+            "--set parallel.pp=2 --set parallel.schedule=interleaved --set "
+            "parallel.virtual_stages=2 --set train.grad_accum=3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("make train.grad_accum a multiple of parallel.pp"), std::string::npos)
       << r.output;
   r = train(1, "d", "--set parallel.schedule=zigzag");
   EXPECT_NE(r.exit_code, 0);
