@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -107,6 +108,20 @@ inline pid_t spawn_kiln(const std::string& args, const std::string& log) {
   return pid;
 }
 
+// A byte-level dataset of `lines` numbered pangram lines, prepared by `kiln data prepare` into
+// dir/data (with `prepare_args`, e.g. " --val-fraction 0.2"); the corpus is dir/corpus.txt.
+// Returns kiln's output when it fails, else "".
+inline std::string prepare_pangram_data(const std::string& dir, int lines,
+                                        const std::string& prepare_args = "") {
+  std::string text;
+  for (int i = 0; i < lines; i++)
+    text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
+  std::ofstream(dir + "/corpus.txt") << text;
+  auto r = run_kiln("data prepare --tokenizer bytes --input " + dir + "/corpus.txt --output " +
+                    dir + "/data" + prepare_args);
+  return r.exit_code == 0 ? "" : r.output;
+}
+
 // Polls `ready` every millisecond for up to `seconds`: true once it holds; false when time ran
 // out or process `pid` ended first (its wait status then in *status).
 inline bool wait_until(pid_t pid, const std::function<bool()>& ready, double seconds,
@@ -122,6 +137,25 @@ inline bool wait_until(pid_t pid, const std::function<bool()>& ready, double sec
     usleep(1000);
   }
   return ready();
+}
+
+// For a job started with spawn_kiln (`pid`) in run directory `out`: once checkpoint `step`
+// exists and rank `victim` has written its pid, SIGKILLs that rank. "" when it did, else why
+// not (with the job's log).
+inline std::string kill_rank_after_checkpoint(pid_t pid, const std::string& out, int victim,
+                                              int step, double seconds) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  const std::string ck = out + "/checkpoints/" + name;
+  const std::string pidfile = out + "/pids/rank-" + std::to_string(victim) + ".pid";
+  auto there = [&] { return std::filesystem::exists(ck) && std::filesystem::exists(pidfile); };
+  if (!wait_until(pid, there, seconds)) return "no " + ck + " and " + pidfile + " in time";
+  std::ifstream f(pidfile);
+  pid_t rank_pid = 0;
+  f >> rank_pid;
+  if (rank_pid <= 0) return "no pid in " + pidfile;
+  kill(rank_pid, SIGKILL);
+  return "";
 }
 
 // Runs `kiln <args>` as n ranks under tests/mpirun.sh (one thread each), output captured.

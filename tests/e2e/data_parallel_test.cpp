@@ -33,13 +33,7 @@ using kiln::testing::wait_until;
 class DataParallelRun : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 400; i++)
-      text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
-    std::ofstream(dir_ / "corpus.txt") << text;
-    auto r = run_kiln("data prepare --tokenizer bytes --input " + (dir_ / "corpus.txt") +
-                      " --output " + (dir_ / "data"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(kiln::testing::prepare_pangram_data(dir_.path(), 400), "");
     config_ = dir_ / "c.toml";
     std::ofstream(config_)
         << "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nblock_size = 32\n"
@@ -186,19 +180,8 @@ TEST_F(DataParallelRun, LaunchRestartsAfterKillNineAndEndsWithTheSameBits) {
   pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
                          out + ".log");
   ASSERT_GE(pid, 0);
-  std::string ck = out + "/checkpoints/" + fmt::format("step_{:08d}", at);
-  ASSERT_TRUE(wait_until(
-      pid,
-      [&] {
-        return fs::exists(ck) && fs::exists(out + "/pids/rank-" + std::to_string(victim) + ".pid");
-      },
-      30))
+  ASSERT_EQ(kiln::testing::kill_rank_after_checkpoint(pid, out, victim, at, 30), "")
       << bytes_of(out + ".log");
-  std::ifstream pidf(out + "/pids/rank-" + std::to_string(victim) + ".pid");
-  pid_t rank_pid = 0;
-  pidf >> rank_pid;
-  ASSERT_GT(rank_pid, 0);
-  kill(rank_pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
   std::string log = bytes_of(out + ".log");

@@ -65,13 +65,7 @@ TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
   if (testing::run_command("ip netns list").exit_code != 0)
     GTEST_SKIP() << "needs iproute2 with network namespaces (ip netns)";
   testing::TempDir dir;
-  std::string text;
-  for (int i = 0; i < 400; i++)
-    text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
-  std::ofstream(dir / "corpus.txt") << text;
-  auto r = testing::run_kiln("data prepare --tokenizer bytes --input " + (dir / "corpus.txt") +
-                             " --output " + (dir / "data"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(testing::prepare_pangram_data(dir.path(), 400), "");
   const std::string config = dir / "c.toml";
   std::ofstream(config) << "[model]\nn_layer = 2\nn_head = 2\nn_embd = 32\nblock_size = 32\n"
                            "vocab_size = 257\n[train]\nseq_len = 16\nsteps = 12\nlr = 3e-3\n"
@@ -82,7 +76,7 @@ TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
     return "train " + config + " --set train.batch_size=" + std::to_string(batch) +
            " --set train.zero=" + std::to_string(zero) + " --set train.out_dir=" + (dir / out);
   };
-  r = testing::run_kiln(args(8, 0, "ref"));
+  auto r = testing::run_kiln(args(8, 0, "ref"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto ref = testing::train_losses(dir / "ref/metrics.jsonl");
   ASSERT_EQ(ref.size(), 12u);

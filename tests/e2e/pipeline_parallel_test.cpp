@@ -29,7 +29,6 @@ using kiln::testing::run_kiln_mpi;
 using kiln::testing::RunResult;
 using kiln::testing::spawn_kiln;
 using kiln::testing::TempDir;
-using kiln::testing::wait_until;
 
 struct StepRecord {
   double loss = 0, grad_norm = 0;
@@ -73,13 +72,7 @@ double weights_difference(const std::string& a, const std::string& b) {
 class PipelineRun : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 400; i++)
-      text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
-    std::ofstream(dir_ / "corpus.txt") << text;
-    auto r = run_kiln("data prepare --tokenizer bytes --input " + (dir_ / "corpus.txt") +
-                      " --output " + (dir_ / "data"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(kiln::testing::prepare_pangram_data(dir_.path(), 400), "");
     config_ = dir_ / "c.toml";
     // Four layers, so that four stages hold one each; four micro-batches of 4 sequences a step.
     std::ofstream(config_) << "[model]\nn_layer = 4\nn_head = 2\nn_embd = 32\nblock_size = 32\n"
@@ -253,16 +246,8 @@ TEST_F(PipelineRun, LaunchRestartsAPipelineAfterKillNineAndEndsWithTheSameBits) 
   pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
                          out + ".log");
   ASSERT_GE(pid, 0);
-  std::string ck = out + "/checkpoints/" + fmt::format("step_{:08d}", at);
-  const std::string pidfile = out + "/pids/rank-" + std::to_string(victim) + ".pid";
-  ASSERT_TRUE(wait_until(
-      pid, [&] { return fs::exists(ck) && fs::exists(pidfile); }, 60))
+  ASSERT_EQ(kiln::testing::kill_rank_after_checkpoint(pid, out, victim, at, 60), "")
       << bytes_of(out + ".log");
-  std::ifstream pidf(pidfile);
-  pid_t rank_pid = 0;
-  pidf >> rank_pid;
-  ASSERT_GT(rank_pid, 0);
-  kill(rank_pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
   std::string log = bytes_of(out + ".log");

@@ -687,13 +687,7 @@ TEST(ReportRead, AHugeRunIsDecimatedToAtMost2000PointsPerSeries) {
 // a sample every 6, a checkpoint every 6); extra arguments go to `kiln train`.
 void train_tiny(const TempDir& dir, int steps, const std::string& extra = "") {
   if (!fs::exists(dir / "data/manifest.json")) {
-    std::string text;
-    for (int i = 0; i < 300; i++)
-      text += "Line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog.\n";
-    std::ofstream(dir / "corpus.txt") << text;
-    auto r = run_kiln("data prepare --tokenizer bytes --input " + (dir / "corpus.txt") +
-                      " --output " + (dir / "data") + " --val-fraction 0.2");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(kiln::testing::prepare_pangram_data(dir.path(), 300, " --val-fraction 0.2"), "");
   }
   std::ofstream(dir / "tiny.toml")
       << "[model]\nn_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 32\nvocab_size = 257\n"
