@@ -29,6 +29,10 @@ void register_submit(CLI::App& app) {
   cmd->add_option("--signal-seconds", o->signal_seconds,
                   "Slurm sends USR1 this long before the time limit; kiln checkpoints on it")
       ->capture_default_str();
+  cmd->add_option("--max-restarts", o->max_restarts,
+                  "requeue the job after a failed run (a crashed rank, a hang) at most this many "
+                  "times; a node named in two failures is excluded")
+      ->capture_default_str();
   cmd->add_option("--sbatch-arg", o->sbatch_args,
                   "an extra #SBATCH argument, e.g. --sbatch-arg=--account=ml (repeatable)");
   cmd->add_flag("--dry-run", *dry_run, "print the batch script instead of submitting it");
@@ -37,6 +41,7 @@ void register_submit(CLI::App& app) {
     if (o->nodes < 1 || o->ntasks_per_node < 1)
       fail("submit: --nodes and --ntasks-per-node must be at least 1");
     if (o->signal_seconds < 1) fail("submit: --signal-seconds must be at least 1");
+    if (o->max_restarts < 0) fail("submit: --max-restarts must not be negative");
     // The config is checked here, not minutes later on a compute node.
     TrainConfig cfg = load_train_config(o->config, o->sets);
     o->config = fs::absolute(o->config).string();

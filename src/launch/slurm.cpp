@@ -65,6 +65,13 @@ std::string sbatch_script(const SubmitOptions& o) {
   std::string cmd = "srun --mpi=pmix " + shell_quote(o.kiln_binary) + " train " +
                     shell_quote(o.config) + " --set train.resume=auto";
   for (const auto& kv : o.sets) cmd += " --set " + shell_quote(kv);
+  const std::string out = shell_quote(o.out_dir);
+  if (o.max_restarts > 0) {
+    // srun's own errors name the node of a task that failed ("srun: error: NODE: task 3: ...");
+    // a copy of them is kept per attempt for the failure's record.
+    s += "errs=" + out + "/srun-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}.err\n";
+    cmd += " 2> >(tee \"$errs\" >&2)";
+  }
   s += cmd + " &\n";
   // Waiting in the background lets the trap run while srun goes on; wait again after a signal.
   s += "pid=$!\n";
@@ -72,6 +79,42 @@ std::string sbatch_script(const SubmitOptions& o) {
   s += fmt::format("if [ $rc -eq {} ]; then\n", kExitStoppedForRequeue);
   s += "  echo \"kiln: checkpoint written on request; requeueing job $SLURM_JOB_ID\"\n";
   s += "  scontrol requeue \"$SLURM_JOB_ID\"\n";
+  if (o.max_restarts > 0) {
+    s += fmt::format("elif [ $rc -ne 0 ] && [ $rc -ne {} ] && [ $rc -ne {} ]; then\n",
+                     kExitBadInput, kExitNonFinite);
+    s += "  # A failed run (a crashed rank, or a hang the watchdog ended): record it, count the\n";
+    s += "  # nodes srun blames (all of the job's when it names none), requeue.\n";
+    s += "  restarts=${SLURM_RESTART_COUNT:-0}\n";
+    s += "  nodes=$(sed -n 's/^srun: error: \\([^:]*\\): task.*/\\1/p' \"$errs\" | sort -u)\n";
+    s += "  [ -n \"$nodes\" ] || nodes=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\")\n";
+    s += "  for n in $nodes; do echo \"$n\" >> " + out + "/failed-nodes; done\n";
+    s += "  exclude=$(sort " + out +
+         "/failed-nodes | uniq -c | awk '$1 >= 2 {print $2}' | paste -sd, -)\n";
+    s += "  step=$(sed -n 's/.*\"step\": *\\([0-9]*\\).*/\\1/p' " + out +
+         "/progress.json 2> /dev/null)\n";
+    s += fmt::format("  again=false; [ \"$restarts\" -lt {} ] && again=true\n", o.max_restarts);
+    s += "  printf '{\"type\":\"restart\",\"time\":%s,\"attempt\":%d,\"rank\":-1,\"how\":\"exit "
+         "code %d\",\"after_step\":%s,\"message\":\"slurm job %s: the run failed on %s (exit "
+         "code %d)\",\"restarting\":%s,\"slurm_job_id\":\"%s\"}\\n' \"$(date +%s)\" "
+         "$((restarts + 1)) $rc \"${step:--1}\" \"$SLURM_JOB_ID\" \"$(echo $nodes)\" $rc $again "
+         "\"$SLURM_JOB_ID\" >> " +
+         out + "/metrics.jsonl\n";
+    s += "  if $again; then\n";
+    s += "    if [ -n \"$exclude\" ]; then\n";
+    s += "      echo \"kiln: excluding node(s) $exclude, named in two failures\"\n";
+    s += "      scontrol update JobId=\"$SLURM_JOB_ID\" ExcNodeList=\"$exclude\"\n";
+    s += "    fi\n";
+    s += fmt::format(
+        "    echo \"kiln: the run failed (exit code $rc) on $(echo $nodes); requeueing job "
+        "$SLURM_JOB_ID (restart $((restarts + 1)) of {})\"\n",
+        o.max_restarts);
+    s += "    scontrol requeue \"$SLURM_JOB_ID\"\n";
+    s += "  else\n";
+    s += fmt::format(
+        "    echo \"kiln: the run failed (exit code $rc); not requeued: {} restart(s) used\"\n",
+        o.max_restarts);
+    s += "  fi\n";
+  }
   s += "fi\n";
   s += "exit $rc\n";
   return s;

@@ -1,7 +1,10 @@
 // `kiln submit`: a Slurm batch script for a training run, and its submission. The script asks
 // for --requeue and --signal=USR1@<seconds>: on that warning (time limit, preemption) every task
 // checkpoints and exits with kExitStoppedForRequeue, and the script requeues the job, which
-// resumes from the checkpoint (train.resume = "auto").
+// resumes from the checkpoint (train.resume = "auto"). With max_restarts, a run that fails (a
+// rank crashed, or the watchdog ended a hang) is requeued too: the script records a `restart` in
+// the run's metrics.jsonl, counts the nodes srun names in its errors (in
+// <out_dir>/failed-nodes), excludes any named twice, and requeues.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,8 +23,12 @@ struct SubmitOptions {
   int cpus_per_task = 0;  // 0: Slurm's default
   std::string time;       // --time, e.g. "2:00:00" ("" : the partition's default)
   std::string partition;
-  std::string gres;                      // e.g. "gpu:4"
-  int signal_seconds = 120;              // USR1 this long before the time limit
+  std::string gres;          // e.g. "gpu:4"
+  int signal_seconds = 120;  // USR1 this long before the time limit
+  // Requeues after a failed run (a crashed or hung rank: any exit but success, a requested
+  // stop, a refused input or divergence), at most this many times (SLURM_RESTART_COUNT counts
+  // the job's requeues, requested stops included); a node named in two failures is excluded.
+  int max_restarts = 0;
   std::vector<std::string> sbatch_args;  // extra #SBATCH lines' arguments
 };
 

@@ -49,7 +49,8 @@ const std::vector<MetricSpec>& metric_specs() {
       {Metric::MicroBatchesInFlight, "kiln_pipeline_micro_batches_in_flight", T::Gauge,
        "micro-batches",
        "Most micro-batches whose activations rank 0 held at once in the last step (1 without "
-       "pipeline parallelism; the first stage's count with it).",
+       "pipeline parallelism; the first stage's count with it, in micro-batch chunks with the "
+       "interleaved schedule).",
        "train", "micro_batches_in_flight"},
       {Metric::SkippedSteps, "kiln_skipped_steps_total", T::Counter, "steps",
        "Steps skipped for a non-finite loss or norm."},

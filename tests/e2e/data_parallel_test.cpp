@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -250,7 +252,10 @@ TEST_F(DataParallelRun, KillDuringAnAsyncSaveKeepsThePreviousCheckpointAndResume
   ASSERT_EQ(full.exit_code, 0) << full.output;
   kiln::testing::ScopedEnv slow("KILN_TEST_CHECKPOINT_WRITER_DELAY_MS", "300");
   std::mt19937 gen(std::random_device{}());
-  for (int round = 0; round < 2; round++) {
+  // Two rounds in the suite; scripts/chaos_async_saves.sh runs 20 (KILN_CHAOS_ROUNDS).
+  const char* rounds_env = std::getenv("KILN_CHAOS_ROUNDS");
+  const int rounds = rounds_env ? std::max(1, std::atoi(rounds_env)) : 2;
+  for (int round = 0; round < rounds; round++) {
     const int victim = static_cast<int>(gen() % 2);
     const int after_ms = static_cast<int>(gen() % 250);
     const int save = 10 * static_cast<int>(2 + gen() % 3);  // the save in flight: 20, 30 or 40

@@ -2,8 +2,10 @@
 # `kiln submit` against a real one-node Slurm that this test starts itself (munged, slurmctld and
 # slurmd as root on localhost, private state under /tmp): a 2-task job trains to the end; a
 # running job that gets Slurm's warning signal (USR1) checkpoints, exits for requeue, is
-# requeued, and resumes from that checkpoint to the end. Exit 77 (skipped) only where Slurm
-# cannot start: not root, or the packages missing (scripts/setup.sh installs them).
+# requeued, and resumes from that checkpoint to the end; with --max-restarts, a job one of whose
+# ranks is killed is requeued after the watchdog ends the other, resumes, and ends with the
+# bits of an uninterrupted run. Exit 77 (skipped) only where Slurm cannot start: not root, or
+# the packages missing (scripts/setup.sh installs them).
 set -euo pipefail
 KILN=$1
 SRC=$2
@@ -116,10 +118,11 @@ echo "slurm up: node $NODE, controller port $PORT"
 job_state() { scontrol show job "$1" 2> /dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
 state_is() { [ "$(job_state "$1")" = "$2" ]; }
 ended() { case "$(job_state "$1")" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; *) return 1 ;; esac; }
-submit() {  # submit OUT_DIR STEPS: prints the job id
-  local out
-  out=$("$KILN" submit "$SRC/configs/tiny.toml" --ntasks-per-node 2 -J "kiln-test" \
-    --set train.steps="$2" --set train.out_dir="$1" --set train.val_every=0 \
+submit() {  # submit OUT_DIR STEPS [ARGS...]: prints the job id
+  local out dir=$1 steps=$2
+  shift 2
+  out=$("$KILN" submit "$SRC/configs/tiny.toml" --ntasks-per-node 2 -J "kiln-test" "$@" \
+    --set train.steps="$steps" --set train.out_dir="$dir" --set train.val_every=0 \
     --set train.sample_tokens=0 --set train.log_every=1000000 \
     --set data.train="$SRC/data/licenses/train_*.bin" --set data.val="$SRC/data/licenses/val_*.bin")
   echo "$out" >&2
@@ -200,3 +203,39 @@ FIRST_AFTER=$(grep '"type":"train"' "$OUT2/metrics.jsonl" |
   awk -v s="$STOP_STEP" -F'"step":' '{split($2,a,","); if (a[1] == s + 1) print a[1]}' | head -1)
 [ "$FIRST_AFTER" = $((STOP_STEP + 1)) ] || die "no step $((STOP_STEP + 1)) after the resume"
 echo "PASS: job $J2 checkpointed at step $STOP_STEP on USR1, was requeued, resumed and finished"
+
+# --- 4. a killed rank: the failed run is recorded, the job requeued, resumed, and ends with the
+# bits of a run that was never interrupted ----------------------------------------------------
+crash_args=(--set checkpoint.every=10 --set checkpoint.keep_last=0 --set train.watchdog_seconds=15)
+REF4=$S/ref4
+J5=$(submit "$REF4" 60 "${crash_args[@]}")
+wait_for 300 ended "$J5" && state_is "$J5" COMPLETED || die "reference job $J5 did not complete"
+OUT4=$S/run4
+J4=$(submit "$OUT4" 60 --max-restarts 1 "${crash_args[@]}")
+past20() { [ -f "$OUT4/checkpoints/step_00000020/trainer_state.json" ] && [ -f "$OUT4/pids/rank-1.pid" ]; }
+wait_for 180 past20 || die "job $J4 never wrote its step-20 checkpoint (state $(job_state "$J4"))"
+kill -9 "$(cat "$OUT4/pids/rank-1.pid")"
+echo "killed rank 1 of job $J4 after step $(last_step "$OUT4")"
+pending4() { state_is "$J4" PENDING; }
+wait_for 180 pending4 || {
+  cat "$OUT4"/slurm-*.out
+  die "job $J4 was not requeued after the crash (state $(job_state "$J4"))"
+}
+wait_for 120 idle || die "node $NODE did not become idle after the requeue"
+sleep 1
+scontrol update JobId="$J4" StartTime=now
+wait_for 300 ended "$J4" && state_is "$J4" COMPLETED || {
+  cat "$OUT4"/slurm-*.out
+  die "requeued job $J4 did not complete (state $(job_state "$J4"))"
+}
+[ "$(last_step "$OUT4")" = 60 ] || die "job $J4 ended at step $(last_step "$OUT4")"
+grep -q '"type":"restart"' "$OUT4/metrics.jsonl" || die "no restart record in $OUT4/metrics.jsonl"
+grep '"type":"restart"' "$OUT4/metrics.jsonl" | grep -q '"restarting":true' ||
+  die "the restart record does not say the job was requeued"
+grep -q "requeueing job $J4 (restart 1 of 1)" "$OUT4/slurm-$J4.out" || die "the batch script did not requeue after the crash"
+[ "$(grep -c . "$OUT4/failed-nodes")" = 1 ] || die "failed-nodes should name one node once: $(cat "$OUT4/failed-nodes")"
+cmp -s "$REF4/checkpoints/step_00000060/model.safetensors" "$OUT4/checkpoints/step_00000060/model.safetensors" ||
+  die "the requeued job's final weights differ from the uninterrupted job's"
+"$KILN" report "$OUT4" -o "$S/report4.html" > /dev/null || die "kiln report failed on $OUT4"
+grep -q "restart" "$S/report4.html" || die "kiln report does not show the restart"
+echo "PASS: job $J4 lost a rank after step 20, was requeued, resumed and ended with the uninterrupted run's bits"

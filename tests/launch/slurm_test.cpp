@@ -2,7 +2,9 @@
 #include "launch/slurm.h"
 
 #include <gtest/gtest.h>
+
 #include <stdlib.h>
+#include <fstream>
 
 #include "launch/job_env.h"
 #include "test_util.h"
@@ -43,6 +45,36 @@ TEST(Slurm, BatchScriptAsksForRequeueAndTheWarningSignalAndRequeuesOnTheStopCode
         "if [ $rc -eq 75 ]; then", "scontrol requeue \"$SLURM_JOB_ID\""})
     EXPECT_NE(s.find(want), std::string::npos) << want << "\n" << s;
   EXPECT_EQ(s.find("--partition"), std::string::npos);  // not asked for: not written
+}
+
+// --max-restarts: a failed run (not a requested stop, a refused input or divergence) is recorded,
+// its nodes counted, a node named twice excluded, and the job requeued while restarts remain.
+// The script is valid bash either way.
+TEST(Slurm, MaxRestartsRequeuesAFailedRunAndTheScriptIsValidBash) {
+  SubmitOptions o;
+  o.config = "/c.toml";
+  o.kiln_binary = "/k";
+  o.workdir = "/w";
+  o.out_dir = "/runs/my run";
+  kiln::testing::TempDir dir;
+  for (int restarts : {0, 2}) {
+    o.max_restarts = restarts;
+    const std::string s = sbatch_script(o);
+    const bool on = restarts > 0;
+    for (const char* want :
+         {"elif [ $rc -ne 0 ] && [ $rc -ne 78 ] && [ $rc -ne 65 ]; then",
+          "ExcNodeList=\"$exclude\"", "(restart $((restarts + 1)) of 2)", "\"type\":\"restart\"",
+          ">> '/runs/my run'/failed-nodes", "2> >(tee \"$errs\" >&2)"})
+      EXPECT_EQ(s.find(want) != std::string::npos, on) << restarts << ": " << want << "\n" << s;
+    const std::string path = dir / "job.sbatch";
+    std::ofstream(path) << s;
+    auto r = kiln::testing::run_command("bash -n " + path + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output << "\n" << s;
+  }
+  auto bad = kiln::testing::run_kiln("submit " + kiln::testing::source_path("configs/tiny.toml") +
+                                     " --dry-run --max-restarts -1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--max-restarts"), std::string::npos) << bad.output;
 }
 
 TEST(Slurm, SbatchLinesQuotePathsWithSpacesQuotesAndHashes) {
