@@ -19,6 +19,7 @@ void register_launch(CLI::App& app) {
   struct Opts {
     int ranks = 1;
     int max_restarts = 0;
+    int min_ranks = 0;
     std::string config;
     std::vector<std::string> sets;
     std::vector<std::string> mpirun_args;
@@ -31,6 +32,12 @@ void register_launch(CLI::App& app) {
   cmd->add_option("-n,--ranks", o->ranks, "processes (data-parallel ranks)")->capture_default_str();
   cmd->add_option("--max-restarts", o->max_restarts,
                   "restart from the newest checkpoint at most this many times when a rank dies")
+      ->capture_default_str();
+  cmd->add_option(
+         "--min-ranks", o->min_ranks,
+         "elastic: when the same rank fails twice in a row, go on with fewer data-parallel "
+         "ranks, not fewer than this many (0: never), train.grad_accum raised to keep the "
+         "global batch")
       ->capture_default_str();
   cmd->add_option("config", o->config, "TOML config")->required();
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
@@ -55,6 +62,7 @@ void register_launch(CLI::App& app) {
     LaunchOptions lo;
     lo.ranks = o->ranks;
     lo.max_restarts = o->max_restarts;
+    lo.min_ranks = o->min_ranks;
     lo.kiln_binary = self_executable();
     if (lo.kiln_binary.empty()) fail("launch: cannot find the kiln executable");
     // train.threads = 0 (the default) already shares the cores out among a machine's ranks.
@@ -77,7 +85,10 @@ void register_launch(CLI::App& app) {
     std::vector<std::string> sets = o->sets;
     if (o->overwrite) sets.push_back("train.overwrite=true");
     try {
-      lo.out_dir = load_train_config(o->config, sets).out_dir;
+      const TrainConfig cfg = load_train_config(o->config, sets);
+      lo.out_dir = cfg.out_dir;
+      lo.grad_accum = cfg.grad_accum;
+      lo.ranks_per_replica = cfg.pp * cfg.tp;
     } catch (const Error& e) {
       throw ExitCodeError(kExitBadInput, e.what());
     }

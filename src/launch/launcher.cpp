@@ -262,15 +262,26 @@ int stop_left_behind_ranks(int attempt) {
 
 }  // namespace
 
+std::pair<int, int> shrink_layout(int ranks, int ranks_per_replica, int grad_accum, int min_ranks) {
+  const int replicas = ranks / ranks_per_replica;
+  const int64_t micro = static_cast<int64_t>(replicas) * grad_accum;  // per step, job-wide
+  for (int d = replicas - 1; d >= 1 && d * ranks_per_replica >= min_ranks; d--)
+    if (micro % d == 0) return {d * ranks_per_replica, static_cast<int>(micro / d)};
+  return {0, 0};
+}
+
 int launch(const LaunchOptions& o) {
   if (o.ranks < 1) fail("launch: -n must be at least 1");
   if (o.max_restarts < 0) fail("launch: --max-restarts must not be negative");
+  if (o.min_ranks < 0 || o.min_ranks > o.ranks)
+    fail("launch: --min-ranks must be between 0 and -n ({})", o.ranks);
   signal(SIGINT, forward_signal);
   signal(SIGTERM, forward_signal);
   std::vector<RankFailure> story;
+  LaunchOptions now = o;  // the layout of the next attempt (a shrink changes it)
   for (int attempt = 0;; attempt++) {
     const double started = unix_seconds();
-    Attempt a = run_attempt(mpirun_command(o, attempt));
+    Attempt a = run_attempt(mpirun_command(now, attempt));
     const int status = a.status;
     // rank 0 records every step it finishes; its progress lines may be sparse.
     a.last_step = std::max(a.last_step, progress_step(o.out_dir, started));
@@ -313,6 +324,11 @@ int launch(const LaunchOptions& o) {
     story.push_back(f);
     const std::string final_reason = f.why_final();
     const bool restarting = final_reason.empty() && attempt < o.max_restarts;
+    // A rank that failed in this attempt and the one before keeps failing: go on without it.
+    std::pair<int, int> shrink{0, 0};
+    if (restarting && o.min_ranks > 0 && f.rank >= 0 && story.size() >= 2 &&
+        story[story.size() - 2].rank == f.rank)
+      shrink = shrink_layout(now.ranks, o.ranks_per_replica, now.grad_accum, o.min_ranks);
     if (!o.out_dir.empty()) {  // the run's own record of what happened to it (kiln report)
       try {
         std::filesystem::create_directories(o.out_dir);
@@ -323,8 +339,12 @@ int launch(const LaunchOptions& o) {
                    {"rank", f.rank},
                    {"how", f.how()},
                    {"after_step", f.last_step},
-                   {"message", f.describe()},
-                   {"restarting", restarting}});
+                   {"message", shrink.first > 0
+                                   ? fmt::format("{}; going on with {} ranks, train.grad_accum {}",
+                                                 f.describe(), shrink.first, shrink.second)
+                                   : f.describe()},
+                   {"restarting", restarting},
+                   {"ranks", shrink.first > 0 ? shrink.first : now.ranks}});
       } catch (const std::exception& e) {
         fmt::print(stderr, "launch: could not record the failure in {}: {}\n", o.out_dir, e.what());
       }
@@ -339,6 +359,24 @@ int launch(const LaunchOptions& o) {
       for (size_t i = 0; i < story.size(); i++)
         fmt::print(stderr, "  attempt {}: {}\n", i + 1, story[i].describe());
       return 1;
+    }
+    if (shrink.first > 0) {
+      fmt::print(stderr,
+                 "launch: rank {} failed in two attempts in a row; going on with {} ranks instead "
+                 "of {} and train.grad_accum {} instead of {}, the same global batch\n",
+                 f.rank, shrink.first, now.ranks, shrink.second, now.grad_accum);
+      now.ranks = shrink.first;
+      now.grad_accum = shrink.second;
+      const int replicas = shrink.first / o.ranks_per_replica;
+      now.train_args.insert(now.train_args.end(),
+                            {"--set", fmt::format("parallel.dp={}", replicas), "--set",
+                             fmt::format("train.grad_accum={}", shrink.second)});
+    } else if (o.min_ranks > 0 && f.rank >= 0 && story.size() >= 2 &&
+               story[story.size() - 2].rank == f.rank) {
+      fmt::print(stderr,
+                 "launch: rank {} failed twice in a row, but no smaller layout of at least {} "
+                 "ranks keeps the global batch of {} micro-batches; restarting as it was\n",
+                 f.rank, o.min_ranks, now.ranks / o.ranks_per_replica * now.grad_accum);
     }
     fmt::print(stderr,
                "launch: {}; restarting from the newest complete checkpoint (restart {} of {})\n",

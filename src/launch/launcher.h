@@ -4,6 +4,7 @@
 // which step, and restarts it from the newest complete checkpoint, at most max_restarts times.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -16,7 +17,18 @@ struct LaunchOptions {
   std::vector<std::string> mpirun_args;  // extra arguments for mpirun
   std::string out_dir;  // the run directory: restarts are recorded in its metrics.jsonl
   std::string resume;   // the first attempt's train.resume ("" = the config's); later: "auto"
+  // Elastic shrink: when the same rank fails in two attempts in a row, the next attempt runs
+  // fewer data-parallel replicas (never fewer than min_ranks processes; 0: never shrink) with
+  // train.grad_accum raised so that the global batch, and so the training math, stay the same.
+  int min_ranks = 0;
+  int grad_accum = 1;         // the config's train.grad_accum
+  int ranks_per_replica = 1;  // the config's parallel.pp × parallel.tp
 };
+
+// The layout a job of `ranks` processes shrinks to: the most data-parallel replicas below its
+// own, of at least `min_ranks` processes, whose count divides the global batch's micro-batches
+// (replicas × grad_accum); {ranks, grad_accum} of that layout, or {0, 0} when none does.
+std::pair<int, int> shrink_layout(int ranks, int ranks_per_replica, int grad_accum, int min_ranks);
 
 // How one attempt ended, read from mpirun's exit status and its messages.
 struct RankFailure {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <algorithm>
@@ -34,6 +36,24 @@
 namespace fs = std::filesystem;
 
 namespace kiln {
+
+namespace {
+
+// Tests of recovery only: KILN_TEST_CRASH_AT="RANK:STEP" makes that rank abort once it has
+// finished that step, in every run that reaches it (a rank that keeps failing).
+void crash_if_asked_for_test(int rank, int64_t step) {
+  static const char* v = std::getenv("KILN_TEST_CRASH_AT");
+  if (!v) return;
+  int r = -1;
+  long s = -1;
+  if (std::sscanf(v, "%d:%ld", &r, &s) == 2 && r == rank && s == step) {
+    fmt::print(stderr, "kiln: KILN_TEST_CRASH_AT={}: rank {} aborts after step {}\n", v, rank,
+               step);
+    std::abort();
+  }
+}
+
+}  // namespace
 
 double learning_rate(const TrainConfig& c, int64_t s) {
   if (s < c.warmup_steps) return c.lr * static_cast<double>(s + 1) / c.warmup_steps;
@@ -721,6 +741,7 @@ bool Trainer::run() {
   bool memory_shown = false;
   while (step_ < cfg_.steps) {
     StepResult r = step();
+    crash_if_asked_for_test(world_->rank(), step_);
     if (progress_) progress_->write(step_);
     if (watchdog_) watchdog_->step_done(step_);
     complete_checkpoint_logged(false);  // an async save whose every part is durable

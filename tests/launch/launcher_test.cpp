@@ -19,6 +19,17 @@ namespace {
 
 using kiln::testing::TempDir;
 
+// Elastic shrink keeps the global batch: the most replicas below the job's own, no fewer ranks
+// than asked, whose count divides the step's micro-batches (replicas × grad_accum).
+TEST(Launcher, ShrinkKeepsTheGlobalBatchWithTheMostReplicasLeft) {
+  EXPECT_EQ(shrink_layout(4, 1, 1, 1), (std::pair{2, 2}));  // 3 does not divide 4
+  EXPECT_EQ(shrink_layout(4, 1, 3, 1), (std::pair{3, 4}));  // 12 micro-batches: 3 x 4
+  EXPECT_EQ(shrink_layout(8, 2, 1, 2), (std::pair{4, 2}));  // 4 replicas of 2 stages: 2 of 2
+  EXPECT_EQ(shrink_layout(4, 1, 1, 3), (std::pair{0, 0}));  // 2 ranks would be fewer than 3
+  EXPECT_EQ(shrink_layout(1, 1, 4, 1), (std::pair{0, 0}));  // nothing below one replica
+  EXPECT_EQ(shrink_layout(6, 1, 1, 1), (std::pair{3, 2}));
+}
+
 TEST(Launcher, MpirunKilledItselfIsNotReportedAsARank) {
   RankFailure f;
   f.mpirun_signal = SIGKILL;
