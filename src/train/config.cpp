@@ -646,9 +646,14 @@ void check_memory_fits(const TrainConfig& c, double memory_bytes) {
   if (c.zero < 2) per_param += 4;                // gradients
   if (c.zero < 1) per_param += 8;                // AdamW m and v
   const double state = params * per_param;
-  if (activations + state <= memory_bytes) return;
+  // checkpoint.async copies what rank 0 writes into host memory at the step boundary: the
+  // weights in fp32, and with ZeRO 0 the whole AdamW state too.
+  const double async_copy = c.ckpt_async ? params * (c.zero == 0 ? 12 : 4) : 0;
+  if (activations + state + async_copy <= memory_bytes) return;
   std::string what;
-  if (activations >= state) {
+  if (async_copy > 0 && activations + state <= memory_bytes) {
+    what = "set checkpoint.async = false (saves then write from the training state itself)";
+  } else if (activations >= state) {
     what = "lower train.batch_size (raising train.grad_accum keeps the batch) or train.seq_len";
     if (c.recompute != "full") what += ", or set train.recompute = \"full\"";
     if (c.attention != "flash") what += ", or train.attention = \"flash\"";
@@ -660,10 +665,13 @@ void check_memory_fits(const TrainConfig& c, double memory_bytes) {
       "{}: training needs at least {} per rank, more than the {} of memory here: {} of "
       "activations for one micro-batch of train.batch_size = {} x train.seq_len = {}, and {} of "
       "weights, gradients and optimizer state for {:.3g} parameters "
-      "(model.n_layer = {}, model.n_embd = {}, model.block_size = {}, model.vocab_size = {}); {}",
-      c.source, bytes_text(activations + state), bytes_text(memory_bytes), bytes_text(activations),
-      c.batch_size, c.seq_len, bytes_text(state), params, m.n_layer, m.n_embd, m.block_size,
-      m.vocab_size, what);
+      "(model.n_layer = {}, model.n_embd = {}, model.block_size = {}, model.vocab_size = {}){}; {}",
+      c.source, bytes_text(activations + state + async_copy), bytes_text(memory_bytes),
+      bytes_text(activations), c.batch_size, c.seq_len, bytes_text(state), params, m.n_layer,
+      m.n_embd, m.block_size, m.vocab_size,
+      async_copy > 0 ? fmt::format(", and {} for checkpoint.async's copy", bytes_text(async_copy))
+                     : std::string(),
+      what);
 }
 
 double usable_memory_bytes() {

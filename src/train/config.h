@@ -105,7 +105,8 @@ struct TrainConfig {
 // Refuses a config that cannot fit in `memory_bytes` (this machine's memory) before anything is
 // allocated, naming the keys that size it: one micro-batch's activations plus the model state a
 // rank keeps whatever the number of ranks (weights, gradients and AdamW moments unless ZeRO
-// shards them). A lower bound: a config that passes may still not fit.
+// shards them), and with checkpoint.async the copy rank 0 takes of what it writes. A lower
+// bound: a config that passes may still not fit.
 void check_memory_fits(const TrainConfig& c, double memory_bytes);
 // Bytes of memory this process may use: the machine's physical memory, or when lower its
 // cgroup's limit (a Slurm job's allocation) or the process's address-space or data limit.

@@ -878,6 +878,28 @@ TEST(TrainConfigTest, WrongTypeAndBadOverrideAreErrors) {
   EXPECT_EQ(c.out_dir, "x/y");
 }
 
+// checkpoint.async's copy of what rank 0 writes counts in the start-up memory check: a config
+// that fits with synchronous saves is refused with async ones when the copy does not fit, and
+// the message says so.
+TEST(TrainConfigTest, TheMemoryCheckCountsTheAsyncCheckpointCopy) {
+  const std::string base =
+      "[model]\nn_layer=2\nn_head=4\nn_embd=256\nblock_size=16\nvocab_size=256\n"
+      "[train]\nbatch_size=1\nseq_len=16\n";
+  TrainConfig sync = parse_train_config(base, "c.toml", {});
+  TrainConfig async = parse_train_config(base, "c.toml", {"checkpoint.async=true"});
+  const double params = static_cast<double>(param_layout(sync.model).total);
+  // Fits: 16 bytes a parameter of state and 6 more (well above this micro-batch's activations);
+  // not the copy's 12 more.
+  const double memory = params * 22;
+  EXPECT_NO_THROW(check_memory_fits(sync, memory));
+  const std::string e = error_of([&] { check_memory_fits(async, memory); });
+  EXPECT_NE(e.find("for checkpoint.async's copy"), std::string::npos) << e;
+  EXPECT_NE(e.find("set checkpoint.async = false"), std::string::npos) << e;
+  // With ZeRO-1 the copy is the weights only (each rank's optimizer shard is not counted).
+  TrainConfig zero1 = parse_train_config(base, "c.toml", {"checkpoint.async=true", "train.zero=1"});
+  EXPECT_NO_THROW(check_memory_fits(zero1, params * (8 + 4 + 6)));
+}
+
 TEST(LearningRate, WarmupThenCosineToMin) {
   TrainConfig c;
   c.lr = 1.0;
