@@ -144,8 +144,8 @@ std::vector<Key> schema(TrainConfig& c) {
        "data-parallel replicas (0: the job's processes / (parallel.tp x parallel.pp))"},
       {"parallel.tp", &c.tp, "tensor-parallel ranks per layer (only 1 is supported so far)"},
       {"parallel.pp", &c.pp,
-       "pipeline stages, each an even share of the layers (the first holds the embedding, the "
-       "last the head)"},
+       "pipeline stages, each a range of layers (an even share, or parallel.stage_layers; the "
+       "first holds the embedding, the last the head)"},
       {"parallel.virtual_stages", &c.virtual_stages,
        "model chunks per pipeline rank for parallel.schedule = \"interleaved\" (at least 2; 1 "
        "otherwise)"},

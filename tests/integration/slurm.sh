@@ -134,6 +134,24 @@ records() {
   echo "${n:-0}"
 }
 last_step() { grep '"type":"train"' "$1/metrics.jsonl" 2> /dev/null | tail -1 | sed 's/.*"step":\([0-9]*\).*/\1/'; }
+# requeued JOB OUT_DIR: waits for the job to be requeued (pending), starts it at once (Slurm
+# holds a requeued job back for ~2 minutes) once its first run is cleaned up (starting it before
+# gets it killed: "Job credential revoked"), and waits for it to complete.
+requeued() {
+  local job=$1 out=$2
+  is_pending() { state_is "$job" PENDING; }
+  wait_for 180 is_pending || {
+    cat "$out"/slurm-*.out
+    die "job $job was not requeued (state $(job_state "$job"))"
+  }
+  wait_for 120 idle || die "node $NODE did not become idle after the requeue"
+  sleep 1
+  scontrol update JobId="$job" StartTime=now
+  wait_for 300 ended "$job" && state_is "$job" COMPLETED || {
+    cat "$out"/slurm-*.out
+    die "requeued job $job did not complete (state $(job_state "$job"))"
+  }
+}
 
 # --- 1. a 2-task job trains to the end -------------------------------------------------------
 OUT1="$S/run 1"  # a space: kiln submit must quote it on its #SBATCH lines
@@ -180,18 +198,7 @@ STOP_STEP=$(grep '"type":"stopped"' "$OUT2/metrics.jsonl" | sed 's/.*"step":\([0
 CKPT=$(printf "%s/checkpoints/step_%08d" "$OUT2" "$STOP_STEP")
 [ -f "$CKPT/trainer_state.json" ] || die "no checkpoint $CKPT after the stop"
 echo "job $J2 stopped at step $STOP_STEP with checkpoint $CKPT"
-# The script requeued the job; Slurm holds a requeued job back for ~2 minutes: start it now.
-pending() { state_is "$J2" PENDING; }
-wait_for 120 pending || die "job $J2 was not requeued (state $(job_state "$J2"))"
-# Starting it while its first run is still being cleaned up gets it killed ("Job credential
-# revoked"): wait until the node is idle again.
-wait_for 120 idle || die "node $NODE did not become idle after the requeue"
-sleep 1
-scontrol update JobId="$J2" StartTime=now
-wait_for 300 ended "$J2" && state_is "$J2" COMPLETED || {
-  cat "$OUT2"/slurm-*.out
-  die "requeued job $J2 did not complete (state $(job_state "$J2"))"
-}
+requeued "$J2" "$OUT2"
 [ "$(last_step "$OUT2")" = $STEPS ] || die "job $J2 ended at step $(last_step "$OUT2")"
 grep '"type":"run_start"' "$OUT2/metrics.jsonl" | tail -1 | grep -q "\"resumed_from\":\"$CKPT\"" ||
   die "the requeued run did not resume from $CKPT"
@@ -206,36 +213,30 @@ echo "PASS: job $J2 checkpointed at step $STOP_STEP on USR1, was requeued, resum
 
 # --- 4. a killed rank: the failed run is recorded, the job requeued, resumed, and ends with the
 # bits of a run that was never interrupted ----------------------------------------------------
-crash_args=(--set checkpoint.every=10 --set checkpoint.keep_last=0 --set train.watchdog_seconds=15)
+crash_args=(--set checkpoint.every=10 --set checkpoint.keep_last=2 --set train.watchdog_seconds=15)
 REF4=$S/ref4
-J5=$(submit "$REF4" 60 "${crash_args[@]}")
+# Long enough that the kill lands well before the end (the tiny config trains ~100 steps/s).
+CRASH_STEPS=1500
+J5=$(submit "$REF4" $CRASH_STEPS "${crash_args[@]}")
 wait_for 300 ended "$J5" && state_is "$J5" COMPLETED || die "reference job $J5 did not complete"
 OUT4=$S/run4
-J4=$(submit "$OUT4" 60 --max-restarts 1 "${crash_args[@]}")
-past20() { [ -f "$OUT4/checkpoints/step_00000020/trainer_state.json" ] && [ -f "$OUT4/pids/rank-1.pid" ]; }
-wait_for 180 past20 || die "job $J4 never wrote its step-20 checkpoint (state $(job_state "$J4"))"
-kill -9 "$(cat "$OUT4/pids/rank-1.pid")"
-echo "killed rank 1 of job $J4 after step $(last_step "$OUT4")"
-pending4() { state_is "$J4" PENDING; }
-wait_for 180 pending4 || {
-  cat "$OUT4"/slurm-*.out
-  die "job $J4 was not requeued after the crash (state $(job_state "$J4"))"
-}
-wait_for 120 idle || die "node $NODE did not become idle after the requeue"
-sleep 1
-scontrol update JobId="$J4" StartTime=now
-wait_for 300 ended "$J4" && state_is "$J4" COMPLETED || {
-  cat "$OUT4"/slurm-*.out
-  die "requeued job $J4 did not complete (state $(job_state "$J4"))"
-}
-[ "$(last_step "$OUT4")" = 60 ] || die "job $J4 ended at step $(last_step "$OUT4")"
+J4=$(submit "$OUT4" $CRASH_STEPS --max-restarts 1 "${crash_args[@]}")
+past20() { [ "$(records "$OUT4" checkpoint)" -ge 2 ] && [ -f "$OUT4/pids/rank-1.pid" ]; }
+wait_for 180 past20 || die "job $J4 never wrote two checkpoints (state $(job_state "$J4"))"
+KILL_STEP=$(last_step "$OUT4")
+kill -9 "$(cat "$OUT4/pids/rank-1.pid")" || die "rank 1 of job $J4 was gone before the kill"
+echo "killed rank 1 of job $J4 after step $KILL_STEP"
+[ "${KILL_STEP:-0}" -lt $((CRASH_STEPS - 100)) ] || die "job $J4 was nearly done at the kill; make it longer"
+requeued "$J4" "$OUT4"
+[ "$(last_step "$OUT4")" = $CRASH_STEPS ] || die "job $J4 ended at step $(last_step "$OUT4")"
 grep -q '"type":"restart"' "$OUT4/metrics.jsonl" || die "no restart record in $OUT4/metrics.jsonl"
 grep '"type":"restart"' "$OUT4/metrics.jsonl" | grep -q '"restarting":true' ||
   die "the restart record does not say the job was requeued"
 grep -q "requeueing job $J4 (restart 1 of 1)" "$OUT4/slurm-$J4.out" || die "the batch script did not requeue after the crash"
 [ "$(grep -c . "$OUT4/failed-nodes")" = 1 ] || die "failed-nodes should name one node once: $(cat "$OUT4/failed-nodes")"
-cmp -s "$REF4/checkpoints/step_00000060/model.safetensors" "$OUT4/checkpoints/step_00000060/model.safetensors" ||
+FINAL=$(printf "checkpoints/step_%08d/model.safetensors" $CRASH_STEPS)
+cmp -s "$REF4/$FINAL" "$OUT4/$FINAL" ||
   die "the requeued job's final weights differ from the uninterrupted job's"
 "$KILN" report "$OUT4" -o "$S/report4.html" > /dev/null || die "kiln report failed on $OUT4"
 grep -q "restart" "$S/report4.html" || die "kiln report does not show the restart"
-echo "PASS: job $J4 lost a rank after step 20, was requeued, resumed and ended with the uninterrupted run's bits"
+echo "PASS: job $J4 lost a rank after step $KILL_STEP, was requeued, resumed and ended with the uninterrupted run's bits"
