@@ -298,33 +298,18 @@ const float* Gpt2::stage_output(int slot) const {
   return opts_.stage.last > opts_.stage.first ? A.h[opts_.stage.last - 1].residual3 : A.encoded;
 }
 
-double Gpt2::forward_stage(const float* params, const int32_t* inputs, const float* input,
-                           const int32_t* targets, float dloss, const BlockHooks& hooks, int slot) {
-  const ModelConfig& c = cfg_;
-  const StageSpec& st = opts_.stage;
-  const int B = B_, T = T_, C = c.n_embd;
-  const int64_t BT = static_cast<int64_t>(B) * T;
-  if (opts_.kv_cache) fail("a model built for decoding runs decode(), not a forward");
+void Gpt2::begin_pass(const float* params, float* grads, int slot) {
   set_params(params);
+  if (grads && grads != grads_) {
+    G_ = view_params(layout_, cfg_, grads);
+    grads_ = grads;
+  }
   cur_ = &slots_.at(slot);
-  Activations& A = *cur_;
+}
 
-  if (st.embedding) {
-    ProfileTimer t(profile_, &Profile::embedding);
-    encoder_forward(A.encoded, inputs, P_.wte, P_.wpe, B, T, C);
-  } else {
-    KILN_CHECK(input != nullptr);
-    copy(A.encoded, input, BT * C);  // kept: the first block's backward reads its input
-  }
-  const float* residual = A.encoded;
-  for (int l = st.first; l < st.last; l++) {
-    if (hooks.before) hooks.before(l);
-    block_forward(l, residual);
-    residual = A.h[l].residual3;
-    if (hooks.after) hooks.after(l);
-  }
-  if (!st.head) return 0.0;
-  return head_forward(A, residual, targets, dloss);
+void Gpt2::embed(const int32_t* inputs) {
+  ProfileTimer t(profile_, &Profile::embedding);
+  encoder_forward(cur_->encoded, inputs, P_.wte, P_.wpe, B_, T_, cfg_.n_embd);
 }
 
 void Gpt2::set_params(const float* params) {
@@ -349,14 +334,14 @@ const float* Gpt2::decode(const float* params, int32_t token, int pos) {
     block_forward(l, residual);
     residual = A.h[l].residual3;
   }
-  head_forward(A, residual, nullptr, 0.0f);
+  head_forward(residual, nullptr, 0.0f);
   return logits();
 }
 
 // The final LayerNorm, the tied LM head and, with targets, the loss (returned as a sum) of the
 // current slot, from the last block's output `residual`.
-double Gpt2::head_forward(Activations& A, const float* residual, const int32_t* targets,
-                          float dloss) {
+double Gpt2::head_forward(const float* residual, const int32_t* targets, float dloss) {
+  Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const int C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
@@ -371,7 +356,8 @@ double Gpt2::head_forward(Activations& A, const float* residual, const int32_t* 
 
 // The head's backward for the current slot: the tied LM head (wte's gradient begun, dln_f) and
 // the final LayerNorm, leaving the gradient of the last block's output in scratch_.dresidual.
-void Gpt2::head_backward(Activations& A, bool accumulate) {
+void Gpt2::head_backward(bool accumulate) {
+  Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int C = c.n_embd;
@@ -391,125 +377,100 @@ void Gpt2::head_backward(Activations& A, bool accumulate) {
                      BT, C, bf && blocks ? S.dout_bf : nullptr, accumulate);
 }
 
-void Gpt2::backward_stage(const float* params, float* grads, const int32_t* inputs,
-                          const float* doutput, const GradsReady& ready, const BlockHooks& hooks,
-                          bool accumulate, int slot) {
+// Block l's backward for the current slot, from the gradient of its output in
+// scratch_.dresidual to the gradient of its input there (and its parameters' gradients).
+void Gpt2::block_backward(int l, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
   const int64_t BT = static_cast<int64_t>(B) * T;
   const bool bf = opts_.bf16;
-  if (opts_.kv_cache) fail("a model built for decoding has no backward");
-  set_params(params);
-  if (grads != grads_) {
-    G_ = view_params(layout_, c, grads);
-    grads_ = grads;
-  }
   const ModelParams& P = P_;
   ModelParams& G = G_;
-  cur_ = &slots_.at(slot);
-  backward_slot_ = slot;
   Activations& A = *cur_;
   GradScratch& S = scratch_;
-
-  // Block l's parameters are the range [block_begin(l), block_begin(l+1)); ln_f follows the last.
-  auto block_begin = [&](int l) {
-    return static_cast<int64_t>(P.h.empty() || l >= c.n_layer ? P.lnf_w - params
-                                                              : P.h[l].ln1_w - params);
+  const BlockParams& W = P.h[l];
+  BlockParams& D = G.h[l];
+  Activations::Block& a = A.h[l];
+  const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
+  if (opts_.recompute == Recompute::full) block_forward(l, residual);
+  // bf16: the shared fp32 forms of qkv and the MLP input are filled again from the block's
+  // bf16 copies (a full recompute has just made them).
+  const bool widen = bf && opts_.recompute != Recompute::full;
+  // A linear layer's two products, dW += x^T @ dy and dx = dy @ W^T, in the model's
+  // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
+  auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
+                      const bf16* x_bf, const float* w, int64_t K, int64_t N) {
+    ProfileTimer t(profile_, &Profile::matmul);
+    // dy is backward's scratch (kept aside when the weight part waits: split_backward).
+    weight_grad(MatmulShape{K, N, BT, true, false, accumulate, false}, x, x_bf, dy, dy_bf, dw, 2);
+    if (bf)
+      matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
+    else
+      matmul(MatmulShape{BT, K, N, false, true, false, false}, dy, w, dx);
   };
-  if (st.head) {
-    head_backward(A, accumulate);
-    if (ready) ready(block_begin(c.n_layer), layout_.total);
-  } else {
-    KILN_CHECK(doutput != nullptr);
-    copy(S.dresidual, doutput, BT * C);
-    // The last block's output projection reads dresidual in bf16, as the LayerNorm backward
-    // would have rounded it.
-    if (bf && st.last > st.first) to_bf16(S.dout_bf, S.dresidual, BT * C);
-  }
-  for (int l = st.last - 1; l >= st.first; l--) {
-    if (hooks.before) hooks.before(l);
-    const BlockParams& W = P.h[l];
-    BlockParams& D = G.h[l];
-    Activations::Block& a = A.h[l];
-    const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
-    if (opts_.recompute == Recompute::full) block_forward(l, residual);
-    // bf16: the shared fp32 forms of qkv and the MLP input are filled again from the block's
-    // bf16 copies (a full recompute has just made them).
-    const bool widen = bf && opts_.recompute != Recompute::full;
-    // A linear layer's two products, dW += x^T @ dy and dx = dy @ W^T, in the model's
-    // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
-    auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
-                        const bf16* x_bf, const float* w, int64_t K, int64_t N) {
-      ProfileTimer t(profile_, &Profile::matmul);
-      // dy is backward's scratch (kept aside when the weight part waits: split_backward).
-      weight_grad(MatmulShape{K, N, BT, true, false, accumulate, false}, x, x_bf, dy, dy_bf, dw, 2);
-      if (bf)
-        matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
-      else
-        matmul(MatmulShape{BT, K, N, false, true, false, false}, dy, w, dx);
-    };
-    auto bias_grad = [&](float* db, const float* dy, int64_t N) {
-      ProfileTimer t(profile_, &Profile::matmul);
-      bias_backward(db, dy, BT, static_cast<int>(N), accumulate);
-    };
-    // The MLP's output projection; dresidual's bf16 copy came with the LayerNorm backward
-    // that last added to it.
-    bias_grad(D.fcproj_b, S.dresidual, C);
-    products(S.dfch_gelu, D.fcproj_w, S.dresidual, S.dout_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w,
-             4 * C, C);
-    {
-      ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
-      if (widen) from_bf16(a.fch, a.fch_bf, BT * 4 * C);
-      gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
-                         accumulate);
-    }
-    products(S.dln, D.fc_w, S.dfch, S.dout_bf, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
-    {
-      ProfileTimer t(profile_, &Profile::norm);
-      layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
-                         a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr, accumulate);
-    }
-    bias_grad(D.attproj_b, S.dresidual, C);
-    products(S.datty, D.attproj_w, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.attproj_w, C, C);
-    {
-      ProfileTimer t(profile_, &Profile::attention);
-      // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
-      // the values it already holds.
-      if (widen) from_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
-      if (opts_.flash_attention) {
-        attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
-      } else {
-        if (opts_.recompute == Recompute::attention)
-          attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-        attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
-      }
-    }
-    bias_grad(D.qkv_b, S.dqkv, 3 * C);
-    if (bf) {
-      ProfileTimer t(profile_, &Profile::matmul);
-      to_bf16(S.dout_bf, S.dqkv, BT * 3 * C);
-    }
-    products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
-    {
-      ProfileTimer t(profile_, &Profile::norm);
-      layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
-                         a.ln1_rstd, BT, C, bf && l > st.first ? S.dout_bf : nullptr, accumulate);
-    }
-    if (hooks.after) hooks.after(l);
-    if (ready) ready(block_begin(l), block_begin(l + 1));
-  }
-  if (!st.embedding) return;  // input_grad() holds the gradient of the stage's input
+  auto bias_grad = [&](float* db, const float* dy, int64_t N) {
+    ProfileTimer t(profile_, &Profile::matmul);
+    bias_backward(db, dy, BT, static_cast<int>(N), accumulate);
+  };
+  // The MLP's output projection; dresidual's bf16 copy came with the LayerNorm backward
+  // that last added to it.
+  bias_grad(D.fcproj_b, S.dresidual, C);
+  products(S.dfch_gelu, D.fcproj_w, S.dresidual, S.dout_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w,
+           4 * C, C);
   {
-    ProfileTimer t(profile_, &Profile::embedding);
-    // wte's gradient was begun by the LM head (in a stage without the head, this one begins
-    // it); wpe's has no other writer.
-    if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
-    if (!accumulate && !st.head)
-      std::fill(G.wte, G.wte + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
-    encoder_backward(G.wte, G.wpe, S.dresidual, inputs, B, T, C);
+    ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
+    if (widen) from_bf16(a.fch, a.fch_bf, BT * 4 * C);
+    gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
+                       accumulate);
   }
-  if (ready) ready(0, block_begin(0));
+  products(S.dln, D.fc_w, S.dfch, S.dout_bf, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
+  {
+    ProfileTimer t(profile_, &Profile::norm);
+    layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
+                       a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr, accumulate);
+  }
+  bias_grad(D.attproj_b, S.dresidual, C);
+  products(S.datty, D.attproj_w, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.attproj_w, C, C);
+  {
+    ProfileTimer t(profile_, &Profile::attention);
+    // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
+    // the values it already holds.
+    if (widen) from_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
+    if (opts_.flash_attention) {
+      attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
+    } else {
+      if (opts_.recompute == Recompute::attention)
+        attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+      attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
+    }
+  }
+  bias_grad(D.qkv_b, S.dqkv, 3 * C);
+  if (bf) {
+    ProfileTimer t(profile_, &Profile::matmul);
+    to_bf16(S.dout_bf, S.dqkv, BT * 3 * C);
+  }
+  products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
+  {
+    ProfileTimer t(profile_, &Profile::norm);
+    layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
+                       a.ln1_rstd, BT, C, bf && l > st.first ? S.dout_bf : nullptr, accumulate);
+  }
+}
+
+// The embedding's backward for the current slot, from the first block's input gradient.
+void Gpt2::embedding_backward(const int32_t* inputs, bool accumulate) {
+  const ModelConfig& c = cfg_;
+  const StageSpec& st = opts_.stage;
+  const int C = c.n_embd;
+  ModelParams& G = G_;
+  ProfileTimer t(profile_, &Profile::embedding);
+  // wte's gradient was begun by the LM head (in a stage without the head, this one begins it);
+  // wpe's has no other writer.
+  if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
+  if (!accumulate && !st.head)
+    std::fill(G.wte, G.wte + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
+  encoder_backward(G.wte, G.wpe, scratch_.dresidual, inputs, B_, T_, C);
 }
 
 ModelSpec gpt2_spec(const ModelConfig& c, bool padded, const std::string& name) {

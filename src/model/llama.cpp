@@ -315,38 +315,24 @@ void Llama::block_forward(int l, const float* residual) {
   linear(a.residual3, a.act, a.act_bf, W.down, F, C, true);
 }
 
-double Llama::forward_stage(const float* params, const int32_t* inputs, const float* input,
-                            const int32_t* targets, float dloss, const BlockHooks& hooks,
-                            int slot) {
-  const StageSpec& st = opts_.stage;
-  const int C = cfg_.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
-  if (opts_.kv_cache) fail("a model built for decoding runs decode(), not a forward");
+void Llama::begin_pass(const float* params, float* grads, int slot) {
   set_params(params);
+  if (grads && grads != grads_) {
+    G_ = view(layout_, cfg_, grads);
+    grads_ = grads;
+  }
   cur_ = &slots_.at(slot);
-  Activations& A = *cur_;
-  if (st.embedding) {
-    ProfileTimer t(profile_, &Profile::embedding);
-    encoder_forward(A.encoded, inputs, P_.embed, nullptr, B_, T_, C);
-  } else {
-    KILN_CHECK(input != nullptr);
-    copy(A.encoded, input, BT * C);  // kept: the first block's backward reads its input
-  }
-  const float* residual = A.encoded;
-  for (int l = st.first; l < st.last; l++) {
-    if (hooks.before) hooks.before(l);
-    block_forward(l, residual);
-    residual = A.h[l].residual3;
-    if (hooks.after) hooks.after(l);
-  }
-  if (!st.head) return 0.0;
-  return head_forward(A, residual, targets, dloss);
+}
+
+void Llama::embed(const int32_t* inputs) {
+  ProfileTimer t(profile_, &Profile::embedding);
+  encoder_forward(cur_->encoded, inputs, P_.embed, nullptr, B_, T_, cfg_.n_embd);
 }
 
 // The final RMSNorm, the LM head and, with targets, the loss (returned as a sum) of the current
 // slot, from the last block's output `residual`.
-double Llama::head_forward(Activations& A, const float* residual, const int32_t* targets,
-                           float dloss) {
+double Llama::head_forward(const float* residual, const int32_t* targets, float dloss) {
+  Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const int C = c.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
@@ -371,7 +357,7 @@ const float* Llama::decode(const float* params, int32_t token, int pos) {
     block_forward(l, residual);
     residual = A.h[l].residual3;
   }
-  head_forward(A, residual, nullptr, 0.0f);
+  head_forward(residual, nullptr, 0.0f);
   return logits();
 }
 
@@ -379,7 +365,8 @@ const float* Llama::decode(const float* params, int32_t token, int pos) {
 
 // The head's backward for the current slot: the LM head (its gradient begun, dlnf) and the final
 // RMSNorm, leaving the gradient of the last block's output in scratch_.dresidual.
-void Llama::head_backward(Activations& A, bool accumulate) {
+void Llama::head_backward(bool accumulate) {
+  Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int C = c.n_embd;
@@ -397,114 +384,92 @@ void Llama::head_backward(Activations& A, bool accumulate) {
                    bf && blocks ? S.dout_bf : nullptr, accumulate);
 }
 
-void Llama::backward_stage(const float* params, float* grads, const int32_t* inputs,
-                           const float* doutput, const GradsReady& ready, const BlockHooks& hooks,
-                           bool accumulate, int slot) {
+// Block l's backward for the current slot, from the gradient of its output in
+// scratch_.dresidual to the gradient of its input there (and its parameters' gradients).
+void Llama::block_backward(int l, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int B = B_, T = T_, C = c.n_embd, NH = c.n_head, NKV = NKV_, hs = hs_;
   const int64_t BT = static_cast<int64_t>(B) * T, F = F_, QKV = QKV_;
   const bool bf = opts_.bf16;
-  if (opts_.kv_cache) fail("a model built for decoding has no backward");
-  set_params(params);
-  if (grads != grads_) {
-    G_ = view(layout_, c, grads);
-    grads_ = grads;
-  }
   const Params& P = P_;
   Params& G = G_;
-  cur_ = &slots_.at(slot);
-  backward_slot_ = slot;
   Activations& A = *cur_;
   Scratch& S = scratch_;
-  const std::vector<int64_t>& blocks = layout_.blocks;
-
-  if (st.head) {
-    head_backward(A, accumulate);
-    if (ready) ready(blocks[c.n_layer], layout_.total);
-  } else {
-    KILN_CHECK(doutput != nullptr);
-    copy(S.dresidual, doutput, BT * C);
-    // The last block's output projection reads dresidual in bf16, as the RMSNorm backward
-    // would have rounded it.
-    if (bf && st.last > st.first) to_bf16(S.dout_bf, S.dresidual, BT * C);
-  }
-  for (int l = st.last - 1; l >= st.first; l--) {
-    if (hooks.before) hooks.before(l);
-    const BlockParams& W = P.h[l];
-    BlockParams& D = G.h[l];
-    Activations::Block& a = A.h[l];
-    const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
-    if (opts_.recompute == Recompute::full) block_forward(l, residual);
-    // bf16: the shared fp32 forms of qkv and the MLP input are filled again from the block's
-    // bf16 copies (a full recompute has just made them).
-    const bool widen = bf && opts_.recompute != Recompute::full;
-    // A linear layer y = x @ w^T (w is (N,K)): dw += dy^T @ x and dx = dy @ w, in the model's
-    // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
-    auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
-                        const bf16* x_bf, const float* w, int64_t K, int64_t N) {
-      ProfileTimer t(profile_, &Profile::matmul);
-      const MatmulShape sw{N, K, BT, true, false, accumulate, false};
-      const MatmulShape sx{BT, K, N, false, false, false, false};
-      // dy is backward's scratch (kept aside when the weight part waits: split_backward).
-      weight_grad(sw, dy, dy_bf, x, x_bf, dw, 1);
-      if (bf)
-        matmul_bf16(sx, dy_bf, wbf(w), dx);
-      else
-        matmul(sx, dy, w, dx);
-    };
-    // The MLP's down projection; dresidual's bf16 copy came with the RMSNorm backward that last
-    // added to it.
-    products(S.dact, D.down, S.dresidual, S.dout_bf, a.act, a.act_bf, W.down, F, C);
-    {
-      ProfileTimer t(profile_, &Profile::activation);
-      if (widen) from_bf16(a.gu, a.gu_bf, BT * 2 * F);
-      swiglu_backward(S.dgu, a.gu, S.dact, BT, static_cast<int>(F), bf ? S.dout_bf : nullptr);
-    }
-    products(S.dln, D.gate, S.dgu, S.dout_bf, a.ln2, a.ln2_bf, W.gate, C, 2 * F);
-    {
-      ProfileTimer t(profile_, &Profile::norm);
-      rmsnorm_backward(S.dresidual, D.ln2, S.dln, a.residual2, W.ln2, a.rstd2, BT, C,
-                       bf ? S.dout_bf : nullptr, accumulate);
-    }
-    products(S.datty, D.o, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.o, C, C);
-    {
-      ProfileTimer t(profile_, &Profile::attention);
-      if (widen) from_bf16(a.qkv, a.qkv_bf, BT * QKV);
-      if (opts_.flash_attention) {
-        attention_backward_flash_gqa(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, NH, NKV,
-                                     hs);
-      } else {
-        // The probabilities again from the rotated q and k (same kernel, same bits); atty is
-        // rewritten with the values it already holds.
-        if (opts_.recompute == Recompute::attention)
-          attention_forward_gqa(a.atty, a.att, a.qkv, B, T, NH, NKV, hs);
-        attention_backward_gqa(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, NH, NKV, hs);
-      }
-      rope_backward(S.dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, hs);
-    }
-    if (bf) {
-      ProfileTimer t(profile_, &Profile::matmul);
-      to_bf16(S.dout_bf, S.dqkv, BT * QKV);
-    }
-    products(S.dln, D.qkv, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv, C, QKV);
-    {
-      ProfileTimer t(profile_, &Profile::norm);
-      rmsnorm_backward(S.dresidual, D.ln1, S.dln, residual, W.ln1, a.rstd1, BT, C,
-                       bf && l > st.first ? S.dout_bf : nullptr, accumulate);
-    }
-    if (hooks.after) hooks.after(l);
-    if (ready) ready(blocks[l], blocks[l + 1]);
-  }
-  if (!st.embedding) return;  // input_grad() holds the gradient of the stage's input
+  const BlockParams& W = P.h[l];
+  BlockParams& D = G.h[l];
+  Activations::Block& a = A.h[l];
+  const float* residual = l == st.first ? A.encoded : A.h[l - 1].residual3;
+  if (opts_.recompute == Recompute::full) block_forward(l, residual);
+  // bf16: the shared fp32 forms of qkv and the MLP input are filled again from the block's
+  // bf16 copies (a full recompute has just made them).
+  const bool widen = bf && opts_.recompute != Recompute::full;
+  // A linear layer y = x @ w^T (w is (N,K)): dw += dy^T @ x and dx = dy @ w, in the model's
+  // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
+  auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
+                      const bf16* x_bf, const float* w, int64_t K, int64_t N) {
+    ProfileTimer t(profile_, &Profile::matmul);
+    const MatmulShape sw{N, K, BT, true, false, accumulate, false};
+    const MatmulShape sx{BT, K, N, false, false, false, false};
+    // dy is backward's scratch (kept aside when the weight part waits: split_backward).
+    weight_grad(sw, dy, dy_bf, x, x_bf, dw, 1);
+    if (bf)
+      matmul_bf16(sx, dy_bf, wbf(w), dx);
+    else
+      matmul(sx, dy, w, dx);
+  };
+  // The MLP's down projection; dresidual's bf16 copy came with the RMSNorm backward that last
+  // added to it.
+  products(S.dact, D.down, S.dresidual, S.dout_bf, a.act, a.act_bf, W.down, F, C);
   {
-    ProfileTimer t(profile_, &Profile::embedding);
-    // A tied embedding's gradient was begun by the LM head when this stage has it.
-    if (!accumulate && !(st.head && c.tie_embeddings))
-      std::fill(G.embed, G.embed + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
-    encoder_backward(G.embed, nullptr, S.dresidual, inputs, B, T, C);
+    ProfileTimer t(profile_, &Profile::activation);
+    if (widen) from_bf16(a.gu, a.gu_bf, BT * 2 * F);
+    swiglu_backward(S.dgu, a.gu, S.dact, BT, static_cast<int>(F), bf ? S.dout_bf : nullptr);
   }
-  if (ready) ready(0, blocks[0]);
+  products(S.dln, D.gate, S.dgu, S.dout_bf, a.ln2, a.ln2_bf, W.gate, C, 2 * F);
+  {
+    ProfileTimer t(profile_, &Profile::norm);
+    rmsnorm_backward(S.dresidual, D.ln2, S.dln, a.residual2, W.ln2, a.rstd2, BT, C,
+                     bf ? S.dout_bf : nullptr, accumulate);
+  }
+  products(S.datty, D.o, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.o, C, C);
+  {
+    ProfileTimer t(profile_, &Profile::attention);
+    if (widen) from_bf16(a.qkv, a.qkv_bf, BT * QKV);
+    if (opts_.flash_attention) {
+      attention_backward_flash_gqa(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, NH, NKV,
+                                   hs);
+    } else {
+      // The probabilities again from the rotated q and k (same kernel, same bits); atty is
+      // rewritten with the values it already holds.
+      if (opts_.recompute == Recompute::attention)
+        attention_forward_gqa(a.atty, a.att, a.qkv, B, T, NH, NKV, hs);
+      attention_backward_gqa(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, NH, NKV, hs);
+    }
+    rope_backward(S.dqkv, rope_cos_.data(), rope_sin_.data(), B, T, NH, NKV, hs);
+  }
+  if (bf) {
+    ProfileTimer t(profile_, &Profile::matmul);
+    to_bf16(S.dout_bf, S.dqkv, BT * QKV);
+  }
+  products(S.dln, D.qkv, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv, C, QKV);
+  {
+    ProfileTimer t(profile_, &Profile::norm);
+    rmsnorm_backward(S.dresidual, D.ln1, S.dln, residual, W.ln1, a.rstd1, BT, C,
+                     bf && l > st.first ? S.dout_bf : nullptr, accumulate);
+  }
+}
+
+// The embedding's backward for the current slot, from the first block's input gradient.
+void Llama::embedding_backward(const int32_t* inputs, bool accumulate) {
+  const ModelConfig& c = cfg_;
+  const StageSpec& st = opts_.stage;
+  const int C = c.n_embd;
+  ProfileTimer t(profile_, &Profile::embedding);
+  // A tied embedding's gradient was begun by the LM head when this stage has it.
+  if (!accumulate && !(st.head && c.tie_embeddings))
+    std::fill(G_.embed, G_.embed + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
+  encoder_backward(G_.embed, nullptr, scratch_.dresidual, inputs, B_, T_, C);
 }
 
 }  // namespace kiln

@@ -30,13 +30,7 @@ class Llama final : public Model {
  public:
   Llama(const ModelConfig& c, int B, int T, ModelOptions opts = {});
 
-  double forward_stage(const float* params, const int32_t* inputs, const float* input,
-                       const int32_t* targets, float dloss, const BlockHooks& hooks = {},
-                       int slot = 0) override;
   const float* stage_output(int slot = 0) const override;
-  void backward_stage(const float* params, float* grads, const int32_t* inputs,
-                      const float* doutput, const GradsReady& ready = {},
-                      const BlockHooks& hooks = {}, bool accumulate = true, int slot = 0) override;
   const float* input_grad() const override { return scratch_.dresidual; }
   const float* logits() const override;
   const float* losses() const override { return slots_[0].losses; }
@@ -106,9 +100,18 @@ class Llama final : public Model {
     bf16* dout_bf;     // (BT,max(2F,QKV,C)): a product's output gradient in bf16
   };
   void set_params(const float* params);
-  void block_forward(int l, const float* residual);
-  double head_forward(Activations& A, const float* residual, const int32_t* targets, float dloss);
-  void head_backward(Activations& A, bool accumulate);
+  // The stage's parts (model/model.h).
+  void begin_pass(const float* params, float* grads, int slot) override;
+  float* pass_input() override { return cur_->encoded; }
+  void embed(const int32_t* inputs) override;
+  void block_forward(int l, const float* residual) override;
+  const float* block_output(int l) const override { return cur_->h[l].residual3; }
+  double head_forward(const float* residual, const int32_t* targets, float dloss) override;
+  void head_backward(bool accumulate) override;
+  float* backward_residual() override { return scratch_.dresidual; }
+  bf16* backward_residual_bf16() override { return scratch_.dout_bf; }
+  void block_backward(int l, bool accumulate) override;
+  void embedding_backward(const int32_t* inputs, bool accumulate) override;
 
   int QKV_ = 0, F_ = 0, NKV_ = 0, hs_ = 0;
   Params P_, G_;

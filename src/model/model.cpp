@@ -145,6 +145,62 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
     fail("a decoding model (kv_cache) is the whole fp32 model with B = T = 1 and one slot");
 }
 
+double Model::forward_stage(const float* params, const int32_t* inputs, const float* input,
+                            const int32_t* targets, float dloss, const BlockHooks& hooks,
+                            int slot) {
+  const StageSpec& st = opts_.stage;
+  const int64_t x_numel = static_cast<int64_t>(B_) * T_ * cfg_.n_embd;
+  if (opts_.kv_cache) fail("a model built for decoding runs decode(), not a forward");
+  begin_pass(params, nullptr, slot);
+  if (st.embedding) {
+    embed(inputs);
+  } else {
+    KILN_CHECK(input != nullptr);
+    copy(pass_input(), input, x_numel);  // kept: the first block's backward reads its input
+  }
+  const float* residual = pass_input();
+  for (int l = st.first; l < st.last; l++) {
+    if (hooks.before) hooks.before(l);
+    block_forward(l, residual);
+    residual = block_output(l);
+    if (hooks.after) hooks.after(l);
+  }
+  if (!st.head) return 0.0;
+  return head_forward(residual, targets, dloss);
+}
+
+void Model::backward_stage(const float* params, float* grads, const int32_t* inputs,
+                           const float* doutput, const GradsReady& ready, const BlockHooks& hooks,
+                           bool accumulate, int slot) {
+  const StageSpec& st = opts_.stage;
+  const int64_t x_numel = static_cast<int64_t>(B_) * T_ * cfg_.n_embd;
+  if (opts_.kv_cache) fail("a model built for decoding has no backward");
+  begin_pass(params, grads, slot);
+  backward_slot_ = slot;
+  // Block l's parameters are the range [blocks[l], blocks[l+1]); the final norm follows the last.
+  const std::vector<int64_t>& blocks = layout_.blocks;
+  if (st.head) {
+    head_backward(accumulate);
+    if (ready) ready(blocks[cfg_.n_layer], layout_.total);
+  } else {
+    KILN_CHECK(doutput != nullptr);
+    copy(backward_residual(), doutput, x_numel);
+    // The last block's output projection reads the gradient in bf16, as the final norm's
+    // backward would have rounded it.
+    if (opts_.bf16 && st.last > st.first)
+      to_bf16(backward_residual_bf16(), backward_residual(), x_numel);
+  }
+  for (int l = st.last - 1; l >= st.first; l--) {
+    if (hooks.before) hooks.before(l);
+    block_backward(l, accumulate);
+    if (hooks.after) hooks.after(l);
+    if (ready) ready(blocks[l], blocks[l + 1]);
+  }
+  if (!st.embedding) return;  // input_grad() holds the gradient of the stage's input
+  embedding_backward(inputs, accumulate);
+  if (ready) ready(0, blocks[0]);
+}
+
 int64_t head_chunk_rows(int64_t rows) {
   return std::min<int64_t>(rows, 256);
 }

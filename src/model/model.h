@@ -64,9 +64,9 @@ class Model {
   // token ids `inputs` when the stage has the embedding, else from `input` (B,T,C), the previous
   // stage's output. With the head, targets give the loss sum as forward() does; without it the
   // result is 0 and stage_output(slot) holds the stage's output (B,T,C).
-  virtual double forward_stage(const float* params, const int32_t* inputs, const float* input,
-                               const int32_t* targets, float dloss, const BlockHooks& hooks = {},
-                               int slot = 0) = 0;
+  double forward_stage(const float* params, const int32_t* inputs, const float* input,
+                       const int32_t* targets, float dloss, const BlockHooks& hooks = {},
+                       int slot = 0);
   virtual const float* stage_output(int slot = 0) const = 0;
 
   // Accumulates parameter gradients into grads (same layout as params); with accumulate =
@@ -82,10 +82,9 @@ class Model {
   // holds the gradient of the stage's input, (B,T,C), until the next backward.
   // A stage without the head reports no ready() range for the final norm nor for the other
   // stages' layers: data parallelism over stages needs its buckets cut per stage first.
-  virtual void backward_stage(const float* params, float* grads, const int32_t* inputs,
-                              const float* doutput, const GradsReady& ready = {},
-                              const BlockHooks& hooks = {}, bool accumulate = true,
-                              int slot = 0) = 0;
+  void backward_stage(const float* params, float* grads, const int32_t* inputs,
+                      const float* doutput, const GradsReady& ready = {},
+                      const BlockHooks& hooks = {}, bool accumulate = true, int slot = 0);
   virtual const float* input_grad() const = 0;
 
   // With ModelOptions::split_backward, backward_stage is the input part of a backward (Qi et
@@ -119,6 +118,26 @@ class Model {
  protected:
   // Checks the stage and the slots against the config (errors name the stage's layers).
   Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, ParamLayout layout);
+
+  // A family's parts of a stage's forward and backward: forward_stage and backward_stage run
+  // them in order over the stage's layers (the hooks, ready() ranges and stage ends are theirs).
+  // begin_pass makes the views of params (and grads, when given) and slot `slot` current;
+  // the others work on the current slot.
+  virtual void begin_pass(const float* params, float* grads, int slot) = 0;
+  virtual float* pass_input() = 0;  // (B,T,C): the embedding's output or the stage's input, kept
+  virtual void embed(const int32_t* inputs) = 0;  // into pass_input()
+  virtual void block_forward(int l, const float* residual) = 0;
+  virtual const float* block_output(int l) const = 0;  // (B,T,C)
+  // The final norm, the LM head and with targets the loss sum, from the last block's output.
+  virtual double head_forward(const float* residual, const int32_t* targets, float dloss) = 0;
+  // From the loss to the gradient of the last block's output in backward_residual().
+  virtual void head_backward(bool accumulate) = 0;
+  // (B,T,C): the gradient flowing back through the blocks, and its bf16 copy (bf16 mode).
+  virtual float* backward_residual() = 0;
+  virtual bf16* backward_residual_bf16() = 0;
+  // From the gradient of block l's output in backward_residual() to that of its input there.
+  virtual void block_backward(int l, bool accumulate) = 0;
+  virtual void embedding_backward(const int32_t* inputs, bool accumulate) = 0;
   const bf16* wbf(const float* p) const { return weights_->data() + (p - params_); }
 
   // The LM head and loss every family ends with, for the B·T rows of x (fp32, or bf16 in bf16
