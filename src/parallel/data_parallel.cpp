@@ -60,6 +60,7 @@ void DataParallel::begin(PageBuffer& grads, bool first) {
 
 void DataParallel::launch(size_t bucket) {
   const Bucket& b = buckets_[bucket];
+  if (zero_ == 0 && comm_.size() == 1) return;  // one replica: its gradient is the sum
   if (zero_ == 0) {
     pending_.emplace_back(bucket, comm_.all_reduce_async(pages_->data() + base_ + b.begin,
                                                          b.end - b.begin, DType::F32));
