@@ -158,9 +158,10 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
   std::vector<std::shared_ptr<Work>> grad_send(2);
   int in_flight = 0, sent_grads = 0;
   const bool split = schedule_.split_backward;
-  // One chunk without a split backward hands its ranges to data parallelism during its last
-  // backward, as they become final; otherwise every chunk's whole range goes after the last.
-  const bool overlap = V == 1 && !split;
+  // Without a split backward each chunk hands its ranges to data parallelism during its last
+  // backward, as they become final; with one, every chunk's whole range goes after the last
+  // weight part.
+  const bool overlap = !split;
   double loss_sum = 0;
   // The wait for a neighbour's tensor, timed as the pipeline's.
   auto receive = [&](float* buf, int stage, int micro, bool gradient, const char* what) {
@@ -222,12 +223,12 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
     }
     if (!st.head) receive(grad_in_.data(), g, i, true, "recv gradients");
     const bool first = ch.backwards == 0, last = ++ch.backwards == m && overlap;
-    if (last) dp_->begin(grads_, true);
+    if (last) chunk_dp(c).begin(grads_, true);
     t = now_seconds();
     {
       TraceSpan span(split ? "input gradients" : "backward", "compute", i);
       Model::GradsReady on_ready;
-      if (last) on_ready = [&](int64_t b, int64_t e) { ready(0, b, e); };
+      if (last) on_ready = [&, c](int64_t b, int64_t e) { ready(c, b, e); };
       model.backward_stage(params_.data(), grads_.data(), inputs,
                            st.head ? nullptr : grad_in_.data(), on_ready, {}, !first, s);
     }

@@ -166,6 +166,16 @@ TEST_F(PipelineRun, DataParallelPipelinesZeroOneRecomputeAndBf16AgreeWithOneProc
     ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
     expect_agrees("ref", out, 1e-5, 1e-4);
   }
+  // Two chunks per rank, each reduced over its data-parallel pair while the last backward runs.
+  r = train(4, "dp2-interleaved",
+            "--set parallel.pp=2 --set train.batch_size=2 --set train.zero=1 --set "
+            "parallel.schedule=interleaved --set parallel.virtual_stages=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref", "dp2-interleaved", 1e-5, 1e-4);
+  r = train(4, "dp2-zero-bubble",
+            "--set parallel.pp=2 --set train.batch_size=2 --set parallel.schedule=zero_bubble");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref", "dp2-zero-bubble", 1e-5, 1e-4);
   r = train(2, "recompute",
             "--set parallel.pp=2 --set train.recompute=full --set train.attention=flash");
   ASSERT_EQ(r.exit_code, 0) << r.output;
