@@ -269,35 +269,33 @@ TEST_F(PipelineRun, LaunchRestartsAPipelineAfterKillNineAndEndsWithTheSameBits) 
 }
 
 TEST_F(PipelineRun, LayoutsThatCannotRunAreRefusedNamingTheKeys) {
-  auto r = train(1, "a", "--set parallel.pp=5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("parallel.pp = 5 is more than model.n_layer = 4"), std::string::npos)
-      << r.output;
-  r = train(1, "b", "--set parallel.pp=2 --set train.zero=2");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("train.zero = 2 with parallel.pp = 2"), std::string::npos) << r.output;
-  r = train(1, "c", "--set parallel.schedule=interleaved");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("the interleaved schedule needs at least 2 chunks per rank"),
-            std::string::npos)
-      << r.output;
-  r = train(2, "g",
-            "--set parallel.pp=2 --set parallel.schedule=interleaved --set "
-            "parallel.virtual_stages=2 --set train.grad_accum=3");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("make train.grad_accum a multiple of parallel.pp"), std::string::npos)
-      << r.output;
-  r = train(1, "d", "--set parallel.schedule=zigzag");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("parallel.schedule must be"), std::string::npos) << r.output;
-  r = train(2, "f", "--set parallel.pp=2 --set parallel.stage_layers=[2,1]");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("parallel.stage_layers gives 2 stages of 3 layers in all"),
-            std::string::npos)
-      << r.output;
-  r = train(3, "e", "--set parallel.pp=2");  // 3 processes do not make stages of 2
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("parallel.pp"), std::string::npos) << r.output;
+  struct Row {
+    int ranks;
+    const char* sets;
+    const char* says;
+  };
+  const Row rows[] = {
+      {1, "--set parallel.pp=5", "parallel.pp = 5 is more than model.n_layer = 4"},
+      {1, "--set parallel.pp=2 --set train.zero=2", "train.zero = 2 with parallel.pp = 2"},
+      {1, "--set parallel.schedule=interleaved",
+       "the interleaved schedule needs at least 2 chunks per rank"},
+      {2,
+       "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 "
+       "--set train.grad_accum=3",
+       "make train.grad_accum a multiple of parallel.pp"},
+      {1, "--set parallel.schedule=zigzag", "parallel.schedule must be"},
+      {2, "--set parallel.pp=2 --set parallel.stage_layers=[2,1]",
+       "parallel.stage_layers gives 2 stages of 3 layers in all"},
+      {1, "--set parallel.pp=2 --set parallel.schedule=zero_bubble --set train.recompute=full",
+       "parallel.schedule = \"zero_bubble\" with train.recompute = \"full\""},
+      {3, "--set parallel.pp=2", "parallel.pp"},  // 3 processes do not make stages of 2
+  };
+  int k = 0;
+  for (const Row& row : rows) {
+    auto r = train(row.ranks, std::string("refused").append(std::to_string(k++)), row.sets);
+    EXPECT_NE(r.exit_code, 0) << row.sets;
+    EXPECT_NE(r.output.find(row.says), std::string::npos) << row.sets << "\n" << r.output;
+  }
 }
 
 }  // namespace
