@@ -19,7 +19,7 @@ const std::map<std::string, std::set<std::string>> kMayUse = {
     {"kernels", {"core"}},
     {"model", {"core", "kernels", "parallel"}},
     {"comm", {"core"}},
-    {"parallel", {"core", "comm"}},
+    {"parallel", {"core", "kernels", "comm"}},  // kernels: the tensor-parallel layers' math
     {"data", {"core"}},
     {"ckpt", {"core", "comm"}},
     {"obs", {"core"}},

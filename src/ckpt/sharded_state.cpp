@@ -9,6 +9,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
+#include "core/split_index.h"
 
 namespace fs = std::filesystem;
 
@@ -31,6 +32,9 @@ void write_state_shard(const std::string& dir, const std::string& stem, int rank
       const std::string name = b.prefix + t.name;
       out.push_back({name, "F32", {hi - lo}, b.data + (lo - begin)});
       slices[name] = {{"shape", t.shape}, {"begin", lo - t.offset}, {"end", hi - t.offset}};
+      if (t.split_dim >= 0)
+        slices[name]["split"] = {
+            {"shape", t.split_shape}, {"dim", t.split_dim}, {"part", t.part}, {"parts", t.parts}};
     }
   auto meta = metadata;
   meta["kiln_slices"] = slices.dump();
@@ -72,13 +76,57 @@ std::vector<std::string> state_shard_files(const std::string& dir, const std::st
   return files;
 }
 
+namespace {
+
+// How a file's slice or this rank's tensor is cut (no cut: parts = 1).
+struct Split {
+  std::vector<int64_t> shape;
+  int dim = -1, parts = 1, part = 0;
+  bool whole() const { return dim < 0 || parts <= 1; }
+};
+
+Split parse_split(const nlohmann::json& s, const std::vector<int64_t>& shape,
+                  const std::string& path, const std::string& key) {
+  Split sp;
+  if (!s.contains("split")) return sp;
+  try {
+    const auto& j = s.at("split");
+    sp.shape = j.at("shape").get<std::vector<int64_t>>();
+    sp.dim = j.at("dim").get<int>();
+    sp.part = j.at("part").get<int>();
+    sp.parts = j.at("parts").get<int>();
+  } catch (const std::exception& e) {
+    fail("{}: the split of {} is malformed: {}", path, key, e.what());
+  }
+  int64_t a = 1, b = 1;
+  for (int64_t d : sp.shape) a *= d;
+  for (int64_t d : shape) b *= d;
+  if (a != b || sp.dim < 0 || sp.dim >= static_cast<int>(sp.shape.size()) || sp.parts < 1 ||
+      sp.part < 0 || sp.part >= sp.parts || sp.shape[sp.dim] % sp.parts != 0)
+    fail("{}: the split of {} (part {} of {} along dimension {} of {}) does not fit its shape {}",
+         path, key, sp.part, sp.parts, sp.dim, shape_str(sp.shape), shape_str(shape));
+  return sp;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
 void read_state_shards(const std::vector<std::string>& files,
                        const std::vector<FlatTensor>& tensors, int64_t begin, int64_t end,
                        const std::vector<StateBuffer>& buffers) {
   std::map<std::string, const FlatTensor*> by_name;
   for (const auto& t : tensors) by_name[t.name] = &t;
-  // The flat ranges filled per buffer: each element must be filled exactly once.
+  // The flat ranges filled per buffer: each element must be filled exactly once. Parts of
+  // tensors cut differently here and in the file are filled element by element, marked in
+  // `marks` (made on first use).
   std::vector<std::vector<std::pair<int64_t, int64_t>>> filled(buffers.size());
+  std::vector<std::vector<uint8_t>> marks(buffers.size());
+  std::vector<int64_t> marked(buffers.size(), 0);
   for (const auto& path : files) {
     SafeTensorsReader f(path);
     auto it = f.metadata().find("kiln_slices");
@@ -99,6 +147,7 @@ void read_state_shards(const std::vector<std::string>& files,
         if (t == by_name.end())
           fail("{}: tensor {} is not a tensor of this model; resume with the model that wrote it",
                path, key);
+        const FlatTensor& mine = *t->second;
         std::vector<int64_t> shape;
         int64_t lo = 0, hi = 0;
         try {
@@ -108,24 +157,53 @@ void read_state_shards(const std::vector<std::string>& files,
         } catch (const std::exception& e) {
           fail("{}: the slice of {} is malformed: {}", path, key, e.what());
         }
-        if (shape != t->second->shape)
+        if (shape != mine.shape)
           fail("{}: {} has shape {} here but {} in the checkpoint", path, key,
-               shape_str(t->second->shape), shape_str(shape));
-        if (lo < 0 || hi <= lo || hi > t->second->numel)
+               shape_str(mine.shape), shape_str(shape));
+        const Split theirs = parse_split(s, shape, path, key);
+        const Split ours{mine.split_shape, mine.split_dim, mine.parts, mine.part};
+        const int64_t part_numel = numel_of(shape) / theirs.parts;
+        if (lo < 0 || hi <= lo || hi > part_numel)
           fail("{}: the slice [{}, {}) of {} lies outside its {} elements", path, lo, hi, key,
-               t->second->numel);
+               part_numel);
         const SafeTensorEntry& e = f.entry(key);
         if (e.shape != std::vector<int64_t>{hi - lo})
           fail("{}: {} holds {} values for a slice of {}", path, key, shape_str(e.shape), hi - lo);
-        // The part of this slice inside [begin, end), in flat-buffer positions.
-        const int64_t flat_lo = std::max(begin, t->second->offset + lo);
-        const int64_t flat_hi = std::min(end, t->second->offset + hi);
-        if (flat_lo >= flat_hi) continue;
+        if (theirs.whole() && ours.whole()) {
+          // The part of this slice inside [begin, end), in flat-buffer positions.
+          const int64_t flat_lo = std::max(begin, mine.offset + lo);
+          const int64_t flat_hi = std::min(end, mine.offset + hi);
+          if (flat_lo >= flat_hi) continue;
+          std::vector<float> values(static_cast<size_t>(hi - lo));
+          f.read_f32(key, {hi - lo}, values.data());
+          std::copy(values.begin() + (flat_lo - mine.offset - lo),
+                    values.begin() + (flat_hi - mine.offset - lo), b.data + (flat_lo - begin));
+          filled[bi].emplace_back(flat_lo, flat_hi);
+          continue;
+        }
+        // Cut differently: each of the file's elements to its place in the whole tensor, and
+        // from there to this rank's part, when it holds it.
+        if (std::max(begin, mine.offset) >= std::min(end, mine.offset + mine.numel)) continue;
         std::vector<float> values(static_cast<size_t>(hi - lo));
         f.read_f32(key, {hi - lo}, values.data());
-        std::copy(values.begin() + (flat_lo - t->second->offset - lo),
-                  values.begin() + (flat_hi - t->second->offset - lo), b.data + (flat_lo - begin));
-        filled[bi].emplace_back(flat_lo, flat_hi);
+        std::vector<uint8_t>& m = marks[bi];
+        if (m.empty()) m.assign(static_cast<size_t>(end - begin), 0);
+        for (int64_t j = lo; j < hi; j++) {
+          const int64_t whole =
+              split_part_index(theirs.shape, theirs.dim, theirs.parts, theirs.part, j);
+          const int64_t k = split_local_index(ours.shape, ours.dim, ours.parts, ours.part, whole);
+          if (k < 0) continue;
+          const int64_t pos = mine.offset + k;
+          if (pos < begin || pos >= end) continue;
+          if (m[pos - begin])
+            fail(
+                "{}: the shards give {} at flat position {} twice; the files come from "
+                "different saves",
+                path, key, pos);
+          m[pos - begin] = 1;
+          marked[bi]++;
+          b.data[pos - begin] = values[j - lo];
+        }
       }
     }
   }
@@ -137,7 +215,7 @@ void read_state_shards(const std::vector<std::string>& files,
   for (size_t bi = 0; bi < buffers.size(); bi++) {
     auto& ranges = filled[bi];
     std::sort(ranges.begin(), ranges.end());
-    int64_t got = 0;
+    int64_t got = marked[bi];
     for (size_t i = 0; i < ranges.size(); i++) {
       if (i > 0 && ranges[i].first < ranges[i - 1].second)
         fail(

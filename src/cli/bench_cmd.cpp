@@ -108,7 +108,8 @@ void bench_train(const BenchTrainOpts& o) {
     pipe_waits.push_back(r.pipeline_wait_seconds);
     for (int k = 0; k < world; k++) idle[k].push_back(1 - r.rank_compute_seconds[k] / r.seconds);
     for (auto f : {&Profile::matmul, &Profile::attention, &Profile::norm, &Profile::activation,
-                   &Profile::lm_head, &Profile::loss, &Profile::embedding, &Profile::residual})
+                   &Profile::lm_head, &Profile::loss, &Profile::embedding, &Profile::residual,
+                   &Profile::tp_comm})
       sum.*f += prof.*f;
   }
   // The profile's timers add a clock read per region; the timed steps above include them.
@@ -142,6 +143,8 @@ void bench_train(const BenchTrainOpts& o) {
                           {"softmax + loss", sum.loss / n},
                           {"residual copies", sum.residual / n},
                           {"embedding", sum.embedding / n}};
+  // (The vocabulary-parallel loss's two small collectives count in "softmax + loss".)
+  if (grid.tp > 1) parts.push_back({"tensor-parallel collectives", sum.tp_comm / n});
   if (grid.pp > 1) parts.push_back({"pipeline wait (rank 0)", median(pipe_waits)});
   double accounted = 0;
   for (auto& p : parts) accounted += p.seconds;
@@ -158,6 +161,7 @@ void bench_train(const BenchTrainOpts& o) {
                         {"zero", cfg.zero},
                         {"comm_wait_ms", wait_s * 1e3},
                         {"pipeline_wait_ms", median(pipe_waits) * 1e3},
+                        {"tp_comm_ms", sum.tp_comm / n * 1e3},
                         {"rank_idle_share", bubble},
                         {"grid", {{"dp", grid.dp}, {"pp", grid.pp}, {"tp", grid.tp}}},
                         {"steps_timed", times.size()},
@@ -195,6 +199,11 @@ void bench_train(const BenchTrainOpts& o) {
              "value");
   fmt::print("{:<28} {:>12.1f}\n", "ms/step", step_s * 1e3);
   fmt::print("{:<28} {:>12.1f}\n", "comm wait ms/step", wait_s * 1e3);
+  if (grid.tp > 1) {
+    fmt::print("{:<28} {:>12}\n", "tensor parallel",
+               fmt::format("dp {} x tp {}, sp {}", grid.dp, grid.tp, cfg.sp ? "on" : "off"));
+    fmt::print("{:<28} {:>12.1f}\n", "tp collectives ms (rank 0)", sum.tp_comm / n * 1e3);
+  }
   if (grid.pp > 1) {
     fmt::print("{:<28} {:>12}\n", "pipeline",
                fmt::format("dp {} x pp {}, {}", grid.dp, grid.pp, cfg.schedule));

@@ -11,6 +11,7 @@
 
 #include "kernels/llama_kernels.h"
 #include "model/spec.h"
+#include "parallel/tensor_parallel.h"
 
 namespace kiln {
 
@@ -93,6 +94,9 @@ struct ModelOptions {
   // Zero-bubble pipelines: a backward leaves the weight gradients of its matrix products for
   // Model::backward_weight (model/model.h). Needs the blocks' inputs kept (no full recompute).
   bool split_backward = false;
+  // Tensor (and sequence) parallelism: this rank's part of each layer (parallel/
+  // tensor_parallel.h); the parameter layout then holds this rank's slices (tp_local_layout).
+  TensorParallel tp;
 };
 
 // Bytes of one micro-batch's activations, by kind.
@@ -138,6 +142,7 @@ struct Profile {
   bool enabled = false;
   double matmul = 0, attention = 0, norm = 0, activation = 0, lm_head = 0, loss = 0, embedding = 0,
          residual = 0;
+  double tp_comm = 0;  // tensor-parallel collectives (waits included)
   void reset() { *this = Profile{enabled}; }
 };
 

@@ -23,34 +23,59 @@ ModelConfig gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int
   return c;
 }
 
-ParamLayout gpt2_param_layout(const ModelConfig& c) {
+ParamLayout gpt2_param_layout(const ModelConfig& c, int tp) {
   ParamLayout L;
-  const int64_t C = c.n_embd;
+  const int64_t C = c.n_embd, Cl = C / tp, F = 4 * C / tp;  // this rank's heads and MLP units
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
     L.add(std::move(name), std::move(shape), decay);
   };
-  add("wte.weight", {c.padded_vocab_size, C}, true);
+  add("wte.weight", {c.padded_vocab_size / tp, C}, true);
   add("wpe.weight", {c.block_size, C}, true);
   for (int l = 0; l < c.n_layer; l++) {
     std::string p = "h." + std::to_string(l) + ".";
     L.blocks.push_back(L.total);
     add(p + "ln_1.weight", {C}, false);
     add(p + "ln_1.bias", {C}, false);
-    add(p + "attn.c_attn.weight", {C, 3 * C}, true);
-    add(p + "attn.c_attn.bias", {3 * C}, false);
-    add(p + "attn.c_proj.weight", {C, C}, true);
+    add(p + "attn.c_attn.weight", {C, 3 * Cl}, true);
+    add(p + "attn.c_attn.bias", {3 * Cl}, false);
+    add(p + "attn.c_proj.weight", {Cl, C}, true);
     add(p + "attn.c_proj.bias", {C}, false);
     add(p + "ln_2.weight", {C}, false);
     add(p + "ln_2.bias", {C}, false);
-    add(p + "mlp.c_fc.weight", {C, 4 * C}, true);
-    add(p + "mlp.c_fc.bias", {4 * C}, false);
-    add(p + "mlp.c_proj.weight", {4 * C, C}, true);
+    add(p + "mlp.c_fc.weight", {C, F}, true);
+    add(p + "mlp.c_fc.bias", {F}, false);
+    add(p + "mlp.c_proj.weight", {F, C}, true);
     add(p + "mlp.c_proj.bias", {C}, false);
   }
   L.blocks.push_back(L.total);
   add("ln_f.weight", {C}, false);
   add("ln_f.bias", {C}, false);
   return L;
+}
+
+std::vector<LogicalTensor> gpt2_logical_tensors(const ModelConfig& c) {
+  const int64_t C = c.n_embd;
+  std::vector<LogicalTensor> out;
+  for (const auto& t : gpt2_param_layout(c).tensors) {
+    LogicalTensor l{t.name, t.shape};
+    if (t.name.ends_with("attn.c_attn.weight")) l.split_shape = {C, 3, C};
+    if (t.name.ends_with("attn.c_attn.bias")) l.split_shape = {3, C};
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+int gpt2_split_dim(const std::string& name) {
+  // Column-parallel: the fused QKV (by heads) and the MLP's first layer; row-parallel: the two
+  // output projections; the vocabulary's rows. LayerNorms, positions and the row-parallel
+  // layers' biases are whole on every rank.
+  if (name == "wte.weight") return 0;
+  if (name.ends_with("attn.c_attn.weight")) return 2;
+  if (name.ends_with("attn.c_attn.bias")) return 1;
+  if (name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight")) return 0;
+  if (name.ends_with("mlp.c_fc.weight")) return 1;
+  if (name.ends_with("mlp.c_fc.bias")) return 0;
+  return -1;
 }
 
 ModelParams view_params(const ParamLayout& layout, const ModelConfig& c, float* base) {
@@ -103,10 +128,40 @@ void gpt2_init(const ParamLayout& layout, const ModelConfig& c, float* params, u
   }
 }
 
+namespace {
+
+// Backward's scratch (GradScratch), in the order the constructor hands it out: fp32 floats and
+// bf16 values.
+int64_t gpt2_scratch_floats(const ModelConfig& c, int B, int T, const ModelOptions& opts) {
+  const TensorParallel& tp = opts.tp;
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head / tp.size,
+                Cl = C / tp.size, F = 4 * C / tp.size, R = tp.local_rows(BT);
+  const int64_t datt =
+      opts.flash_attention ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
+  // proj, dresidual, dln, datty, dqkv, datt, dfch (fp32 only: bf16 makes it in dout_bf),
+  // dfch_gelu; sequence parallelism: gathered, rows, ln_grads.
+  int64_t n = BT * C + R * C + BT * C + BT * Cl + BT * 3 * Cl + datt + BT * F * (opts.bf16 ? 1 : 2);
+  if (tp.on() && tp.sp) n += BT * C + R * C + 2 * C;
+  return n;
+}
+
+int64_t gpt2_scratch_bf16(const ModelConfig& c, int B, int T, const ModelOptions& opts) {
+  if (!opts.bf16) return 0;
+  const TensorParallel& tp = opts.tp;
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, F = 4 * C / tp.size;
+  return BT * std::max(F, C) + (tp.on() && tp.sp ? BT * C : 0);  // dout_bf, gathered_bf
+}
+
+}  // namespace
+
 ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
                                  Activations* A) {
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
-                Vp = c.padded_vocab_size;
+  // With tensor parallelism a rank holds its heads (Cl = C/tp wide), MLP units (F = 4C/tp) and
+  // vocabulary slice (Vl); with sequence parallelism the residual stream's R = B·T/tp rows.
+  const TensorParallel& tp = opts.tp;
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head / tp.size,
+                Vl = c.padded_vocab_size / tp.size, Cl = C / tp.size, F = 4 * C / tp.size,
+                R = tp.local_rows(BT);
   const bool bf = opts.bf16, full = opts.recompute == Recompute::full;
   const bool flash = opts.flash_attention;
   // With flash attention a block keeps the row log-sum-exps (B,NH,T), too small to recompute.
@@ -118,60 +173,59 @@ ActivationBytes plan_activations(const ModelConfig& c, int B, int T, const Model
   ActivationPlanner p(fill ? A->mem.data() : nullptr, fill ? A->mem_bf16.data() : nullptr);
   using Blk = Activations::Block;
   const int first = opts.stage.first, last = opts.stage.last < 0 ? c.n_layer : opts.stage.last;
-  A->encoded = p.take(BT * C);  // the stage's input: the embedding's output, or what it received
+  A->encoded = p.take(R * C);  // the stage's input: the embedding's output, or what it received
   A->h.assign(c.n_layer, Blk{});
   for (int l = first; l < last; l++) {
     Blk& b = A->h[l];
-    b.ln1 = bf ? nullptr : p.field(full, 0, BT * C);
-    b.ln1_mean = p.field(full, 1, BT);
-    b.ln1_rstd = p.field(full, 2, BT);
-    b.qkv = p.field(full || bf, 3, BT * 3 * C);           // bf16: kept as qkv_bf
-    b.atty = p.field(full || (bf && !flash), 4, BT * C);  // flash backward reads it
+    b.ln1 = bf ? nullptr : p.field(full, 0, R * C);
+    b.ln1_mean = p.field(full, 1, R);
+    b.ln1_rstd = p.field(full, 2, R);
+    b.qkv = p.field(full || bf, 3, BT * 3 * Cl);           // bf16: kept as qkv_bf
+    b.atty = p.field(full || (bf && !flash), 4, BT * Cl);  // flash backward reads it
     b.att = p.field(att_shared, 5, flash ? NH * BT : NH * BT * T);
-    b.residual2 = p.field(full, 6, BT * C);
-    b.ln2 = bf ? nullptr : p.field(full, 7, BT * C);
-    b.ln2_mean = p.field(full, 8, BT);
-    b.ln2_rstd = p.field(full, 9, BT);
-    b.fch = p.field(full || bf, 10, BT * 4 * C);  // bf16: kept as fch_bf
-    b.fch_gelu = bf ? nullptr : p.field(full, 11, BT * 4 * C);
-    b.residual3 = p.take(BT * C);  // the next block's input: always kept
+    b.residual2 = p.field(full, 6, R * C);
+    b.ln2 = bf ? nullptr : p.field(full, 7, R * C);
+    b.ln2_mean = p.field(full, 8, R);
+    b.ln2_rstd = p.field(full, 9, R);
+    b.fch = p.field(full || bf, 10, BT * F);  // bf16: kept as fch_bf
+    b.fch_gelu = bf ? nullptr : p.field(full, 11, BT * F);
+    b.residual3 = p.take(R * C);  // the next block's input: always kept
     b.ln1_bf = b.atty_bf = b.ln2_bf = b.fch_gelu_bf = b.qkv_bf = b.fch_bf = nullptr;
     if (bf) {
-      b.ln1_bf = p.field_bf(full, 12, BT * C);
-      b.atty_bf = p.field_bf(full, 13, BT * C);
-      b.ln2_bf = p.field_bf(full, 14, BT * C);
-      b.fch_gelu_bf = p.field_bf(full, 15, BT * 4 * C);
-      b.qkv_bf = p.field_bf(full, 16, BT * 3 * C);
-      b.fch_bf = p.field_bf(full, 17, BT * 4 * C);
+      b.ln1_bf = p.field_bf(full, 12, R * C);
+      b.atty_bf = p.field_bf(full, 13, BT * Cl);
+      b.ln2_bf = p.field_bf(full, 14, R * C);
+      b.fch_gelu_bf = p.field_bf(full, 15, BT * F);
+      b.qkv_bf = p.field_bf(full, 16, BT * 3 * Cl);
+      b.fch_bf = p.field_bf(full, 17, BT * F);
     }
   }
   p.head();
   A->lnf = A->lnf_mean = A->lnf_rstd = A->logits = A->losses = nullptr;
   A->lnf_bf = A->dlogits_bf = nullptr;
   if (opts.stage.head) {
-    A->lnf = p.take(BT * C);
-    A->lnf_mean = p.take(BT);
-    A->lnf_rstd = p.take(BT);
-    A->lnf_bf = bf ? p.take_bf(BT * C) : nullptr;
+    A->lnf = p.take(R * C);
+    A->lnf_mean = p.take(R);
+    A->lnf_rstd = p.take(R);
+    A->lnf_bf = bf ? p.take_bf(R * C) : nullptr;
     // bf16: the logits of a chunk of rows at a time (fp32), the gradient of all rows in bf16.
-    A->logits = p.take((bf ? head_chunk_rows(BT) : BT) * Vp);
-    A->dlogits_bf = bf ? p.take_bf(BT * Vp) : nullptr;
+    A->logits = p.take((bf ? head_chunk_rows(BT) : BT) * Vl);
+    A->dlogits_bf = bf ? p.take_bf(BT * Vl) : nullptr;
     A->losses = p.take(BT);
   }
   ActivationBytes bytes =
       p.finish(static_cast<int64_t>(A->mem.size()), static_cast<int64_t>(A->mem_bf16.size()));
-  // proj, dresidual, dln, datty, dqkv, datt, dfch_gelu, and dfch in fp32 (bf16: dout_bf).
-  const int64_t datt = flash ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
-  bytes.scratch = (BT * C * 4 + BT * 3 * C + datt + BT * 4 * C) * 4;
-  bytes.scratch += bf ? BT * 4 * C * 2 : BT * 4 * C * 4;
+  bytes.scratch = gpt2_scratch_floats(c, B, T, opts) * 4 + gpt2_scratch_bf16(c, B, T, opts) * 2;
   return bytes;
 }
 
 Gpt2::Gpt2(const ModelConfig& c, int B, int T, ModelOptions opts)
-    : Model(c, B, T, opts, gpt2_param_layout(c)) {
+    : Model(c, B, T, opts, gpt2_param_layout(c, opts.tp.size)) {
   if (c.llama()) fail("model.family = \"llama\" is not a GPT-2");
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head;
-  const bool bf = opts.bf16;
+  const TensorParallel& tp = opts.tp;
+  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head / tp.size,
+                Cl = C / tp.size, F = 4 * C / tp.size, R = tp.local_rows(BT);
+  const bool bf = opts.bf16, sp = tp.on() && tp.sp;
   ActivationBytes plan = plan_activations(c, B, T, opts_, nullptr);
   slots_.resize(opts_.slots);
   for (Activations& a : slots_) {
@@ -185,7 +239,7 @@ Gpt2::Gpt2(const ModelConfig& c, int B, int T, ModelOptions opts)
 
   const int64_t datt =
       opts.flash_attention ? attention_flash_scratch_floats(B, T, NH) : NH * BT * T;
-  scratch_.mem.resize(BT * C * 4 + BT * 3 * C + datt + BT * 4 * C * (bf ? 1 : 2));
+  scratch_.mem.resize(gpt2_scratch_floats(c, B, T, opts));
   float* p = scratch_.mem.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -193,18 +247,24 @@ Gpt2::Gpt2(const ModelConfig& c, int B, int T, ModelOptions opts)
     return r;
   };
   scratch_.proj = take(BT * C);
-  scratch_.dresidual = take(BT * C);
+  scratch_.dresidual = take(R * C);
   scratch_.dln = take(BT * C);
-  scratch_.datty = take(BT * C);
-  scratch_.dqkv = take(BT * 3 * C);
+  scratch_.datty = take(BT * Cl);
+  scratch_.dqkv = take(BT * 3 * Cl);
   scratch_.datt = take(datt);
-  scratch_.dfch = bf ? nullptr : take(BT * 4 * C);  // bf16: made straight into dout_bf
-  scratch_.dfch_gelu = take(BT * 4 * C);
+  scratch_.dfch = bf ? nullptr : take(BT * F);  // bf16: made straight into dout_bf
+  scratch_.dfch_gelu = take(BT * F);
+  if (sp) {
+    scratch_.gathered = take(BT * C);
+    scratch_.rows = take(R * C);
+    scratch_.ln_grads = take(2 * C);
+  }
   KILN_CHECK(p == scratch_.mem.data() + scratch_.mem.size());
   scratch_.dout_bf = nullptr;
   if (bf) {
-    scratch_.mem_bf16.resize(BT * 4 * C);
+    scratch_.mem_bf16.resize(gpt2_scratch_bf16(c, B, T, opts));
     scratch_.dout_bf = scratch_.mem_bf16.data();
+    if (sp) scratch_.gathered_bf = scratch_.dout_bf + BT * std::max(F, C);
   }
   KILN_CHECK(act_bytes_.scratch ==
              static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
@@ -217,43 +277,54 @@ Gpt2::Gpt2(const ModelConfig& c, int B, int T, ModelOptions opts)
   }
 }
 
-namespace {
-
-// y(M,N) = x(M,K) @ W(K,N) + b
-void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t M, int64_t K,
-                    int64_t N, bool accumulate = false) {
-  matmul(MatmulShape{M, N, K, false, false, accumulate, true}, x, w, y, b);
-}
-
-}  // namespace
-
 // One block's forward from its input `residual` into the current slot's h[l] (P_ and params_ are
-// set).
+// set). With tensor parallelism this rank computes its heads and MLP units (column-parallel
+// products after f, row-parallel ones before g); with sequence parallelism the LayerNorms and
+// residual adds work on its R rows.
 void Gpt2::block_forward(int l, const float* residual) {
   const ModelConfig& c = cfg_;
-  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
-  const int64_t BT = static_cast<int64_t>(B) * T;
+  const TensorParallel& tp = opts_.tp;
+  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head / tp.size;
+  const int64_t BT = static_cast<int64_t>(B) * T, Cl = C / tp.size, F = 4 * C / tp.size,
+                R = tp.local_rows(BT);
   const bool bf = opts_.bf16;
   const BlockParams& W = P_.h[l];
   Activations::Block& a = cur_->h[l];
-  // y (+)= x @ w + b, from the fp32 x or its bf16 copy.
+  GradScratch& S = scratch_;
+  // y (+)= x @ w (+ b), from the fp32 x or its bf16 copy.
   auto linear = [&](float* y, const float* x, const bf16* x_bf, const float* w, const float* b,
                     int64_t K, int64_t N, bool accumulate) {
     ProfileTimer t(profile_, &Profile::matmul);
+    const MatmulShape s{BT, N, K, false, false, accumulate, b != nullptr};
     if (bf)
-      matmul_bf16(MatmulShape{BT, N, K, false, false, accumulate, true}, x_bf, wbf(w), y, b);
+      matmul_bf16(s, x_bf, wbf(w), y, b);
     else
-      linear_forward(y, x, w, b, BT, K, N, accumulate);
+      matmul(s, x, w, y, b);
+  };
+  // A row-parallel product's bias is added once: by rank 0 into its part of the sum, or (sequence
+  // parallelism) by every rank to its rows of the sum.
+  const bool bias_in_product = !tp.on() || (tp.rank == 0 && !tp.sp);
+  // g: the row-parallel product's parts in S.proj summed; returns the sum's rows on this rank.
+  auto reduce_output = [&](const float* bias) -> float* {
+    if (!tp.on()) return S.proj;
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    float* out = tp.sp ? S.rows : S.proj;
+    g_forward(tp, S.proj, out, BT, C);
+    if (tp.sp) add_bias_rows(out, bias, R, C);
+    return out;
   };
   {
     ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.ln1_mean, a.ln1_rstd, residual, nullptr,
-                            W.ln1_w, W.ln1_b, BT, C);
+                            W.ln1_w, W.ln1_b, R, C);
   }
-  linear(a.qkv, a.ln1, a.ln1_bf, W.qkv_w, W.qkv_b, C, 3 * C, false);
+  const float* x;
+  const bf16* x_bf;
+  whole_input(a.ln1, a.ln1_bf, &x, &x_bf);  // f
+  linear(a.qkv, x, x_bf, W.qkv_w, W.qkv_b, C, 3 * Cl, false);
   {
     ProfileTimer t(profile_, &Profile::attention);
-    if (bf) round_to_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
+    if (bf) round_to_bf16(a.qkv, a.qkv_bf, BT * 3 * Cl);
     if (opts_.kv_cache) {  // decoding one position: its key and value join the cache
       const int64_t at = static_cast<int64_t>(decode_pos_) * C;
       copy(k_cache_[l].data() + at, a.qkv + C, C);
@@ -261,36 +332,108 @@ void Gpt2::block_forward(int l, const float* residual) {
       attention_decode(a.atty, decode_scores_.data(), a.qkv, k_cache_[l].data(), v_cache_[l].data(),
                        decode_pos_ + 1, C, NH);
     } else if (opts_.flash_attention) {
-      attention_forward_flash(a.atty, a.att, scratch_.datt, a.qkv, B, T, C, NH);
+      attention_forward_flash(a.atty, a.att, S.datt, a.qkv, B, T, static_cast<int>(Cl), NH);
     } else {
-      attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+      attention_forward(a.atty, a.att, a.qkv, B, T, static_cast<int>(Cl), NH);
     }
-    if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
+    if (bf) to_bf16(a.atty_bf, a.atty, BT * Cl);
   }
   // residual2 = residual + proj, added in the LayerNorm's pass over the rows.
-  linear(scratch_.proj, a.atty, a.atty_bf, W.attproj_w, W.attproj_b, C, C, false);
+  linear(S.proj, a.atty, a.atty_bf, W.attproj_w, bias_in_product ? W.attproj_b : nullptr, Cl, C,
+         false);
+  const float* proj = reduce_output(W.attproj_b);  // g
   {
     ProfileTimer t(profile_, &Profile::norm);
-    layernorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.ln2_mean, a.ln2_rstd, residual,
-                            scratch_.proj, W.ln2_w, W.ln2_b, BT, C);
+    layernorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.ln2_mean, a.ln2_rstd, residual, proj,
+                            W.ln2_w, W.ln2_b, R, C);
   }
+  whole_input(a.ln2, a.ln2_bf, &x, &x_bf);  // f
   // fch = ln2 @ fc_w + fc_b (the bias in the product), then GELU straight into the next
   // product's operand.
-  linear(a.fch, a.ln2, a.ln2_bf, W.fc_w, W.fc_b, C, 4 * C, false);
+  linear(a.fch, x, x_bf, W.fc_w, W.fc_b, C, F, false);
   {
     ProfileTimer t(profile_, &Profile::activation);
     if (bf) {
-      round_to_bf16(a.fch, a.fch_bf, BT * 4 * C);
-      gelu_forward_bf16(a.fch_gelu_bf, a.fch, BT * 4 * C);
+      round_to_bf16(a.fch, a.fch_bf, BT * F);
+      gelu_forward_bf16(a.fch_gelu_bf, a.fch, BT * F);
     } else {
-      gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
+      gelu_forward(a.fch_gelu, a.fch, BT * F);
     }
   }
-  {
-    ProfileTimer t(profile_, &Profile::residual);
-    copy(a.residual3, a.residual2, BT * C);
+  if (!tp.on()) {  // residual3 = residual2 + the product, accumulated by the product itself
+    {
+      ProfileTimer t(profile_, &Profile::residual);
+      copy(a.residual3, a.residual2, BT * C);
+    }
+    linear(a.residual3, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, W.fcproj_b, F, C, true);
+    return;
   }
-  linear(a.residual3, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, W.fcproj_b, 4 * C, C, true);
+  linear(S.proj, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, bias_in_product ? W.fcproj_b : nullptr, F,
+         C, false);
+  const float* out = reduce_output(W.fcproj_b);  // g
+  ProfileTimer t(profile_, &Profile::residual);
+  copy(a.residual3, a.residual2, R * C);
+  add_inplace(a.residual3, out, R * C);
+}
+
+void Gpt2::whole_input(const float* x, const bf16* x_bf, const float** out, const bf16** out_bf) {
+  const TensorParallel& tp = opts_.tp;
+  *out = x;
+  *out_bf = x_bf;
+  if (!tp.on() || !tp.sp) return;
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  if (opts_.bf16) {
+    f_forward(tp, scratch_.gathered_bf, x_bf, BT, cfg_.n_embd);
+    *out_bf = scratch_.gathered_bf;
+  } else {
+    f_forward(tp, scratch_.gathered, x, BT, cfg_.n_embd);
+    *out = scratch_.gathered;
+  }
+}
+
+void Gpt2::whole_dresidual(const float** dy, const bf16** dy_bf) {
+  const TensorParallel& tp = opts_.tp;
+  *dy = scratch_.dresidual;
+  *dy_bf = scratch_.dout_bf;  // made by the LayerNorm backward that last added to dresidual
+  if (!tp.on() || !tp.sp) return;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  {
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    g_backward(tp, scratch_.gathered, scratch_.dresidual, BT, cfg_.n_embd);
+  }
+  if (opts_.bf16) to_bf16(scratch_.dout_bf, scratch_.gathered, BT * cfg_.n_embd);
+  *dy = scratch_.gathered;
+}
+
+void Gpt2::norm_backward(float* dw, float* db, const float* dout, const float* inp, const float* w,
+                         const float* mean, const float* rstd, bf16* dinp_bf16, bool accumulate) {
+  const TensorParallel& tp = opts_.tp;
+  const int C = cfg_.n_embd;
+  const int64_t R = tp.local_rows(static_cast<int64_t>(B_) * T_);
+  if (!tp.on() || !tp.sp) {
+    ProfileTimer t(profile_, &Profile::norm);
+    layernorm_backward(scratch_.dresidual, dw, db, dout, inp, w, mean, rstd, R, C, dinp_bf16,
+                       accumulate);
+    return;
+  }
+  float* part = scratch_.ln_grads;
+  {
+    ProfileTimer t(profile_, &Profile::norm);
+    layernorm_backward(scratch_.dresidual, part, part + C, dout, inp, w, mean, rstd, R, C, nullptr,
+                       false);
+  }
+  {
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    tp_all_reduce(tp, part, 2 * C);
+  }
+  if (accumulate) {
+    add_inplace(dw, part, C);
+    add_inplace(db, part + C, C);
+  } else {
+    copy(dw, part, C);
+    copy(db, part + C, C);
+  }
 }
 
 const float* Gpt2::stage_output(int slot) const {
@@ -308,8 +451,22 @@ void Gpt2::begin_pass(const float* params, float* grads, int slot) {
 }
 
 void Gpt2::embed(const int32_t* inputs) {
-  ProfileTimer t(profile_, &Profile::embedding);
-  encoder_forward(cur_->encoded, inputs, P_.wte, P_.wpe, B_, T_, cfg_.n_embd);
+  const TensorParallel& tp = opts_.tp;
+  if (!tp.on()) {
+    ProfileTimer t(profile_, &Profile::embedding);
+    encoder_forward(cur_->encoded, inputs, P_.wte, P_.wpe, B_, T_, cfg_.n_embd);
+    return;
+  }
+  // Vocabulary-parallel: each rank its tokens' rows (rank 0 adds the positions), then g.
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  float* partial = tp.sp ? scratch_.proj : cur_->encoded;
+  {
+    ProfileTimer t(profile_, &Profile::embedding);
+    vocab_embedding_forward(partial, inputs, P_.wte, vocab_slice(tp, cfg_.padded_vocab_size),
+                            P_.wpe, B_, T_, cfg_.n_embd, tp.rank);
+  }
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  g_forward(tp, partial, cur_->encoded, BT, cfg_.n_embd);
 }
 
 void Gpt2::set_params(const float* params) {
@@ -344,14 +501,16 @@ double Gpt2::head_forward(const float* residual, const int32_t* targets, float d
   Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const int C = c.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const int64_t R = opts_.tp.local_rows(static_cast<int64_t>(B_) * T_);
   {
     ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.lnf_mean, A.lnf_rstd, residual, nullptr,
-                            P_.lnf_w, P_.lnf_b, BT, C);
+                            P_.lnf_w, P_.lnf_b, R, C);
   }
-  return lm_head_forward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.wte, targets,
-                         dloss);
+  const float* x;
+  const bf16* x_bf;
+  whole_input(A.lnf, A.lnf_bf, &x, &x_bf);  // f
+  return lm_head_forward({x, x_bf, A.logits, A.dlogits_bf, A.losses}, P_.wte, targets, dloss);
 }
 
 // The head's backward for the current slot: the tied LM head (wte's gradient begun, dln_f) and
@@ -360,21 +519,28 @@ void Gpt2::head_backward(bool accumulate) {
   Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
+  const TensorParallel& tp = opts_.tp;
   const int C = c.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const int64_t BT = static_cast<int64_t>(B_) * T_, R = tp.local_rows(BT);
   const bool bf = opts_.bf16;
-  const ModelParams& P = P_;
-  ModelParams& G = G_;
   GradScratch& S = scratch_;
-  // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte
-  lm_head_backward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P.wte, G.wte, S.dln,
-                   accumulate, /*tied_here=*/st.embedding);
-  ProfileTimer t(profile_, &Profile::norm);
-  std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
+  // dwte(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ wte (with tensor parallelism this
+  // rank's vocabulary's part of it, summed by f's backward)
+  const float* x;
+  const bf16* x_bf;
+  whole_input(A.lnf, A.lnf_bf, &x, &x_bf);
+  lm_head_backward({x, x_bf, A.logits, A.dlogits_bf, A.losses}, P_.wte, G_.wte, S.dln, accumulate,
+                   /*tied_here=*/st.embedding);
+  float* dlnf = tp.on() && tp.sp ? S.rows : S.dln;
+  if (tp.on()) {
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    f_backward(tp, S.dln, dlnf, BT, C);
+  }
+  std::fill(S.dresidual, S.dresidual + R * C, 0.0f);
   const bool blocks = st.last > st.first;
   const float* last = blocks ? A.h[st.last - 1].residual3 : A.encoded;
-  layernorm_backward(S.dresidual, G.lnf_w, G.lnf_b, S.dln, last, P.lnf_w, A.lnf_mean, A.lnf_rstd,
-                     BT, C, bf && blocks ? S.dout_bf : nullptr, accumulate);
+  norm_backward(G_.lnf_w, G_.lnf_b, dlnf, last, P_.lnf_w, A.lnf_mean, A.lnf_rstd,
+                bf && blocks ? S.dout_bf : nullptr, accumulate);
 }
 
 // Block l's backward for the current slot, from the gradient of its output in
@@ -382,9 +548,10 @@ void Gpt2::head_backward(bool accumulate) {
 void Gpt2::block_backward(int l, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
-  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head;
-  const int64_t BT = static_cast<int64_t>(B) * T;
-  const bool bf = opts_.bf16;
+  const TensorParallel& tp = opts_.tp;
+  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head / tp.size;
+  const int64_t BT = static_cast<int64_t>(B) * T, Cl = C / tp.size, F = 4 * C / tp.size;
+  const bool bf = opts_.bf16, sp = tp.on() && tp.sp;
   const ModelParams& P = P_;
   ModelParams& G = G_;
   Activations& A = *cur_;
@@ -413,64 +580,85 @@ void Gpt2::block_backward(int l, bool accumulate) {
     ProfileTimer t(profile_, &Profile::matmul);
     bias_backward(db, dy, BT, static_cast<int>(N), accumulate);
   };
-  // The MLP's output projection; dresidual's bf16 copy came with the LayerNorm backward
-  // that last added to it.
-  bias_grad(D.fcproj_b, S.dresidual, C);
-  products(S.dfch_gelu, D.fcproj_w, S.dresidual, S.dout_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w,
-           4 * C, C);
+  // f's backward: the column-parallel product's input gradient in S.dln summed over the group;
+  // returns this rank's rows of it.
+  auto reduce_input_grad = [&]() -> float* {
+    if (!tp.on()) return S.dln;
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    float* rows = sp ? S.rows : S.dln;
+    f_backward(tp, S.dln, rows, BT, C);
+    return rows;
+  };
+  const float* dy;
+  const bf16* dy_bf;
+  const float* x;
+  const bf16* x_bf;
+  // The MLP's output projection (row-parallel: g's backward makes the gradient whole); dy's
+  // bf16 copy came with the LayerNorm backward that last added to it. Every rank computes the
+  // whole bias gradient from the whole dy.
+  whole_dresidual(&dy, &dy_bf);
+  bias_grad(D.fcproj_b, dy, C);
+  products(S.dfch_gelu, D.fcproj_w, dy, dy_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, F, C);
   {
     ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
-    if (widen) from_bf16(a.fch, a.fch_bf, BT * 4 * C);
-    gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, 4 * C,
+    if (widen) from_bf16(a.fch, a.fch_bf, BT * F);
+    gelu_bias_backward(S.dfch, bf ? S.dout_bf : nullptr, D.fc_b, a.fch, S.dfch_gelu, BT, F,
                        accumulate);
   }
-  products(S.dln, D.fc_w, S.dfch, S.dout_bf, a.ln2, a.ln2_bf, W.fc_w, C, 4 * C);
-  {
-    ProfileTimer t(profile_, &Profile::norm);
-    layernorm_backward(S.dresidual, D.ln2_w, D.ln2_b, S.dln, a.residual2, W.ln2_w, a.ln2_mean,
-                       a.ln2_rstd, BT, C, bf ? S.dout_bf : nullptr, accumulate);
-  }
-  bias_grad(D.attproj_b, S.dresidual, C);
-  products(S.datty, D.attproj_w, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.attproj_w, C, C);
+  whole_input(a.ln2, a.ln2_bf, &x, &x_bf);
+  products(S.dln, D.fc_w, S.dfch, S.dout_bf, x, x_bf, W.fc_w, C, F);
+  norm_backward(D.ln2_w, D.ln2_b, reduce_input_grad(), a.residual2, W.ln2_w, a.ln2_mean, a.ln2_rstd,
+                bf && !sp ? S.dout_bf : nullptr, accumulate);
+  whole_dresidual(&dy, &dy_bf);
+  bias_grad(D.attproj_b, dy, C);
+  products(S.datty, D.attproj_w, dy, dy_bf, a.atty, a.atty_bf, W.attproj_w, Cl, C);
   {
     ProfileTimer t(profile_, &Profile::attention);
     // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
     // the values it already holds.
-    if (widen) from_bf16(a.qkv, a.qkv_bf, BT * 3 * C);
+    const int Cw = static_cast<int>(Cl);
+    if (widen) from_bf16(a.qkv, a.qkv_bf, BT * 3 * Cl);
     if (opts_.flash_attention) {
-      attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, C, NH);
+      attention_backward_flash(S.dqkv, S.datt, S.datty, a.qkv, a.atty, a.att, B, T, Cw, NH);
     } else {
       if (opts_.recompute == Recompute::attention)
-        attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-      attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, C, NH);
+        attention_forward(a.atty, a.att, a.qkv, B, T, Cw, NH);
+      attention_backward(S.dqkv, S.datt, S.datty, a.qkv, a.att, B, T, Cw, NH);
     }
   }
-  bias_grad(D.qkv_b, S.dqkv, 3 * C);
+  bias_grad(D.qkv_b, S.dqkv, 3 * Cl);
   if (bf) {
     ProfileTimer t(profile_, &Profile::matmul);
-    to_bf16(S.dout_bf, S.dqkv, BT * 3 * C);
+    to_bf16(S.dout_bf, S.dqkv, BT * 3 * Cl);
   }
-  products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv_w, C, 3 * C);
-  {
-    ProfileTimer t(profile_, &Profile::norm);
-    layernorm_backward(S.dresidual, D.ln1_w, D.ln1_b, S.dln, residual, W.ln1_w, a.ln1_mean,
-                       a.ln1_rstd, BT, C, bf && l > st.first ? S.dout_bf : nullptr, accumulate);
-  }
+  whole_input(a.ln1, a.ln1_bf, &x, &x_bf);
+  products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, x, x_bf, W.qkv_w, C, 3 * Cl);
+  norm_backward(D.ln1_w, D.ln1_b, reduce_input_grad(), residual, W.ln1_w, a.ln1_mean, a.ln1_rstd,
+                bf && l > st.first && !sp ? S.dout_bf : nullptr, accumulate);
 }
 
 // The embedding's backward for the current slot, from the first block's input gradient.
 void Gpt2::embedding_backward(const int32_t* inputs, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
+  const TensorParallel& tp = opts_.tp;
   const int C = c.n_embd;
   ModelParams& G = G_;
+  // The whole gradient of the embedding's output (g's backward under sequence parallelism).
+  const float* dout;
+  const bf16* unused;
+  whole_dresidual(&dout, &unused);
   ProfileTimer t(profile_, &Profile::embedding);
   // wte's gradient was begun by the LM head (in a stage without the head, this one begins it);
   // wpe's has no other writer.
   if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
-  if (!accumulate && !st.head)
-    std::fill(G.wte, G.wte + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
-  encoder_backward(G.wte, G.wpe, scratch_.dresidual, inputs, B_, T_, C);
+  const int64_t wte_numel = static_cast<int64_t>(c.padded_vocab_size / tp.size) * C;
+  if (!accumulate && !st.head) std::fill(G.wte, G.wte + wte_numel, 0.0f);
+  if (tp.on())
+    vocab_embedding_backward(G.wte, G.wpe, dout, inputs, vocab_slice(tp, c.padded_vocab_size), B_,
+                             T_, C);
+  else
+    encoder_backward(G.wte, G.wpe, dout, inputs, B_, T_, C);
 }
 
 ModelSpec gpt2_spec(const ModelConfig& c, bool padded, const std::string& name) {

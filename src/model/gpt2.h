@@ -14,6 +14,7 @@
 #include "core/buffer.h"
 #include "kernels/bf16.h"
 #include "model/model.h"
+#include "parallel/local_layout.h"
 
 namespace kiln {
 
@@ -26,7 +27,14 @@ ModelSpec gpt2_spec(const ModelConfig& c, bool padded = true, const std::string&
 ModelConfig gpt2_config(int n_layer, int n_head, int n_embd, int block_size, int vocab_size,
                         int vocab_multiple = 1);
 
-ParamLayout gpt2_param_layout(const ModelConfig& c);
+// With tp > 1, the shapes of one tensor-parallel rank's slices (tp_local_layout, model.h, says
+// which part of which logical tensor each is).
+ParamLayout gpt2_param_layout(const ModelConfig& c, int tp = 1);
+// The split dimension of each tensor under tensor parallelism (-1: whole on every rank), in the
+// shape it is split in: the fused QKV weight and bias as (C, 3, C) and (3, C), cut along the
+// last dimension, so that a rank holds the q, k and v columns of its heads.
+std::vector<LogicalTensor> gpt2_logical_tensors(const ModelConfig& c);
+int gpt2_split_dim(const std::string& name);
 
 struct BlockParams {
   float *ln1_w, *ln1_b;          // (C)
@@ -98,6 +106,14 @@ struct GradScratch {
   float* dfch;            // (B,T,4C)
   float* dfch_gelu;       // (B,T,4C)
   bf16* dout_bf;          // (B,T,4C): a linear layer's output gradient in bf16
+  // Sequence parallelism: a whole (B·T, C) tensor gathered from every rank's rows (a LayerNorm's
+  // output for the next product, or the residual stream's gradient), in fp32 or bf16; this rank's
+  // rows of a reduce-scatter's result; and a LayerNorm's weight and bias gradients (2C) before
+  // they are summed over the group.
+  float* gathered = nullptr;
+  bf16* gathered_bf = nullptr;
+  float* rows = nullptr;
+  float* ln_grads = nullptr;
 };
 
 // The activation plan of a mode, without allocating it; with A, also allocates nothing but hands
@@ -129,6 +145,16 @@ class Gpt2 final : public Model {
   bf16* backward_residual_bf16() override { return scratch_.dout_bf; }
   void block_backward(int l, bool accumulate) override;
   void embedding_backward(const int32_t* inputs, bool accumulate) override;
+  // Tensor parallelism (f and g, parallel/tensor_parallel.h): a LayerNorm's output (R, C) made
+  // whole for the column-parallel product that reads it, and the gradient of the residual
+  // stream (this rank's rows in scratch_.dresidual) made whole with its bf16 copy; without
+  // sequence parallelism both are already whole.
+  void whole_input(const float* x, const bf16* x_bf, const float** out, const bf16** out_bf);
+  void whole_dresidual(const float** dy, const bf16** dy_bf);
+  // A LayerNorm's backward over this rank's rows; under sequence parallelism its weight and bias
+  // gradients are summed over the group first (each rank saw only its rows).
+  void norm_backward(float* dw, float* db, const float* dout, const float* inp, const float* w,
+                     const float* mean, const float* rstd, bf16* dinp_bf16, bool accumulate);
 
   ModelParams P_, G_;               // views of the buffers of the current forward/backward
   std::vector<Activations> slots_;  // one micro-batch's activations each

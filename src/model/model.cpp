@@ -140,9 +140,29 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
         "a split backward (zero-bubble pipelines) keeps each block's inputs for the weight "
         "gradients; train.recompute = \"full\" does not keep them: use \"attention\" or "
         "\"none\"");
-  if (opts_.kv_cache &&
-      (B != 1 || T != 1 || !st.embedding || !st.head || opts_.slots != 1 || opts_.bf16))
-    fail("a decoding model (kv_cache) is the whole fp32 model with B = T = 1 and one slot");
+  if (opts_.kv_cache && (B != 1 || T != 1 || !st.embedding || !st.head || opts_.slots != 1 ||
+                         opts_.bf16 || opts_.tp.on()))
+    fail(
+        "a decoding model (kv_cache) is the whole fp32 model with B = T = 1, one slot and no "
+        "tensor parallelism");
+  const TensorParallel& tp = opts_.tp;
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size || (tp.on() && !tp.comm))
+    fail("tensor-parallel rank {} of {} is not a rank of a group", tp.rank, tp.size);
+  if (tp.on()) {
+    if (c.llama())
+      fail("parallel.tp = {}: tensor parallelism splits GPT-2 models only so far", tp.size);
+    if (c.n_head % tp.size != 0)
+      fail("parallel.tp = {} does not divide model.n_head = {}: a rank holds whole heads", tp.size,
+           c.n_head);
+    if (c.padded_vocab_size % tp.size != 0)
+      fail("parallel.tp = {} does not divide the padded vocabulary {} (model.vocab_multiple)",
+           tp.size, c.padded_vocab_size);
+    if (tp.sp && (static_cast<int64_t>(B) * T) % tp.size != 0)
+      fail("parallel.sp: the micro-batch's {} tokens do not split across parallel.tp = {} ranks",
+           static_cast<int64_t>(B) * T, tp.size);
+    if (!st.embedding || !st.head || opts_.split_backward)
+      fail("tensor parallelism runs on the whole model (no pipeline stages) so far");
+  }
 }
 
 double Model::forward_stage(const float* params, const int32_t* inputs, const float* input,
@@ -207,43 +227,51 @@ int64_t head_chunk_rows(int64_t rows) {
 
 double Model::lm_head_forward(const Head& h, const float* w, const int32_t* targets, float dloss) {
   const ModelConfig& c = cfg_;
-  const int C = c.n_embd, Vp = c.padded_vocab_size;
+  const TensorParallel& tp = opts_.tp;
+  // With tensor parallelism this rank's slice of the vocabulary: its columns of the logits.
+  const int C = c.n_embd, Vl = c.padded_vocab_size / tp.size;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
+  auto loss = [&](float* logits, float* losses, const int32_t* tg, int64_t n, bf16* dl_bf) {
+    ProfileTimer t(profile_, &Profile::loss);
+    if (tp.on())
+      vocab_parallel_cross_entropy(tp, logits, losses, tg, n, c.vocab_size,
+                                   vocab_slice(tp, c.padded_vocab_size), dloss, dl_bf);
+    else
+      softmax_cross_entropy(logits, losses, tg, n, c.vocab_size, Vl, dloss, dl_bf);
+  };
   if (opts_.bf16 && targets) {
-    // Chunks of rows: logits(R,Vp) = x(R,C) @ w^T, then softmax, loss and the bf16 dlogits of
-    // those rows; the full (BT,Vp) logits are never held in fp32.
+    // Chunks of rows: logits(R,Vl) = x(R,C) @ w^T, then softmax, loss and the bf16 dlogits of
+    // those rows; the full (BT,Vl) logits are never held in fp32.
     const int64_t R = head_chunk_rows(BT);
     double sum = 0;
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
       const int64_t n = std::min(R, BT - r0);
       {
         ProfileTimer t(profile_, &Profile::lm_head);
-        matmul_bf16(MatmulShape{n, Vp, C, false, true, false, false}, h.x_bf + r0 * C, wbf(w),
+        matmul_bf16(MatmulShape{n, Vl, C, false, true, false, false}, h.x_bf + r0 * C, wbf(w),
                     h.logits);
       }
-      ProfileTimer t(profile_, &Profile::loss);
-      softmax_cross_entropy(h.logits, h.losses + r0, targets + r0, n, c.vocab_size, Vp, dloss,
-                            dloss != 0.0f ? h.dlogits_bf + r0 * Vp : nullptr);
+      loss(h.logits, h.losses + r0, targets + r0, n,
+           dloss != 0.0f ? h.dlogits_bf + r0 * Vl : nullptr);
     }
     for (int64_t i = 0; i < BT; i++) sum += h.losses[i];
     return sum;
   }
   float* logits = h.logits;
   if (opts_.bf16) {  // all logits for the caller (inference): a buffer of their own, made once
-    if (full_logits_.size() == 0) full_logits_.resize(BT * Vp);
+    if (full_logits_.size() == 0) full_logits_.resize(BT * Vl);
     logits = full_logits_.data();
   }
   {
     ProfileTimer t(profile_, &Profile::lm_head);
-    const MatmulShape s{BT, Vp, C, false, true, false, false};  // logits(BT,Vp) = x @ w^T
+    const MatmulShape s{BT, Vl, C, false, true, false, false};  // logits(BT,Vl) = x @ w^T
     if (opts_.bf16)
       matmul_bf16(s, h.x_bf, wbf(w), logits);
     else
       matmul(s, h.x, w, logits);
   }
   if (!targets) return 0.0;
-  ProfileTimer t(profile_, &Profile::loss);
-  softmax_cross_entropy(logits, h.losses, targets, BT, c.vocab_size, Vp, dloss);
+  loss(logits, h.losses, targets, BT, nullptr);
   double sum = 0;
   for (int64_t i = 0; i < BT; i++) sum += h.losses[i];
   return sum;
@@ -251,11 +279,11 @@ double Model::lm_head_forward(const Head& h, const float* w, const int32_t* targ
 
 void Model::lm_head_backward(const Head& h, const float* w, float* dw, float* dx, bool accumulate,
                              bool tied_here) {
-  const int C = cfg_.n_embd, Vp = cfg_.padded_vocab_size;
+  const int C = cfg_.n_embd, Vl = cfg_.padded_vocab_size / opts_.tp.size;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   ProfileTimer t(profile_, &Profile::lm_head);
-  const MatmulShape sw{Vp, C, BT, true, false, accumulate, false};
-  const MatmulShape sx{BT, C, Vp, false, false, false, false};
+  const MatmulShape sw{Vl, C, BT, true, false, accumulate, false};
+  const MatmulShape sx{BT, C, Vl, false, false, false, false};
   // dlogits (written by the forward's loss) and x are the slot's: kept until its next forward.
   weight_grad(sw, h.logits, h.dlogits_bf, h.x, h.x_bf, dw, 0, tied_here);
   if (opts_.bf16)
@@ -371,6 +399,28 @@ StageSpec pipeline_stage(int n_layer, const std::vector<int>& layers, int stages
   s.embedding = stage == 0;
   s.head = stage == stages - 1;
   return s;
+}
+
+LocalLayout tp_local_layout(const ModelConfig& c, int size, int rank) {
+  if (!c.llama()) return local_layout(gpt2_logical_tensors(c), size, rank, gpt2_split_dim);
+  if (size > 1) fail("parallel.tp = {}: tensor parallelism splits GPT-2 models only so far", size);
+  std::vector<LogicalTensor> logical;
+  for (const auto& t : llama_param_layout(c).tensors) logical.push_back({t.name, t.shape});
+  return local_layout(logical, 1, 0);
+}
+
+void take_local_slices(const ModelConfig& c, const LocalLayout& local, const float* whole,
+                       float* out) {
+  const ParamLayout all = param_layout(c);
+  KILN_CHECK(all.tensors.size() == local.tensors.size());
+  for (size_t i = 0; i < local.tensors.size(); i++) {
+    const LocalTensor& t = local.tensors[i];
+    const float* src = whole + all.tensors[i].offset;
+    float* dst = out + t.offset;
+    const int64_t n = t.numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++) dst[j] = src[t.logical_index(j)];
+  }
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts) {

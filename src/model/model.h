@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "model/spec.h"
 #include "model/weight_copy.h"
+#include "parallel/local_layout.h"
 
 namespace kiln {
 
@@ -216,6 +217,14 @@ int64_t head_chunk_rows(int64_t rows);
 StageSpec pipeline_stage(int n_layer, int stages, int stage);
 // The same with each stage's number of layers given (`layers`, summing to n_layer); empty: even.
 StageSpec pipeline_stage(int n_layer, const std::vector<int>& layers, int stages, int stage);
+
+// Tensor parallelism: which part of which logical tensor each tensor of rank `rank` of `size`
+// holds, at its offset in that rank's flat buffer (parallel/local_layout.h; every tensor whole
+// at size 1). Checkpoints and initialisation map between it and the whole model with these.
+LocalLayout tp_local_layout(const ModelConfig& c, int size, int rank);
+// Copies a rank's slices (`local`) out of a whole model's flat buffer (param_layout's order).
+void take_local_slices(const ModelConfig& c, const LocalLayout& local, const float* whole,
+                       float* out);
 
 // A model of the config's family.
 std::unique_ptr<Model> make_model(const ModelConfig& c, int B, int T, ModelOptions opts = {});

@@ -1,6 +1,7 @@
 #include "parallel/local_layout.h"
 
 #include "core/error.h"
+#include "core/split_index.h"
 
 namespace kiln {
 
@@ -11,17 +12,7 @@ int64_t LocalTensor::numel() const {
 }
 
 int64_t LocalTensor::logical_index(int64_t i) const {
-  if (split_dim < 0) return i;
-  // Row-major: peel off the local coordinates from the last dimension, shifting split_dim's.
-  int64_t index = 0, stride = 1;
-  for (int d = static_cast<int>(local_shape.size()) - 1; d >= 0; d--) {
-    int64_t coord = i % local_shape[d];
-    i /= local_shape[d];
-    if (d == split_dim) coord += split_begin;
-    index += coord * stride;
-    stride *= logical_shape[d];
-  }
-  return index;
+  return split_part_index(split_shape, split_dim, parts, part, i);
 }
 
 const LocalTensor& LocalLayout::find(const std::string& name) const {
@@ -38,17 +29,21 @@ LocalLayout local_layout(const std::vector<LogicalTensor>& logical, int parts, i
   for (const auto& t : logical) {
     LocalTensor l;
     l.name = t.name;
-    l.logical_shape = l.local_shape = t.shape;
+    l.logical_shape = t.shape;
+    l.split_shape = l.local_shape = t.split_shape.empty() ? t.shape : t.split_shape;
+    const std::vector<int64_t>& shape = l.split_shape;
     const int dim = parts > 1 && split_dim ? split_dim(t.name) : -1;
     if (dim >= 0) {
-      if (dim >= static_cast<int>(t.shape.size()))
-        fail("{} has {} dimensions; it cannot be split along dimension {}", t.name, t.shape.size(),
+      if (dim >= static_cast<int>(shape.size()))
+        fail("{} has {} dimensions; it cannot be split along dimension {}", t.name, shape.size(),
              dim);
-      if (t.shape[dim] % parts != 0)
-        fail("{}: dimension {} of size {} does not divide into {} parts", t.name, dim, t.shape[dim],
+      if (shape[dim] % parts != 0)
+        fail("{}: dimension {} of size {} does not divide into {} parts", t.name, dim, shape[dim],
              parts);
       l.split_dim = dim;
-      l.local_shape[dim] = t.shape[dim] / parts;
+      l.parts = parts;
+      l.part = part;
+      l.local_shape[dim] = shape[dim] / parts;
       l.split_begin = l.local_shape[dim] * part;
     }
     l.offset = out.total;

@@ -1,8 +1,8 @@
 // Where this rank's part of each logical tensor lives. A logical tensor (its Hugging Face name and
 // full shape) maps to a local tensor: the whole of it, or an even slice along one dimension
 // (tensor parallelism: part `part` of `parts`), placed at an offset in this rank's flat buffer.
-// Today every tensor is whole (parts = 1); tensor parallelism gives the split dimensions, and
-// sharded checkpoints read from here which part of which logical tensor a rank holds.
+// Tensor parallelism gives the split dimensions (model/model.h, tp_local_layout), and sharded
+// checkpoints read from here which part of which logical tensor a rank holds.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,13 +14,19 @@ namespace kiln {
 struct LogicalTensor {
   std::string name;
   std::vector<int64_t> shape;
+  // The shape the split is made in, when not `shape` itself: the same elements seen with more
+  // dimensions (GPT-2's fused (C, 3C) QKV weight as (C, 3, C), so that a part holds its heads'
+  // columns of q, k and v). Empty: `shape`.
+  std::vector<int64_t> split_shape = {};
 };
 
 struct LocalTensor {
   std::string name;
   std::vector<int64_t> logical_shape;
-  std::vector<int64_t> local_shape;
-  int split_dim = -1;       // the dimension cut into parts; -1: the tensor is whole here
+  std::vector<int64_t> split_shape;  // logical_shape, or the shape the split is made in
+  std::vector<int64_t> local_shape;  // this part's, in split_shape's dimensions
+  int split_dim = -1;                // the dimension of split_shape cut into parts; -1: whole here
+  int parts = 1, part = 0;           // this is part `part` of `parts` along split_dim
   int64_t split_begin = 0;  // where this part starts along split_dim, in the logical tensor
   int64_t offset = 0;       // where it starts in this rank's flat buffer
   int64_t numel() const;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <sstream>
 #include <variant>
 
@@ -142,7 +143,12 @@ std::vector<Key> schema(TrainConfig& c) {
        "is durable (the last and a requested stop's are written at once)"},
       {"parallel.dp", &c.dp,
        "data-parallel replicas (0: the job's processes / (parallel.tp x parallel.pp))"},
-      {"parallel.tp", &c.tp, "tensor-parallel ranks per layer (only 1 is supported so far)"},
+      {"parallel.tp", &c.tp,
+       "tensor-parallel ranks per layer: attention heads, MLP units and the vocabulary split "
+       "across them (GPT-2; model.n_head must be a multiple)"},
+      {"parallel.sp", &c.sp,
+       "sequence parallelism with parallel.tp > 1: LayerNorms and residual adds on 1/tp of the "
+       "tokens each (reduce-scatter + all-gather instead of all-reduce)"},
       {"parallel.pp", &c.pp,
        "pipeline stages, each a range of layers (an even share, or parallel.stage_layers; the "
        "first holds the embedding, the last the head)"},
@@ -297,8 +303,14 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
   c.model.rope_llama3 = c.rope_scaling == "llama3";
   const bool pad_ok = c.model.vocab_size >= 1 && c.model.vocab_size <= kMaxVocabSize &&
                       c.vocab_multiple >= 1 && c.vocab_multiple <= 65536;
-  c.model.padded_vocab_size =
-      pad_ok ? pad_vocab(c.model.vocab_size, c.vocab_multiple) : c.model.vocab_size;
+  // With tensor parallelism the padded vocabulary also splits evenly into parallel.tp slices.
+  const int64_t pad_to =
+      pad_ok && c.tp > 1 && c.tp <= 65536
+          ? std::lcm(static_cast<int64_t>(c.vocab_multiple), static_cast<int64_t>(c.tp))
+          : c.vocab_multiple;
+  c.model.padded_vocab_size = pad_ok && pad_to <= (1 << 20)
+                                  ? pad_vocab(c.model.vocab_size, static_cast<int>(pad_to))
+                                  : c.model.vocab_size;
   try {
     c.validate();
   } catch (const Error& e) {
@@ -486,9 +498,33 @@ void TrainConfig::validate() const {
   in_range(dp, 0, kIntMax, "parallel.dp", "must be 0 (world / (tp x pp)) or more");
   in_range(tp, 1, kIntMax, "parallel.tp", "must be at least 1");
   in_range(pp, 1, kIntMax, "parallel.pp", "must be at least 1");
-  if (tp != 1)
-    fail("{}: parallel.tp = {}: tensor parallelism is not supported yet; set parallel.tp = 1",
-         source, tp);
+  if (tp > 1) {
+    if (model.llama())
+      fail(
+          "{}: parallel.tp = {} with model.family = \"llama\": tensor parallelism splits GPT-2 "
+          "models only so far; set parallel.tp = 1 (data or pipeline parallelism instead)",
+          source, tp);
+    if (model.n_head % tp != 0)
+      fail(
+          "{}: parallel.tp = {} does not divide model.n_head = {}: each tensor-parallel rank "
+          "holds whole attention heads; choose a parallel.tp that divides {}",
+          source, tp, model.n_head, model.n_head);
+    if (model.padded_vocab_size % tp != 0)
+      fail(
+          "{}: parallel.tp = {} does not divide the padded vocabulary {}; set "
+          "model.vocab_multiple to a multiple of {}",
+          source, tp, model.padded_vocab_size, tp);
+    if (pp > 1)
+      fail(
+          "{}: parallel.tp = {} with parallel.pp = {}: tensor and pipeline parallelism do not "
+          "run together yet (3D layouts); use one of them",
+          source, tp, pp);
+    if (sp && (static_cast<int64_t>(batch_size) * seq_len) % tp != 0)
+      fail(
+          "{}: parallel.sp splits the batch's train.batch_size x train.seq_len = {} tokens "
+          "across parallel.tp = {} ranks; make it a multiple of {} or set parallel.sp = false",
+          source, static_cast<int64_t>(batch_size) * seq_len, tp, tp);
+  }
   in_range(virtual_stages, 1, kIntMax, "parallel.virtual_stages", "must be at least 1");
   const int64_t stages = static_cast<int64_t>(pp) * virtual_stages;
   if (pp > 1 && stages > model.n_layer)

@@ -70,7 +70,10 @@ struct TrainConfig {
 
   // [parallel]: the job's rank grid, dp × pp × tp = world (parallel/grid.h)
   int dp = 0;  // data-parallel replicas; 0: world / (tp × pp)
-  int tp = 1;  // tensor-parallel ranks (1 only, for now)
+  int tp = 1;  // tensor-parallel ranks: each layer's matrices split across them (GPT-2)
+  // Sequence parallelism with tp > 1: the residual stream's tokens split across the
+  // tensor-parallel ranks outside the linears (parallel/tensor_parallel.h).
+  bool sp = true;
   int pp = 1;  // pipeline stages, each a contiguous range of layers (pipeline_stage, model.h)
   // The pipeline schedule: "1f1b" (PipeDream-Flush), "gpipe", "interleaved" (Megatron-LM's
   // interleaved 1F1B over virtual_stages chunks) or "zero_bubble" (ZB-H1); train.grad_accum is

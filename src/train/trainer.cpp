@@ -97,6 +97,8 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   mo.bf16 = cfg_.dtype == "bf16";
   mo.recompute = parse_recompute(cfg_.recompute);
   mo.flash_attention = cfg_.attention == "flash";
+  if (shape.tp > 1) mo.tp = {&grid_->tp_group(), shape.tp, grid_->tp_rank(), cfg_.sp};
+  tp_layout_ = tp_local_layout(cfg_.model, shape.tp, grid_->tp_rank());
   // The model chunks this rank holds (one but with the interleaved schedule): each a pipeline
   // stage with an activation slot for each micro-batch the schedule keeps in flight on it.
   const int P = shape.pp, me = grid_->pp_rank();
@@ -154,7 +156,10 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
 
   if (!opts_.batches) refused_as_bad_input([&] { open_data(); });
 
-  init_params(model_->layout(), cfg_.model, params_.data(), static_cast<uint64_t>(cfg_.seed));
+  KILN_CHECK(tp_layout_.total == model_->layout().total);
+  fill_params([&](const ParamLayout& whole, float* p) {
+    init_params(whole, cfg_.model, p, static_cast<uint64_t>(cfg_.seed));
+  });
   refused_as_bad_input([&] {
     std::optional<CheckpointRef> ck;
     if (cfg_.resume != "none") {
@@ -353,7 +358,7 @@ void Trainer::check_manifest(const std::string& first_shard) const {
          cfg_.source, j.vocab_size, j.tokenizer, m.string(), cfg_.model.vocab_size);
 }
 
-std::string Trainer::sample_text() {
+std::string Trainer::sample_text(const float* params) {
   if (!tokenizer_) tokenizer_ = make_tokenizer(cfg_.tokenizer);
   std::vector<int32_t> prompt;
   if (!cfg_.sample_prompt.empty()) prompt = tokenizer_->encode(cfg_.sample_prompt, true);
@@ -363,7 +368,7 @@ std::string Trainer::sample_text() {
       std::min<int>(cfg_.sample_tokens, cfg_.model.block_size - static_cast<int>(prompt.size()));
   o.top_k = 40;
   o.seed = static_cast<uint64_t>(cfg_.seed);
-  std::vector<int32_t> out = generate_tokens(cfg_.model, params_.data(), prompt, o);
+  std::vector<int32_t> out = generate_tokens(cfg_.model, params, prompt, o);
   return cfg_.sample_prompt + tokenizer_->decode(out.data(), out.size());
 }
 
@@ -478,13 +483,13 @@ StepResult Trainer::step() {
     return d.zero() == 0 ? grads_.data() + d.shard_begin() : d.shard_grads();
   };
   double sumsq = 0;
-  for (int c = 0; c < chunks(); c++)
-    sumsq += sum_squares(grad_part(c), chunk_dp(c).shard_end() - chunk_dp(c).shard_begin());
+  for (int c = 0; c < chunks(); c++) sumsq += grad_sum_squares(c);
   r.stop_requested = stop_signal() != 0;
-  if (pipelined()) {
-    // The loss is the last stage's, the norm's square the sum of every stage's part (each
-    // data-parallel rank holds the whole summed gradient of its stage with ZeRO 0: one counts).
-    double sums[3] = {loss_sum, r.stop_requested ? 1.0 : 0.0,
+  if (pipelined() || tensor_parallel()) {
+    // The loss is the last stage's (its first tensor-parallel rank's: every one has it), the
+    // norm's square the sum of every stage's and slice's part (each data-parallel rank holds
+    // the whole summed gradient of its part with ZeRO 0: one counts).
+    double sums[3] = {grid_->tp_rank() == 0 ? loss_sum : 0.0, r.stop_requested ? 1.0 : 0.0,
                       dp_->zero() > 0 || dp_group_->rank() == 0 ? sumsq : 0.0};
     world_->all_reduce(sums, 3, DType::F64);
     loss_sum = sums[0];
@@ -791,8 +796,11 @@ bool Trainer::run() {
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
       if (zero3() && cfg_.sample_tokens > 0) zero3_->fetch_all();
       if (pipelined() && cfg_.sample_tokens > 0) bring_to_rank0(0, params_.size());
+      Buffer<float> whole;  // tensor parallelism: the whole model on rank 0, for the sample
+      if (tensor_parallel() && cfg_.sample_tokens > 0 && dp_group_->rank() == 0)
+        gather_whole_model(params_.data(), whole);
       if (cfg_.sample_tokens > 0 && world_->rank() == 0) {
-        std::string text = sample_text();
+        std::string text = sample_text(tensor_parallel() ? whole.data() : params_.data());
         if (metrics_) metrics_->write({{"type", "sample"}, {"step", step_}, {"text", text}});
         if (!opts_.quiet) {
           std::string line = text;  // one line on the console; metrics.jsonl keeps the newlines

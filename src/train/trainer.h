@@ -186,13 +186,26 @@ class Trainer {
   void bring_to_rank0(int64_t begin, int64_t end);
   // bf16: the matmuls' copy of the parameters this rank reads, made again after an update.
   void refresh_weight_copy();
-  std::vector<FlatTensor> flat_tensors() const;
+  // This rank's tensors as sharded checkpoints see them (with their tensor-parallel parts);
+  // `writing`: without the tensors another tensor-parallel rank writes (those all hold whole).
+  std::vector<FlatTensor> flat_tensors(bool writing = false) const;
+  // Tensor parallelism (trainer_tensor_parallel.cpp). fill_params: `fill` writes a whole model
+  // (a layout of whole tensors); this rank keeps its slices of it.
+  bool tensor_parallel() const { return grid_->shape().tp > 1; }
+  void fill_params(const std::function<void(const ParamLayout& whole, float* p)>& fill);
+  // Tensor i whole into `out` on tensor-parallel rank 0 (collective over the group).
+  void gather_whole_tensor(size_t i, const float* params, float* out);
+  // The whole model on tensor-parallel rank 0, in param_layout's order (samples).
+  void gather_whole_model(const float* params, Buffer<float>& out);
+  // The square of the gradient norm of chunk c's part on this rank, each parameter counted on
+  // one rank of its tensor-parallel group.
+  double grad_sum_squares(int c);
   // train.init_from: a safetensors file or a Hugging Face directory (single file or sharded).
   void init_from(const std::string& path);
   // Elements [shard_begin, shard_end) of the AdamW moments, into m and v.
   void load_whole_optimizer_state(const std::string& path, int64_t shard_begin, int64_t shard_end,
                                   float* m, float* v);
-  std::string sample_text();
+  std::string sample_text(const float* params);
   void next_batch();
   void log_step(const StepResult& r);
   void declare_metrics();
@@ -235,6 +248,9 @@ class Trainer {
   std::vector<int64_t> ones_;
   Peak peak_;
   double flops_per_token_ = 0;
+  LocalLayout tp_layout_;       // this rank's slice of each logical tensor (whole at tp = 1)
+  Buffer<float> tp_gather_;     // every tensor-parallel rank's slice of one tensor (gathers)
+  Buffer<float> whole_tensor_;  // checkpoints under tensor parallelism: one tensor made whole
   std::unique_ptr<Bf16WeightCopy> weights_bf16_;  // bf16: the copy the model's matmuls read
   std::unique_ptr<Zero3Prefetch> zero3_;          // ZeRO-3: when the blocks' parameters come and go
   // Pipeline parallelism: the schedule, this stage's parameters [own_begin_, own_end_), the step's

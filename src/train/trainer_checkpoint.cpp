@@ -2,6 +2,7 @@
 // from a checkpoint on any layout, and --init-from. (The step loop is in trainer.cpp.)
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ckpt/checkpoint_dir.h"
@@ -79,23 +80,50 @@ CheckpointContents Trainer::checkpoint_contents() {
       dp_->drop(params_, b, e);
     };
   }
+  if (tensor_parallel()) {
+    // Whole tensors, each gathered from the tensor-parallel ranks of data-parallel rank 0 into
+    // one buffer (the largest tensor's size) that rank 0 writes from; under ZeRO-3 this rank's
+    // slice is first gathered over data parallelism.
+    const ParamLayout whole = param_layout(cfg_.model);
+    int64_t largest = 0;
+    for (const auto& t : whole.tensors) largest = std::max(largest, t.numel);
+    if (grid_->tp_rank() == 0 && dp_group_->rank() == 0) whole_tensor_.resize(largest);
+    c.model = named_tensors(whole, cfg_.model, whole_tensor_.data());
+    for (auto& t : c.model) t.data = whole_tensor_.data();
+    std::vector<std::pair<int64_t, int64_t>> local;  // each tensor's slice in params_
+    for (const auto& t : tp_layout_.tensors) local.emplace_back(t.offset, t.offset + t.numel());
+    const bool z3 = zero3();
+    c.before_tensor = [this, local, z3](size_t i) {
+      auto [b, e] = local[i];
+      if (z3) {
+        dp_->fetch(params_, master_.data(), b, e);
+        dp_->await(b);
+      }
+      if (dp_group_->rank() == 0) gather_whole_tensor(i, params_.data(), whole_tensor_.data());
+    };
+    c.after_tensor = [this, local, z3](size_t i) {
+      if (z3) dp_->drop(params_, local[i].first, local[i].second);
+    };
+  }
   // Each pipeline stage's part of the state from its data-parallel ranks' shards (ZeRO 1-3), or
   // whole from its first data-parallel rank.
   const bool sharded = dp_->zero() > 0;
   const int per_stage = sharded ? dp_group_->size() : 1;
+  const int tp = grid_->shape().tp;
   if (sharded || dp_group_->rank() == 0)
-    for (int k = 0; k < chunks(); k++) {  // file numbers: virtual stage, then data-parallel rank
+    for (int k = 0; k < chunks(); k++) {
+      // File numbers: virtual stage, then data-parallel rank, then tensor-parallel rank.
       const int stage = k * grid_->shape().pp + grid_->pp_rank();
       CheckpointContents::Shard sh;
-      sh.rank = stage * per_stage + (sharded ? dp_group_->rank() : 0);
-      sh.ranks = virtual_stages() * per_stage;
+      sh.rank = (stage * per_stage + (sharded ? dp_group_->rank() : 0)) * tp + grid_->tp_rank();
+      sh.ranks = virtual_stages() * per_stage * tp;
       sh.begin = chunk_dp(k).shard_begin();
       sh.end = chunk_dp(k).shard_end();
       sh.buffers = {{"exp_avg.", m_.data() + state_at_[k]},
                     {"exp_avg_sq.", v_.data() + state_at_[k]}};
       c.shards.push_back(sh);
     }
-  c.shard_tensors = flat_tensors();
+  c.shard_tensors = flat_tensors(/*writing=*/true);
   c.shard_metadata = {{"optimizer", "adamw"}, {"step", std::to_string(step_)}};
   c.files = {{"config.json", hf_config(cfg_.model).dump(2) + "\n"},
              {"trainer_state.json", state.dump(2) + "\n"}};
@@ -122,18 +150,23 @@ std::string Trainer::complete_checkpoint(bool wait) {
   return checkpointer_ ? checkpointer_->complete(wait) : std::string();
 }
 
-// This rank's tensors as sharded checkpoints see them: from the local layout (every tensor whole
-// while there is no tensor parallelism; parallel/local_layout.h).
-std::vector<FlatTensor> Trainer::flat_tensors() const {
-  std::vector<LogicalTensor> logical;
-  for (const auto& t : model_->layout().tensors) logical.push_back({t.name, t.shape});
-  const LocalLayout local = local_layout(logical, grid_->shape().tp, grid_->tp_rank());
+// This rank's tensors as sharded checkpoints see them: from the local layout (parallel/
+// local_layout.h), each tensor whole or this tensor-parallel rank's part of it.
+std::vector<FlatTensor> Trainer::flat_tensors(bool writing) const {
   std::vector<FlatTensor> out;
-  for (const auto& t : local.tensors) {
-    KILN_CHECK(t.split_dim < 0);  // slices of a tensor come with tensor parallelism
-    out.push_back({t.name, t.logical_shape, t.offset, t.numel()});
+  for (const auto& t : tp_layout_.tensors) {
+    // Tensors every tensor-parallel rank holds whole are written by the first.
+    if (writing && t.split_dim < 0 && grid_->tp_rank() > 0) continue;
+    FlatTensor f{t.name, t.logical_shape, t.offset, t.numel()};
+    if (t.split_dim >= 0) {
+      f.split_shape = t.split_shape;
+      f.split_dim = t.split_dim;
+      f.parts = t.parts;
+      f.part = t.part;
+    }
+    out.push_back(std::move(f));
   }
-  KILN_CHECK(local.total == model_->layout().total);
+  KILN_CHECK(tp_layout_.total == model_->layout().total);
   return out;
 }
 
@@ -170,11 +203,18 @@ void Trainer::init_from(const std::string& path) {
               m.rope_llama3 ? "llama3" : "none");
     }
   }
-  load_tensors(TensorFiles(path), model_->layout(), cfg_.model, params_.data());
+  fill_params([&](const ParamLayout& whole, float* p) {
+    load_tensors(TensorFiles(path), whole, cfg_.model, p);
+  });
 }
 
 void Trainer::load_whole_optimizer_state(const std::string& path, int64_t sb, int64_t se, float* m,
                                          float* v) {
+  if (tensor_parallel())
+    fail(
+        "{}: a checkpoint of an earlier kiln (one optimizer.safetensors) resumes only without "
+        "tensor parallelism; resume it at parallel.tp = 1 and save once",
+        path);
   const auto& layout = model_->layout();
   const TensorFiles opt_file(path);
   for (auto [prefix, dst] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
@@ -235,8 +275,9 @@ void Trainer::resume_from(const std::string& dir) {
     fmt::print(stderr, "kiln: note: resuming {} with a changed {}\n", dir, c);
   config_changes_ = diff.changed;
 
-  const auto& layout = model_->layout();
-  load_tensors(TensorFiles((p / "model.safetensors").string()), layout, cfg_.model, params_.data());
+  const TensorFiles weights((p / "model.safetensors").string());
+  fill_params(
+      [&](const ParamLayout& whole, float* w) { load_tensors(weights, whole, cfg_.model, w); });
   // Each rank reads its shard of the AdamW state, whatever the layout that wrote it: from the
   // per-rank files (optimizer-RRRRR-of-NNNNN.safetensors), or from one optimizer.safetensors of
   // whole tensors (checkpoints of earlier kiln versions).

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "ckpt/safetensors.h"
+#include "e2e/train_records.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -30,81 +31,10 @@ using kiln::testing::RunResult;
 using kiln::testing::spawn_kiln;
 using kiln::testing::TempDir;
 
-struct StepRecord {
-  double loss = 0, grad_norm = 0;
-  int in_flight = 0;
-};
-
-std::map<int, StepRecord> train_records(const std::string& metrics) {
-  std::map<int, StepRecord> out;
-  std::ifstream f(metrics);
-  for (std::string line; std::getline(f, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] != "train") continue;
-    out[j["step"].get<int>()] = {j["loss"].get<double>(), j["grad_norm"].get<double>(),
-                                 j["micro_batches_in_flight"].get<int>()};
-  }
-  return out;
-}
-
-// The largest relative difference ||a - b|| / ||a|| over the tensors of two model files (every
-// tensor of one must be in the other).
-double weights_difference(const std::string& a, const std::string& b) {
-  SafeTensorsReader ra(a), rb(b);
-  EXPECT_EQ(ra.entries().size(), rb.entries().size());
-  double worst = 0;
-  for (const auto& [name, entry] : ra.entries()) {
-    if (!rb.has(name)) {
-      ADD_FAILURE() << name << " is missing from " << b;
-      continue;
-    }
-    auto x = ra.read_f64(name), y = rb.read_f64(name);
-    double d = 0, n = 0;
-    for (size_t i = 0; i < x.size(); i++) {
-      d += (x[i] - y[i]) * (x[i] - y[i]);
-      n += x[i] * x[i];
-    }
-    if (n > 0) worst = std::max(worst, std::sqrt(d / n));
-  }
-  return worst;
-}
-
-class PipelineRun : public ::testing::Test {
+// Four layers, so that four stages hold one each; four micro-batches of 4 sequences a step.
+class PipelineRun : public LayoutRun {
  protected:
-  void SetUp() override {
-    ASSERT_EQ(kiln::testing::prepare_pangram_data(dir_.path(), 400), "");
-    config_ = dir_ / "c.toml";
-    // Four layers, so that four stages hold one each; four micro-batches of 4 sequences a step.
-    std::ofstream(config_) << "[model]\nn_layer = 4\nn_head = 2\nn_embd = 32\nblock_size = 32\n"
-                              "vocab_size = 257\n[train]\nseq_len = 16\nbatch_size = 4\n"
-                              "grad_accum = 4\nsteps = 20\nlr = 3e-3\nwarmup_steps = 2\n"
-                              "threads = 1\nbucket_mb = 0.01\n[data]\ntrain = \"" +
-                                  (dir_ / "data/train_*.bin") +
-                                  "\"\ntokenizer = \"bytes\"\nshuffle = true\n"
-                                  "[checkpoint]\nevery = 10\nkeep_last = 0\n"
-                                  "[hardware]\npeak_gflops = 100.0\n";
-  }
-  // `ranks` processes (one when 1) in run directory `out`.
-  RunResult train(int ranks, const std::string& out, const std::string& sets = "") {
-    std::string a = "train " + config_ + " --set train.out_dir=" + (dir_ / out) + " " + sets;
-    return ranks == 1 ? run_kiln(a) : run_kiln_mpi(ranks, a);
-  }
-  std::string model_file(const std::string& out, int step = 20) {
-    return dir_ / fmt::format("{}/checkpoints/step_{:08d}/model.safetensors", out, step);
-  }
-  // Every step's loss and norm within `tol` of the reference's; the final weights within wtol.
-  void expect_agrees(const std::string& ref, const std::string& out, double tol, double wtol) {
-    auto want = train_records(dir_ / (ref + "/metrics.jsonl"));
-    auto got = train_records(dir_ / (out + "/metrics.jsonl"));
-    ASSERT_EQ(got.size(), want.size()) << out;
-    for (auto [step, w] : want) {
-      EXPECT_NEAR(got[step].loss, w.loss, tol * w.loss) << out << " step " << step;
-      EXPECT_NEAR(got[step].grad_norm, w.grad_norm, tol * w.grad_norm) << out << " step " << step;
-    }
-    EXPECT_LT(weights_difference(model_file(ref), model_file(out)), wtol) << out;
-  }
-  TempDir dir_;
-  std::string config_;
+  void SetUp() override { ASSERT_EQ(write_config("n_layer = 4\nn_head = 2\nn_embd = 32\n"), ""); }
 };
 
 TEST_F(PipelineRun, EveryScheduleAndStageCountAgreesWithOneProcessAndRepeatsToTheBit) {
@@ -217,28 +147,15 @@ TEST_F(PipelineRun, LlamaStagesGiveOneProcessBitsUntiedAndAgreeTied) {
 TEST_F(PipelineRun, CheckpointFromOneLayoutResumesOnAnother) {
   auto r = train(4, "src", "--set parallel.pp=2 --set train.batch_size=2 --set train.zero=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto resume = [&](const std::string& from, const std::string& out, int ranks,
-                    const std::string& sets) {
-    fs::create_directories(dir_ / (out + "/checkpoints"));
-    fs::copy(dir_ / (from + "/checkpoints/step_00000010"),
-             dir_ / (out + "/checkpoints/step_00000010"), fs::copy_options::recursive);
-    auto rr = train(ranks, out, sets + " --resume");
-    ASSERT_EQ(rr.exit_code, 0) << out << "\n" << rr.output;
-    auto got = train_records(dir_ / (out + "/metrics.jsonl"));
-    ASSERT_EQ(got.size(), 10u) << out;
-    auto want = train_records(dir_ / (from + "/metrics.jsonl"));
-    for (int step = 11; step <= 20; step++)
-      EXPECT_NEAR(got[step].loss, want[step].loss, 1e-5 * want[step].loss) << out << " " << step;
-  };
-  resume("src", "pp1", 1, "");
-  resume("src", "pp4", 4, "--set parallel.pp=4");
-  resume("src", "dp2pp2", 4, "--set parallel.pp=2 --set train.batch_size=2");
-  resume("pp1", "back", 2, "--set parallel.pp=2");
+  expect_resumes("src", "pp1", 1, "");
+  expect_resumes("src", "pp4", 4, "--set parallel.pp=4");
+  expect_resumes("src", "dp2pp2", 4, "--set parallel.pp=2 --set train.batch_size=2");
+  expect_resumes("pp1", "back", 2, "--set parallel.pp=2");
   // Two chunks per rank save their optimizer state as four virtual stages' shards.
   const std::string interleaved =
       "--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2";
-  resume("src", "interleaved", 2, interleaved);
-  resume("interleaved", "from_interleaved", 2, "--set train.batch_size=2");
+  expect_resumes("src", "interleaved", 2, interleaved);
+  expect_resumes("interleaved", "from_interleaved", 2, "--set train.batch_size=2");
 }
 
 // A stage's process killed mid-run: kiln launch restarts the pipeline from the newest complete

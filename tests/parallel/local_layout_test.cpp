@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/split_index.h"
 #include "model/gpt2.h"
+#include "model/model.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -63,6 +65,36 @@ TEST(LocalLayout, PartsAlongADimensionCoverEveryElementOnce) {
     }
     const int expected = dim(t.name) < 0 ? 4 : 1;  // a whole tensor is on every part
     for (int64_t i = 0; i < numel; i++) ASSERT_EQ(hits[i], expected) << t.name << " " << i;
+  }
+}
+
+// GPT-2's split: the fused QKV weight cut as (C, 3, C) along its last dimension, so that each of
+// the parts holds q, k and v columns of its own heads; every element once, and the inverse map
+// (core/split_index.h) finds each element's part and place.
+TEST(LocalLayout, TheFusedQkvSplitsByHeadsAndTheInverseFindsEveryElement) {
+  const ModelConfig c = small();  // C = 32, 4 heads
+  for (int parts : {1, 2, 4}) {
+    std::vector<int> hits(32 * 96, 0);
+    for (int part = 0; part < parts; part++) {
+      const LocalLayout l = tp_local_layout(c, parts, part);
+      EXPECT_EQ(l.total, gpt2_param_layout(c, parts).total);
+      const LocalTensor& t = l.find("h.1.attn.c_attn.weight");
+      EXPECT_EQ(t.logical_shape, (std::vector<int64_t>{32, 96}));
+      const int64_t width = 32 / parts;             // columns of q (and of k, and of v) per part
+      EXPECT_EQ(t.logical_index(0), part * width);  // q of its first head
+      EXPECT_EQ(t.logical_index(width), 32 + part * width);      // k
+      EXPECT_EQ(t.logical_index(3 * width), 96 + part * width);  // row 1
+      for (int64_t i = 0; i < t.numel(); i++) {
+        const int64_t whole = t.logical_index(i);
+        hits[whole]++;
+        ASSERT_EQ(split_local_index(t.split_shape, t.split_dim, t.parts, t.part, whole), i);
+        if (parts > 1) {
+          const int other = (part + 1) % parts;
+          ASSERT_EQ(split_local_index(t.split_shape, t.split_dim, t.parts, other, whole), -1);
+        }
+      }
+    }
+    for (int h : hits) ASSERT_EQ(h, 1) << parts;
   }
 }
 

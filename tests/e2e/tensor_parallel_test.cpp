@@ -1,0 +1,117 @@
+// Tensor parallelism end to end: `kiln train` with parallel.tp ranks splitting each layer (and
+// with parallel.sp the residual stream's tokens) under mpirun, compared with one process training
+// the whole model on the same global batch. The split products sum their parts in another
+// order, so losses and norms agree to 1e-5 relative and the final weights to 1e-4 (the issue's
+// bar); the same layout twice gives the same bits.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "e2e/train_records.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using kiln::testing::bytes_of;
+using kiln::testing::run_kiln;
+
+// Two layers of 4 heads, so that 2 and 4 tensor-parallel ranks each hold whole heads.
+class TensorParallelRun : public LayoutRun {
+ protected:
+  void SetUp() override { ASSERT_EQ(write_config("n_layer = 2\nn_head = 4\nn_embd = 32\n"), ""); }
+};
+
+TEST_F(TensorParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
+  auto r = train(1, "ref");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int tp : {2, 4})
+    for (bool sp : {false, true}) {
+      const std::string out = fmt::format("tp{}-sp{}", tp, sp);
+      r = train(tp, out, fmt::format("--set parallel.tp={} --set parallel.sp={}", tp, sp));
+      ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
+      expect_agrees("ref", out, 1e-5, 1e-4);
+    }
+  // dp 2 x tp 2: two data-parallel rows of two sequences per micro-batch, the same global batch.
+  r = train(4, "dp2tp2", "--set parallel.tp=2 --set train.batch_size=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref", "dp2tp2", 1e-5, 1e-4);
+  // The same layout twice: the same bits, weights and every rank's optimizer state.
+  r = train(2, "again", "--set parallel.tp=2 --set parallel.sp=true");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string a = dir_ / "tp2-sptrue/checkpoints/step_00000020/",
+                    b = dir_ / "again/checkpoints/step_00000020/";
+  for (const char* f : {"model.safetensors", "optimizer-00000-of-00002.safetensors",
+                        "optimizer-00001-of-00002.safetensors"}) {
+    const std::string x = bytes_of(a + f);
+    EXPECT_FALSE(x.empty()) << f;
+    EXPECT_TRUE(x == bytes_of(b + f)) << f;
+  }
+}
+
+// dp 2 x tp 2 with ZeRO 1 to 3 over the data-parallel pairs; recompute (full, and attention with
+// flash attention) and accumulation; bf16 against fp32.
+TEST_F(TensorParallelRun, ComposesWithZeroRecomputeFlashAttentionAndBf16) {
+  auto r = train(1, "ref");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int zero : {1, 2, 3}) {
+    const std::string out = fmt::format("dp2tp2z{}", zero);
+    r = train(
+        4, out,
+        fmt::format("--set parallel.tp=2 --set train.batch_size=2 --set train.zero={}", zero));
+    ASSERT_EQ(r.exit_code, 0) << out << "\n" << r.output;
+    expect_agrees("ref", out, 1e-5, 1e-4);
+  }
+  r = train(2, "full", "--set parallel.tp=2 --set train.recompute=full");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref", "full", 1e-5, 1e-4);
+  r = train(2, "flash",
+            "--set parallel.tp=2 --set train.recompute=attention --set train.attention=flash");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref", "flash", 1e-5, 1e-4);
+  r = train(2, "bf16", "--set parallel.tp=2 --set train.dtype=bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_agrees("ref", "bf16", 1e-2, 5e-2);
+}
+
+// Checkpoints hold whole tensors under their Hugging Face names and each tensor-parallel rank's
+// slices of the optimizer state, marked as such: saved at (dp 2, tp 2, ZeRO-1), the run goes on
+// at (dp 4, tp 1), (dp 1, tp 4) and (dp 1, tp 1); saved at tp 1, at (dp 2, tp 2).
+TEST_F(TensorParallelRun, CheckpointFromOneLayoutResumesOnAnother) {
+  auto r = train(4, "src", "--set parallel.tp=2 --set train.batch_size=2 --set train.zero=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_resumes("src", "dp4", 4, "--set train.batch_size=1");
+  expect_resumes("src", "tp4", 4, "--set parallel.tp=4");
+  expect_resumes("src", "one", 1, "");
+  expect_resumes("one", "back", 4,
+                 "--set parallel.tp=2 --set train.batch_size=2 --set train.zero=1");
+  // The model file is a Hugging Face one: every tensor whole, the vocabulary unpadded.
+  SafeTensorsReader f(model_file("src"));
+  EXPECT_EQ(f.entry("h.0.attn.c_attn.weight").shape, (std::vector<int64_t>{32, 96}));
+  EXPECT_EQ(f.entry("wte.weight").shape, (std::vector<int64_t>{257, 32}));
+}
+
+TEST_F(TensorParallelRun, LayoutsItCannotSplitAreRefusedNamingTheKeys) {
+  auto r = run_kiln("train " + config_ + " --set parallel.tp=3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("parallel.tp = 3 does not divide model.n_head = 4"), std::string::npos)
+      << r.output;
+  r = run_kiln("train " + config_ + " --set parallel.tp=2 --set parallel.pp=2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("tensor and pipeline parallelism do not run together yet"),
+            std::string::npos)
+      << r.output;
+  r = run_kiln("train " + config_ +
+               " --set parallel.tp=2 --set model.family=llama --set model.ffn_hidden=64");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("tensor parallelism splits GPT-2 models only so far"), std::string::npos)
+      << r.output;
+  r = run_kiln("train " + config_ +
+               " --set parallel.tp=2 --set train.batch_size=1 --set train.seq_len=15");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("set parallel.sp = false"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kiln
