@@ -128,8 +128,11 @@ class Communicator {
   // and result slots: what docs/collectives.md counts as "sent"); 0 for the other backends.
   virtual int64_t bytes_sent() const { return 0; }
 
-  // Ranks with the same color form a new communicator, ordered by key.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Ranks with the same color form a new communicator, ordered by key. Its name (in traces,
+  // the flight recorder and watchdog messages) is this one's with "/<name>" appended, or
+  // "/<color>" when no name is given.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+  std::unique_ptr<Communicator> split(int color, int key) { return split(color, key, ""); }
 };
 
 // The values of CommOptions::algorithm, and the words an error message lists them with.

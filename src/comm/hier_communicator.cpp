@@ -128,10 +128,10 @@ class HierCommunicator : public Communicator {
     return world_->recv_async(buf, n, t, peer, tag);
   }
   std::shared_ptr<Work> barrier_async() override { return world_->barrier_async(); }
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     CommOptions o = opts_;
     o.backend = "auto";
-    return make_node_communicator(world_->split(color, key), o);
+    return make_node_communicator(world_->split(color, key, name), o);
   }
 
  private:

@@ -202,7 +202,7 @@ class MpiCommunicator : public Communicator {
     });
     w->wait();
   }
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     // Collective: runs on the communication thread like everything else.
     MPI_Comm out = MPI_COMM_NULL;
     auto w = issue("split", [&, this](MPI_Request* r) {
@@ -210,7 +210,8 @@ class MpiCommunicator : public Communicator {
       return MPI_Comm_split(comm_, color, key, &out);
     });
     w->wait();
-    return std::make_unique<MpiCommunicator>(out, opts_, true, fmt::format("{}/{}", name_, color));
+    return std::make_unique<MpiCommunicator>(
+        out, opts_, true, fmt::format("{}/{}", name_, name.empty() ? std::to_string(color) : name));
   }
 
  private:

@@ -122,9 +122,10 @@ class RecordingCommunicator : public Communicator {
   int64_t buffer_bytes() const override { return inner_->buffer_bytes(); }
   int64_t bytes_sent() const override { return inner_->bytes_sent(); }
 
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    return std::make_unique<RecordingCommunicator>(inner_->split(color, key),
-                                                   fmt::format("{}/{}", name_, color));
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    return std::make_unique<RecordingCommunicator>(
+        inner_->split(color, key, name),
+        fmt::format("{}/{}", name_, name.empty() ? std::to_string(color) : name));
   }
 
  private:

@@ -41,7 +41,7 @@ class SelfCommunicator : public Communicator {
     fail("receive from rank {} in a one-rank job", peer);
   }
   std::shared_ptr<Work> barrier_async() override { return done(); }
-  std::unique_ptr<Communicator> split(int, int) override {
+  std::unique_ptr<Communicator> split(int, int, const std::string&) override {
     return std::make_unique<SelfCommunicator>();
   }
 

@@ -146,8 +146,8 @@ class ShmCommunicator : public Communicator {
   std::shared_ptr<Work> barrier_async() override {
     return issue({"barrier", -1}, [this] { engine_->barrier(); });
   }
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    return std::make_unique<ShmCommunicator>(mpi_->split(color, key), opts_);
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    return std::make_unique<ShmCommunicator>(mpi_->split(color, key, name), opts_);
   }
 
   // A memfd of this rank, mapped by every peer through /proc/<pid>/fd (which needs the same

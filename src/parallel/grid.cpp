@@ -20,9 +20,14 @@ Grid::Grid(std::unique_ptr<Communicator> world, GridShape shape)
   dp_rank_ = r / (shape.tp * shape.pp);
   // Colors: the coordinates the group's members share. Every rank makes every split, in the same
   // order (splits are collective).
-  dp_ = world_->split(pp_rank_ * shape.tp + tp_rank_, dp_rank_);
-  pp_ = world_->split(dp_rank_ * shape.tp + tp_rank_, pp_rank_);
-  tp_ = world_->split(dp_rank_ * shape.pp + pp_rank_, tp_rank_);
+  // Named by their coordinates ("world/tp0.0": the tensor-parallel group of dp 0, pp 0), so
+  // that traces and watchdog messages say which group a collective ran on.
+  dp_ = world_->split(pp_rank_ * shape.tp + tp_rank_, dp_rank_,
+                      fmt::format("dp{}.{}", pp_rank_, tp_rank_));
+  pp_ = world_->split(dp_rank_ * shape.tp + tp_rank_, pp_rank_,
+                      fmt::format("pp{}.{}", dp_rank_, tp_rank_));
+  tp_ = world_->split(dp_rank_ * shape.pp + pp_rank_, tp_rank_,
+                      fmt::format("tp{}.{}", dp_rank_, pp_rank_));
 }
 
 std::string Grid::name() const {

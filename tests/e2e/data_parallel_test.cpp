@@ -303,9 +303,9 @@ TEST_F(DataParallelRun, AGridThatDoesNotFitTheJobIsRefusedNamingTheKeys) {
   EXPECT_EQ(r.exit_code, 78) << r.output;
   EXPECT_NE(r.output.find("parallel.dp = 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("the job has 2 processes"), std::string::npos) << r.output;
-  r = run_kiln_mpi(2, args(2, 0, "grid") + " --set parallel.tp=2");
+  r = run_kiln_mpi(2, args(2, 0, "grid") + " --set parallel.tp=2 --set parallel.dp=2");
   EXPECT_EQ(r.exit_code, 78) << r.output;
-  EXPECT_NE(r.output.find("parallel.tp = 2: tensor parallelism is not supported yet"),
+  EXPECT_NE(r.output.find("parallel.tp = 2 is 4 ranks but the job has 2 processes"),
             std::string::npos)
       << r.output;
 }
