@@ -110,6 +110,10 @@ void bias_backward(float* db, const float* dout, int64_t M, int N, bool accumula
 // unspecified. Targets < 0 are ignored (loss 0, gradient 0). With dlogits_bf16 (M,Vp) the
 // gradient is written there instead, rounded to bf16 (the same values the fp32 path gives,
 // rounded), and the logits end unspecified.
+// A row's softmax pieces, vectorised in a fixed order (the same bits on every run): the maximum
+// of x[0, n), and the sum of exp(x - maxv) with the exponentials written over x.
+float softmax_row_max(const float* x, int64_t n);
+double softmax_row_exp_sum(float* x, int64_t n, float maxv);
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
                            int Vp, float dlogits_scale, bf16* dlogits_bf16 = nullptr);
 

@@ -7,7 +7,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "kernels/vec_math.h"
+#include "kernels/kernels.h"
 
 namespace kiln {
 
@@ -130,10 +130,7 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float
   float* mine = maxes.data() + tp.rank * M;
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
-    const float* x = logits + m * Vl;
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < valid; i++) mx = x[i] > mx ? x[i] : mx;
-    mine[m] = mx;
+    mine[m] = softmax_row_max(logits + m * Vl, valid);
   }
   { tp.comm->all_gather(maxes.data(), equal_counts(tp.size, M), DType::F32); }
   // 2. Exponentials (overwriting the logits), their sums and the target logits, summed over the
@@ -147,12 +144,7 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float
     maxes[m] = mx;  // row m's maximum from now on (rank 0's slot; every slot was read)
     const int64_t y = target_col(m);
     sums[M + m] = y >= 0 ? x[y] : 0.0;
-    double s = 0;
-    for (int64_t i = 0; i < valid; i++) {
-      x[i] = exp_vec(x[i] - mx);
-      s += x[i];
-    }
-    sums[m] = s;
+    sums[m] = softmax_row_exp_sum(x, valid, mx);
   }
   { tp.comm->all_reduce(sums.data(), 2 * M, DType::F64); }
   // 3. Loss and gradient: softmax minus the one-hot target, this rank's columns.
