@@ -510,7 +510,9 @@ double Gpt2::head_forward(const float* residual, const int32_t* targets, float d
   const float* x;
   const bf16* x_bf;
   whole_input(A.lnf, A.lnf_bf, &x, &x_bf);  // f
-  return lm_head_forward({x, x_bf, A.logits, A.dlogits_bf, A.losses}, P_.wte, targets, dloss);
+  return lm_head_forward(
+      {x, x_bf, A.logits, A.dlogits_bf, A.losses, x != A.lnf || x_bf != A.lnf_bf}, P_.wte, targets,
+      dloss);
 }
 
 // The head's backward for the current slot: the tied LM head (wte's gradient begun, dln_f) and
@@ -529,8 +531,8 @@ void Gpt2::head_backward(bool accumulate) {
   const float* x;
   const bf16* x_bf;
   whole_input(A.lnf, A.lnf_bf, &x, &x_bf);
-  lm_head_backward({x, x_bf, A.logits, A.dlogits_bf, A.losses}, P_.wte, G_.wte, S.dln, accumulate,
-                   /*tied_here=*/st.embedding);
+  lm_head_backward({x, x_bf, A.logits, A.dlogits_bf, A.losses, x != A.lnf || x_bf != A.lnf_bf},
+                   P_.wte, G_.wte, S.dln, accumulate, /*tied_here=*/st.embedding);
   float* dlnf = tp.on() && tp.sp ? S.rows : S.dln;
   if (tp.on()) {
     ProfileTimer t(profile_, &Profile::tp_comm);
@@ -566,11 +568,13 @@ void Gpt2::block_backward(int l, bool accumulate) {
   const bool widen = bf && opts_.recompute != Recompute::full;
   // A linear layer's two products, dW += x^T @ dy and dx = dy @ W^T, in the model's
   // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
+  // x_scratch: x is a LayerNorm output gathered into scratch (sequence parallelism).
   auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
-                      const bf16* x_bf, const float* w, int64_t K, int64_t N) {
+                      const bf16* x_bf, const float* w, int64_t K, int64_t N, bool x_scratch) {
     ProfileTimer t(profile_, &Profile::matmul);
     // dy is backward's scratch (kept aside when the weight part waits: split_backward).
-    weight_grad(MatmulShape{K, N, BT, true, false, accumulate, false}, x, x_bf, dy, dy_bf, dw, 2);
+    weight_grad(MatmulShape{K, N, BT, true, false, accumulate, false}, x, x_bf, dy, dy_bf, dw,
+                x_scratch ? 3 : 2);
     if (bf)
       matmul_bf16(MatmulShape{BT, K, N, false, true, false, false}, dy_bf, wbf(w), dx);
     else
@@ -598,7 +602,7 @@ void Gpt2::block_backward(int l, bool accumulate) {
   // whole bias gradient from the whole dy.
   whole_dresidual(&dy, &dy_bf);
   bias_grad(D.fcproj_b, dy, C);
-  products(S.dfch_gelu, D.fcproj_w, dy, dy_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, F, C);
+  products(S.dfch_gelu, D.fcproj_w, dy, dy_bf, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, F, C, false);
   {
     ProfileTimer t(profile_, &Profile::activation);  // GELU and fc's bias gradient in one pass
     if (widen) from_bf16(a.fch, a.fch_bf, BT * F);
@@ -606,12 +610,12 @@ void Gpt2::block_backward(int l, bool accumulate) {
                        accumulate);
   }
   whole_input(a.ln2, a.ln2_bf, &x, &x_bf);
-  products(S.dln, D.fc_w, S.dfch, S.dout_bf, x, x_bf, W.fc_w, C, F);
+  products(S.dln, D.fc_w, S.dfch, S.dout_bf, x, x_bf, W.fc_w, C, F, sp);
   norm_backward(D.ln2_w, D.ln2_b, reduce_input_grad(), a.residual2, W.ln2_w, a.ln2_mean, a.ln2_rstd,
                 bf && !sp ? S.dout_bf : nullptr, accumulate);
   whole_dresidual(&dy, &dy_bf);
   bias_grad(D.attproj_b, dy, C);
-  products(S.datty, D.attproj_w, dy, dy_bf, a.atty, a.atty_bf, W.attproj_w, Cl, C);
+  products(S.datty, D.attproj_w, dy, dy_bf, a.atty, a.atty_bf, W.attproj_w, Cl, C, false);
   {
     ProfileTimer t(profile_, &Profile::attention);
     // The probabilities again from q and k (same kernel, same bits); atty is rewritten with
@@ -632,7 +636,7 @@ void Gpt2::block_backward(int l, bool accumulate) {
     to_bf16(S.dout_bf, S.dqkv, BT * 3 * Cl);
   }
   whole_input(a.ln1, a.ln1_bf, &x, &x_bf);
-  products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, x, x_bf, W.qkv_w, C, 3 * Cl);
+  products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, x, x_bf, W.qkv_w, C, 3 * Cl, sp);
   norm_backward(D.ln1_w, D.ln1_b, reduce_input_grad(), residual, W.ln1_w, a.ln1_mean, a.ln1_rstd,
                 bf && l > st.first && !sp ? S.dout_bf : nullptr, accumulate);
 }

@@ -160,8 +160,6 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
     if (tp.sp && (static_cast<int64_t>(B) * T) % tp.size != 0)
       fail("parallel.sp: the micro-batch's {} tokens do not split across parallel.tp = {} ranks",
            static_cast<int64_t>(B) * T, tp.size);
-    if (!st.embedding || !st.head || opts_.split_backward)
-      fail("tensor parallelism runs on the whole model (no pipeline stages) so far");
   }
 }
 
@@ -169,7 +167,7 @@ double Model::forward_stage(const float* params, const int32_t* inputs, const fl
                             const int32_t* targets, float dloss, const BlockHooks& hooks,
                             int slot) {
   const StageSpec& st = opts_.stage;
-  const int64_t x_numel = static_cast<int64_t>(B_) * T_ * cfg_.n_embd;
+  const int64_t x_numel = stage_io_numel();
   if (opts_.kv_cache) fail("a model built for decoding runs decode(), not a forward");
   begin_pass(params, nullptr, slot);
   if (st.embedding) {
@@ -193,7 +191,7 @@ void Model::backward_stage(const float* params, float* grads, const int32_t* inp
                            const float* doutput, const GradsReady& ready, const BlockHooks& hooks,
                            bool accumulate, int slot) {
   const StageSpec& st = opts_.stage;
-  const int64_t x_numel = static_cast<int64_t>(B_) * T_ * cfg_.n_embd;
+  const int64_t x_numel = stage_io_numel();
   if (opts_.kv_cache) fail("a model built for decoding has no backward");
   begin_pass(params, grads, slot);
   backward_slot_ = slot;
@@ -285,7 +283,7 @@ void Model::lm_head_backward(const Head& h, const float* w, float* dw, float* dx
   const MatmulShape sw{Vl, C, BT, true, false, accumulate, false};
   const MatmulShape sx{BT, C, Vl, false, false, false, false};
   // dlogits (written by the forward's loss) and x are the slot's: kept until its next forward.
-  weight_grad(sw, h.logits, h.dlogits_bf, h.x, h.x_bf, dw, 0, tied_here);
+  weight_grad(sw, h.logits, h.dlogits_bf, h.x, h.x_bf, dw, h.x_scratch ? 2 : 0, tied_here);
   if (opts_.bf16)
     matmul_bf16(sx, h.dlogits_bf, wbf(w), dx);
   else
@@ -304,16 +302,18 @@ void Model::weight_grad(const MatmulShape& s, const float* a, const bf16* a_bf, 
   }
   if (deferred_.size() != static_cast<size_t>(opts_.slots)) deferred_.resize(opts_.slots);
   DeferredSlot& d = deferred_.at(backward_slot_);
-  DeferredProduct p{s, a, a_bf, b, b_bf, dw, scratch, 0};
-  if (scratch != 0) {  // (M,K) for a (K,M) transposed, (K,N) for b: M·K or K·N elements
-    const int64_t n = scratch == 1 ? s.M * s.K : s.K * s.N;
+  DeferredProduct p{s, a, a_bf, b, b_bf, dw, scratch, {0, 0}};
+  // The operands in scratch are copied: (M,K) for a (K,M) transposed, (K,N) for b.
+  for (int k = 0; k < 2; k++) {
+    if (!(scratch & (1 << k))) continue;
+    const int64_t n = k == 0 ? s.M * s.K : s.K * s.N;
     if (bf) {
-      p.offset = static_cast<int64_t>(d.b16.size());
-      const bf16* src = scratch == 1 ? a_bf : b_bf;
+      p.offset[k] = static_cast<int64_t>(d.b16.size());
+      const bf16* src = k == 0 ? a_bf : b_bf;
       d.b16.insert(d.b16.end(), src, src + n);
     } else {
-      p.offset = static_cast<int64_t>(d.f32.size());
-      const float* src = scratch == 1 ? a : b;
+      p.offset[k] = static_cast<int64_t>(d.f32.size());
+      const float* src = k == 0 ? a : b;
       d.f32.insert(d.f32.end(), src, src + n);
     }
   }
@@ -328,11 +328,13 @@ void Model::backward_weight(int slot, bool accumulate) {
   for (DeferredProduct p : d.products) {
     p.s.accumulate = accumulate;
     if (opts_.bf16) {
-      const bf16* kept = d.b16.data() + p.offset;
-      matmul_bf16(p.s, p.scratch == 1 ? kept : p.a_bf, p.scratch == 2 ? kept : p.b_bf, p.dw);
+      const bf16* kept = d.b16.data();
+      matmul_bf16(p.s, p.scratch & 1 ? kept + p.offset[0] : p.a_bf,
+                  p.scratch & 2 ? kept + p.offset[1] : p.b_bf, p.dw);
     } else {
-      const float* kept = d.f32.data() + p.offset;
-      matmul(p.s, p.scratch == 1 ? kept : p.a, p.scratch == 2 ? kept : p.b, p.dw);
+      const float* kept = d.f32.data();
+      matmul(p.s, p.scratch & 1 ? kept + p.offset[0] : p.a,
+             p.scratch & 2 ? kept + p.offset[1] : p.b, p.dw);
     }
   }
   d.products.clear();

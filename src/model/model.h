@@ -87,6 +87,11 @@ class Model {
                       const float* doutput, const GradsReady& ready = {},
                       const BlockHooks& hooks = {}, bool accumulate = true, int slot = 0);
   virtual const float* input_grad() const = 0;
+  // Elements of a stage's input, output and their gradients: B·T·C, or this rank's rows of them
+  // under sequence parallelism.
+  int64_t stage_io_numel() const {
+    return opts_.tp.local_rows(static_cast<int64_t>(B_) * T_) * cfg_.n_embd;
+  }
 
   // With ModelOptions::split_backward, backward_stage is the input part of a backward (Qi et
   // al. 2023's B: everything the stage before waits for) and leaves out the weight gradients of
@@ -153,6 +158,7 @@ class Model {
     float* logits;
     bf16* dlogits_bf;
     float* losses;
+    bool x_scratch = false;  // x lives in backward's scratch (gathered under sequence parallelism)
   };
   double lm_head_forward(const Head& h, const float* w, const int32_t* targets, float dloss);
   // dw (Vp,C) += dlogits^T @ x (written with accumulate = false) and dx (B·T,C) = dlogits @ w.
@@ -162,7 +168,7 @@ class Model {
                         bool tied_here);
   // dw (+)= the product `s` of a and b (a linear layer's weight gradient; in bf16 mode of a_bf
   // and b_bf): now, or with split_backward kept for backward_weight(backward_slot_). `scratch`
-  // names the operand that lives in backward's scratch (1: a, 2: b, 0: neither), copied then.
+  // says which operands live in backward's scratch (bits: 1 a, 2 b), copied then.
   void weight_grad(const MatmulShape& s, const float* a, const bf16* a_bf, const float* b,
                    const bf16* b_bf, float* dw, int scratch, bool now = false);
   int backward_slot_ = 0;  // the slot the running backward works on (families set it)
@@ -198,7 +204,7 @@ class Model {
     const bf16* b_bf;
     float* dw;
     int scratch;
-    int64_t offset;
+    int64_t offset[2];  // of a's and b's copies, when kept
   };
   struct DeferredSlot {
     std::vector<DeferredProduct> products;

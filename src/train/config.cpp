@@ -514,11 +514,6 @@ void TrainConfig::validate() const {
           "{}: parallel.tp = {} does not divide the padded vocabulary {}; set "
           "model.vocab_multiple to a multiple of {}",
           source, tp, model.padded_vocab_size, tp);
-    if (pp > 1)
-      fail(
-          "{}: parallel.tp = {} with parallel.pp = {}: tensor and pipeline parallelism do not "
-          "run together yet (3D layouts); use one of them",
-          source, tp, pp);
     if (sp && (static_cast<int64_t>(batch_size) * seq_len) % tp != 0)
       fail(
           "{}: parallel.sp splits the batch's train.batch_size x train.seq_len = {} tokens "

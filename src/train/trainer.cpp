@@ -575,8 +575,8 @@ double Trainer::validate() {
                        : model_->forward(params_.data(), inputs_.data(), targets_.data(), 0.0f);
   }
   if (zero3()) zero3_->drop_all();
-  if (pipelined())  // the last stages' sums
-    sum = world_->all_reduce_scalar(sum);
+  if (pipelined())  // the last stages' sums (each tensor-parallel group's first rank's)
+    sum = world_->all_reduce_scalar(grid_->tp_rank() == 0 ? sum : 0.0);
   else if (R > 1)
     sum = dp_group_->all_reduce_scalar(sum);
   return sum / (static_cast<double>(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len);
@@ -795,7 +795,8 @@ bool Trainer::run() {
       set_metric(Metric::ValLoss, vl);
       if (!opts_.quiet) fmt::print("step {} | val loss {:.4f}\n", step_, vl);
       if (zero3() && cfg_.sample_tokens > 0) zero3_->fetch_all();
-      if (pipelined() && cfg_.sample_tokens > 0) bring_to_rank0(0, params_.size());
+      if (pipelined() && !tensor_parallel() && cfg_.sample_tokens > 0)
+        bring_to_rank0(0, params_.size());
       Buffer<float> whole;  // tensor parallelism: the whole model on rank 0, for the sample
       if (tensor_parallel() && cfg_.sample_tokens > 0 && dp_group_->rank() == 0)
         gather_whole_model(params_.data(), whole);

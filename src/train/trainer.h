@@ -193,9 +193,12 @@ class Trainer {
   // (a layout of whole tensors); this rank keeps its slices of it.
   bool tensor_parallel() const { return grid_->shape().tp > 1; }
   void fill_params(const std::function<void(const ParamLayout& whole, float* p)>& fill);
-  // Tensor i whole into `out` on tensor-parallel rank 0 (collective over the group).
+  // Tensor i whole into `out` on rank 0, from the tensor-parallel group of data-parallel rank 0
+  // in the pipeline stage that owns it (`out` is used on that group's first rank too). Every
+  // rank of data-parallel rank 0 calls it.
   void gather_whole_tensor(size_t i, const float* params, float* out);
-  // The whole model on tensor-parallel rank 0, in param_layout's order (samples).
+  // The whole model on rank 0, in param_layout's order (samples); every rank of data-parallel
+  // rank 0 calls it.
   void gather_whole_model(const float* params, Buffer<float>& out);
   // The square of the gradient norm of chunk c's part on this rank, each parameter counted on
   // one rank of its tensor-parallel group.

@@ -122,7 +122,8 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
   const int P = grid_->shape().pp, me = grid_->pp_rank(), m = cfg_.grad_accum;
   const int S = virtual_stages(), V = chunks();
   const int64_t BT = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
-  const int64_t x_numel = BT * cfg_.model.n_embd;  // a stage's input or output
+  // A stage's input or output (this rank's rows of it under sequence parallelism).
+  const int64_t x_numel = model_->stage_io_numel();
   if (act_in_.size() != static_cast<size_t>(x_numel)) {
     act_in_.resize(x_numel);
     grad_in_.resize(x_numel);
@@ -271,7 +272,7 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
 double Trainer::pipeline_forward_only(const int32_t* inputs, const int32_t* targets) {
   Communicator& pp = grid_->pp_group();
   const int P = grid_->shape().pp, me = grid_->pp_rank(), S = virtual_stages();
-  const int64_t x_numel = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len * cfg_.model.n_embd;
+  const int64_t x_numel = model_->stage_io_numel();
   if (act_in_.size() != static_cast<size_t>(x_numel)) act_in_.resize(x_numel);
   double loss = 0;
   for (int g = me; g < S; g += P) {  // this rank's chunks in order
