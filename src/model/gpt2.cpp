@@ -255,16 +255,16 @@ Gpt2::Gpt2(const ModelConfig& c, int B, int T, ModelOptions opts)
   scratch_.dfch = bf ? nullptr : take(BT * F);  // bf16: made straight into dout_bf
   scratch_.dfch_gelu = take(BT * F);
   if (sp) {
-    scratch_.gathered = take(BT * C);
-    scratch_.rows = take(R * C);
-    scratch_.ln_grads = take(2 * C);
+    tps_.gathered = take(BT * C);
+    tps_.rows = take(R * C);
+    tps_.norm_grads = take(2 * C);
   }
   KILN_CHECK(p == scratch_.mem.data() + scratch_.mem.size());
   scratch_.dout_bf = nullptr;
   if (bf) {
     scratch_.mem_bf16.resize(gpt2_scratch_bf16(c, B, T, opts));
     scratch_.dout_bf = scratch_.mem_bf16.data();
-    if (sp) scratch_.gathered_bf = scratch_.dout_bf + BT * std::max(F, C);
+    if (sp) tps_.gathered_bf = scratch_.dout_bf + BT * std::max(F, C);
   }
   KILN_CHECK(act_bytes_.scratch ==
              static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
@@ -304,15 +304,6 @@ void Gpt2::block_forward(int l, const float* residual) {
   // A row-parallel product's bias is added once: by rank 0 into its part of the sum, or (sequence
   // parallelism) by every rank to its rows of the sum.
   const bool bias_in_product = !tp.on() || (tp.rank == 0 && !tp.sp);
-  // g: the row-parallel product's parts in S.proj summed; returns the sum's rows on this rank.
-  auto reduce_output = [&](const float* bias) -> float* {
-    if (!tp.on()) return S.proj;
-    ProfileTimer t(profile_, &Profile::tp_comm);
-    float* out = tp.sp ? S.rows : S.proj;
-    g_forward(tp, S.proj, out, BT, C);
-    if (tp.sp) add_bias_rows(out, bias, R, C);
-    return out;
-  };
   {
     ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.ln1_mean, a.ln1_rstd, residual, nullptr,
@@ -341,7 +332,7 @@ void Gpt2::block_forward(int l, const float* residual) {
   // residual2 = residual + proj, added in the LayerNorm's pass over the rows.
   linear(S.proj, a.atty, a.atty_bf, W.attproj_w, bias_in_product ? W.attproj_b : nullptr, Cl, C,
          false);
-  const float* proj = reduce_output(W.attproj_b);  // g
+  const float* proj = reduce_output(S.proj, W.attproj_b);  // g
   {
     ProfileTimer t(profile_, &Profile::norm);
     layernorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.ln2_mean, a.ln2_rstd, residual, proj,
@@ -370,40 +361,10 @@ void Gpt2::block_forward(int l, const float* residual) {
   }
   linear(S.proj, a.fch_gelu, a.fch_gelu_bf, W.fcproj_w, bias_in_product ? W.fcproj_b : nullptr, F,
          C, false);
-  const float* out = reduce_output(W.fcproj_b);  // g
+  const float* out = reduce_output(S.proj, W.fcproj_b);  // g
   ProfileTimer t(profile_, &Profile::residual);
   copy(a.residual3, a.residual2, R * C);
   add_inplace(a.residual3, out, R * C);
-}
-
-void Gpt2::whole_input(const float* x, const bf16* x_bf, const float** out, const bf16** out_bf) {
-  const TensorParallel& tp = opts_.tp;
-  *out = x;
-  *out_bf = x_bf;
-  if (!tp.on() || !tp.sp) return;
-  ProfileTimer t(profile_, &Profile::tp_comm);
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
-  if (opts_.bf16) {
-    f_forward(tp, scratch_.gathered_bf, x_bf, BT, cfg_.n_embd);
-    *out_bf = scratch_.gathered_bf;
-  } else {
-    f_forward(tp, scratch_.gathered, x, BT, cfg_.n_embd);
-    *out = scratch_.gathered;
-  }
-}
-
-void Gpt2::whole_dresidual(const float** dy, const bf16** dy_bf) {
-  const TensorParallel& tp = opts_.tp;
-  *dy = scratch_.dresidual;
-  *dy_bf = scratch_.dout_bf;  // made by the LayerNorm backward that last added to dresidual
-  if (!tp.on() || !tp.sp) return;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
-  {
-    ProfileTimer t(profile_, &Profile::tp_comm);
-    g_backward(tp, scratch_.gathered, scratch_.dresidual, BT, cfg_.n_embd);
-  }
-  if (opts_.bf16) to_bf16(scratch_.dout_bf, scratch_.gathered, BT * cfg_.n_embd);
-  *dy = scratch_.gathered;
 }
 
 void Gpt2::norm_backward(float* dw, float* db, const float* dout, const float* inp, const float* w,
@@ -417,23 +378,14 @@ void Gpt2::norm_backward(float* dw, float* db, const float* dout, const float* i
                        accumulate);
     return;
   }
-  float* part = scratch_.ln_grads;
+  // The weight's and bias's gradients side by side, summed over the group in one collective.
+  float* part = tps_.norm_grads;
   {
     ProfileTimer t(profile_, &Profile::norm);
     layernorm_backward(scratch_.dresidual, part, part + C, dout, inp, w, mean, rstd, R, C, nullptr,
                        false);
   }
-  {
-    ProfileTimer t(profile_, &Profile::tp_comm);
-    tp_all_reduce(tp, part, 2 * C);
-  }
-  if (accumulate) {
-    add_inplace(dw, part, C);
-    add_inplace(db, part + C, C);
-  } else {
-    copy(dw, part, C);
-    copy(db, part + C, C);
-  }
+  add_norm_grads(part, dw, db, accumulate);
 }
 
 const float* Gpt2::stage_output(int slot) const {
@@ -533,11 +485,7 @@ void Gpt2::head_backward(bool accumulate) {
   whole_input(A.lnf, A.lnf_bf, &x, &x_bf);
   lm_head_backward({x, x_bf, A.logits, A.dlogits_bf, A.losses, x != A.lnf || x_bf != A.lnf_bf},
                    P_.wte, G_.wte, S.dln, accumulate, /*tied_here=*/st.embedding);
-  float* dlnf = tp.on() && tp.sp ? S.rows : S.dln;
-  if (tp.on()) {
-    ProfileTimer t(profile_, &Profile::tp_comm);
-    f_backward(tp, S.dln, dlnf, BT, C);
-  }
+  const float* dlnf = reduce_input_grad(S.dln);  // f
   std::fill(S.dresidual, S.dresidual + R * C, 0.0f);
   const bool blocks = st.last > st.first;
   const float* last = blocks ? A.h[st.last - 1].residual3 : A.encoded;
@@ -584,15 +532,6 @@ void Gpt2::block_backward(int l, bool accumulate) {
     ProfileTimer t(profile_, &Profile::matmul);
     bias_backward(db, dy, BT, static_cast<int>(N), accumulate);
   };
-  // f's backward: the column-parallel product's input gradient in S.dln summed over the group;
-  // returns this rank's rows of it.
-  auto reduce_input_grad = [&]() -> float* {
-    if (!tp.on()) return S.dln;
-    ProfileTimer t(profile_, &Profile::tp_comm);
-    float* rows = sp ? S.rows : S.dln;
-    f_backward(tp, S.dln, rows, BT, C);
-    return rows;
-  };
   const float* dy;
   const bf16* dy_bf;
   const float* x;
@@ -611,8 +550,8 @@ void Gpt2::block_backward(int l, bool accumulate) {
   }
   whole_input(a.ln2, a.ln2_bf, &x, &x_bf);
   products(S.dln, D.fc_w, S.dfch, S.dout_bf, x, x_bf, W.fc_w, C, F, sp);
-  norm_backward(D.ln2_w, D.ln2_b, reduce_input_grad(), a.residual2, W.ln2_w, a.ln2_mean, a.ln2_rstd,
-                bf && !sp ? S.dout_bf : nullptr, accumulate);
+  norm_backward(D.ln2_w, D.ln2_b, reduce_input_grad(S.dln), a.residual2, W.ln2_w, a.ln2_mean,
+                a.ln2_rstd, bf && !sp ? S.dout_bf : nullptr, accumulate);
   whole_dresidual(&dy, &dy_bf);
   bias_grad(D.attproj_b, dy, C);
   products(S.datty, D.attproj_w, dy, dy_bf, a.atty, a.atty_bf, W.attproj_w, Cl, C, false);
@@ -637,8 +576,8 @@ void Gpt2::block_backward(int l, bool accumulate) {
   }
   whole_input(a.ln1, a.ln1_bf, &x, &x_bf);
   products(S.dln, D.qkv_w, S.dqkv, S.dout_bf, x, x_bf, W.qkv_w, C, 3 * Cl, sp);
-  norm_backward(D.ln1_w, D.ln1_b, reduce_input_grad(), residual, W.ln1_w, a.ln1_mean, a.ln1_rstd,
-                bf && l > st.first && !sp ? S.dout_bf : nullptr, accumulate);
+  norm_backward(D.ln1_w, D.ln1_b, reduce_input_grad(S.dln), residual, W.ln1_w, a.ln1_mean,
+                a.ln1_rstd, bf && l > st.first && !sp ? S.dout_bf : nullptr, accumulate);
 }
 
 // The embedding's backward for the current slot, from the first block's input gradient.

@@ -106,14 +106,6 @@ struct GradScratch {
   float* dfch;            // (B,T,4C)
   float* dfch_gelu;       // (B,T,4C)
   bf16* dout_bf;          // (B,T,4C): a linear layer's output gradient in bf16
-  // Sequence parallelism: a whole (B·T, C) tensor gathered from every rank's rows (a LayerNorm's
-  // output for the next product, or the residual stream's gradient), in fp32 or bf16; this rank's
-  // rows of a reduce-scatter's result; and a LayerNorm's weight and bias gradients (2C) before
-  // they are summed over the group.
-  float* gathered = nullptr;
-  bf16* gathered_bf = nullptr;
-  float* rows = nullptr;
-  float* ln_grads = nullptr;
 };
 
 // The activation plan of a mode, without allocating it; with A, also allocates nothing but hands
@@ -145,12 +137,6 @@ class Gpt2 final : public Model {
   bf16* backward_residual_bf16() override { return scratch_.dout_bf; }
   void block_backward(int l, bool accumulate) override;
   void embedding_backward(const int32_t* inputs, bool accumulate) override;
-  // Tensor parallelism (f and g, parallel/tensor_parallel.h): a LayerNorm's output (R, C) made
-  // whole for the column-parallel product that reads it, and the gradient of the residual
-  // stream (this rank's rows in scratch_.dresidual) made whole with its bf16 copy; without
-  // sequence parallelism both are already whole.
-  void whole_input(const float* x, const bf16* x_bf, const float** out, const bf16** out_bf);
-  void whole_dresidual(const float** dy, const bf16** dy_bf);
   // A LayerNorm's backward over this rank's rows; under sequence parallelism its weight and bias
   // gradients are summed over the group first (each rank saw only its rows).
   void norm_backward(float* dw, float* db, const float* dout, const float* inp, const float* w,

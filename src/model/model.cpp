@@ -219,6 +219,73 @@ void Model::backward_stage(const float* params, float* grads, const int32_t* inp
   if (ready) ready(0, blocks[0]);
 }
 
+bool Model::whole_input(const float* x, const bf16* x_bf, const float** out, const bf16** out_bf) {
+  const TensorParallel& tp = opts_.tp;
+  *out = x;
+  *out_bf = x_bf;
+  if (!tp.on() || !tp.sp) return false;
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  if (opts_.bf16) {
+    f_forward(tp, tps_.gathered_bf, x_bf, BT, cfg_.n_embd);
+    *out_bf = tps_.gathered_bf;
+  } else {
+    f_forward(tp, tps_.gathered, x, BT, cfg_.n_embd);
+    *out = tps_.gathered;
+  }
+  return true;
+}
+
+void Model::whole_dresidual(const float** dy, const bf16** dy_bf) {
+  const TensorParallel& tp = opts_.tp;
+  *dy = backward_residual();
+  *dy_bf = backward_residual_bf16();
+  if (!tp.on() || !tp.sp) return;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  {
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    g_backward(tp, tps_.gathered, backward_residual(), BT, cfg_.n_embd);
+  }
+  if (opts_.bf16) to_bf16(backward_residual_bf16(), tps_.gathered, BT * cfg_.n_embd);
+  *dy = tps_.gathered;
+}
+
+float* Model::reduce_output(float* partial, const float* bias) {
+  const TensorParallel& tp = opts_.tp;
+  if (!tp.on()) return partial;
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  float* out = tp.sp ? tps_.rows : partial;
+  g_forward(tp, partial, out, BT, cfg_.n_embd);
+  if (tp.sp && bias) add_bias_rows(out, bias, tp.local_rows(BT), cfg_.n_embd);
+  return out;
+}
+
+float* Model::reduce_input_grad(float* partial) {
+  const TensorParallel& tp = opts_.tp;
+  if (!tp.on()) return partial;
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  float* rows = tp.sp ? tps_.rows : partial;
+  f_backward(tp, partial, rows, static_cast<int64_t>(B_) * T_, cfg_.n_embd);
+  return rows;
+}
+
+void Model::add_norm_grads(float* part, float* dw, float* db, bool accumulate) {
+  const int C = cfg_.n_embd;
+  {
+    ProfileTimer t(profile_, &Profile::tp_comm);
+    tp_all_reduce(opts_.tp, part, db ? 2 * C : C);
+  }
+  ProfileTimer t(profile_, &Profile::norm);
+  for (auto [dst, src] : {std::pair{dw, part}, std::pair{db, part + C}}) {
+    if (!dst) continue;
+    if (accumulate)
+      add_inplace(dst, src, C);
+    else
+      copy(dst, src, C);
+  }
+}
+
 int64_t head_chunk_rows(int64_t rows) {
   return std::min<int64_t>(rows, 256);
 }

@@ -146,6 +146,35 @@ class Model {
   virtual void embedding_backward(const int32_t* inputs, bool accumulate) = 0;
   const bf16* wbf(const float* p) const { return weights_->data() + (p - params_); }
 
+  // Tensor parallelism's glue around a family's layers (parallel/tensor_parallel.h), on buffers
+  // in the family's scratch that it sets in `tps_` under sequence parallelism: `gathered` (B·T, C)
+  // and its bf16 form, `rows` (R, C) for a reduce-scatter's result, `norm_grads` (2C) for a
+  // norm's parameter gradients. R = B·T/tp rows with sequence parallelism, else B·T.
+  struct TpScratch {
+    float* gathered = nullptr;
+    bf16* gathered_bf = nullptr;
+    float* rows = nullptr;
+    float* norm_grads = nullptr;
+  };
+  TpScratch tps_;
+  // f forward: a norm's output (R, C) made whole for the column-parallel product that reads it
+  // (gathered under sequence parallelism, else as it is). Returns whether it was gathered.
+  bool whole_input(const float* x, const bf16* x_bf, const float** out, const bf16** out_bf);
+  // g backward: the gradient of the residual stream (this rank's rows in backward_residual())
+  // made whole, with its bf16 copy (bf16 mode; without sequence parallelism the copy the last
+  // norm backward made).
+  void whole_dresidual(const float** dy, const bf16** dy_bf);
+  // g forward: a row-parallel product's partial output (B·T, C) summed; returns this rank's
+  // rows of the sum, `bias` (if any) added once.
+  float* reduce_output(float* partial, const float* bias);
+  // f backward: a column-parallel product's partial input gradient (B·T, C) summed; returns this
+  // rank's rows of the sum.
+  float* reduce_input_grad(float* partial);
+  // A norm's weight gradient (C values at `part`) and bias gradient (the next C, when db is not
+  // null) from this rank's rows, summed over the group in one collective, then added into (or
+  // written to) dw and db.
+  void add_norm_grads(float* part, float* dw, float* db, bool accumulate);
+
   // The LM head and loss every family ends with, for the B·T rows of x (fp32, or bf16 in bf16
   // mode) and the (Vp, C) matrix w: logits = x @ w^T, then the loss sum over the targets. In a
   // bf16 training forward the rows go in chunks of head_chunk_rows: the chunk's fp32 logits
