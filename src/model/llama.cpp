@@ -11,27 +11,22 @@
 
 namespace kiln {
 
-namespace {
-
-int64_t qkv_width(const ModelConfig& c) {
-  return static_cast<int64_t>(c.n_head + 2 * c.kv_heads()) * c.head_dim();
-}
-
-}  // namespace
-
-ParamLayout llama_param_layout(const ModelConfig& c) {
+ParamLayout llama_param_layout(const ModelConfig& c, int tp) {
+  // With tp > 1, one tensor-parallel rank's slices: its query heads' and key/value heads' rows
+  // of q, k and v, its columns of o, its rows of gate and up, its columns of down, its rows of
+  // the vocabulary (llama_split_dim).
   ParamLayout L;
-  const int64_t C = c.n_embd, KV = static_cast<int64_t>(c.kv_heads()) * c.head_dim(),
-                F = c.ffn_hidden, Vp = c.padded_vocab_size;
+  const int64_t C = c.n_embd, KV = static_cast<int64_t>(c.kv_heads()) * c.head_dim() / tp,
+                F = c.ffn_hidden / tp, Vp = c.padded_vocab_size / tp, Cl = C / tp;
   L.add("model.embed_tokens.weight", {Vp, C}, true);
   for (int l = 0; l < c.n_layer; l++) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     L.blocks.push_back(L.total);
     L.add(p + "input_layernorm.weight", {C}, false);
-    L.add(p + "self_attn.q_proj.weight", {C, C}, true);
+    L.add(p + "self_attn.q_proj.weight", {Cl, C}, true);
     L.add(p + "self_attn.k_proj.weight", {KV, C}, true);
     L.add(p + "self_attn.v_proj.weight", {KV, C}, true);
-    L.add(p + "self_attn.o_proj.weight", {C, C}, true);
+    L.add(p + "self_attn.o_proj.weight", {C, Cl}, true);
     L.add(p + "post_attention_layernorm.weight", {C}, false);
     L.add(p + "mlp.gate_proj.weight", {F, C}, true);
     L.add(p + "mlp.up_proj.weight", {F, C}, true);
@@ -41,6 +36,17 @@ ParamLayout llama_param_layout(const ModelConfig& c) {
   L.add("model.norm.weight", {C}, false);
   if (!c.tie_embeddings) L.add("lm_head.weight", {Vp, C}, true);
   return L;
+}
+
+int llama_split_dim(const std::string& name) {
+  // Column-parallel (rows of the (out, in) weights): q, k, v, gate, up, and the vocabulary's
+  // rows of the embedding and the LM head; row-parallel (columns): o and down; norms whole.
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return 0;
+  for (const char* s :
+       {"q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight"})
+    if (name.ends_with(s)) return 0;
+  if (name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight")) return 1;
+  return -1;
 }
 
 namespace {
@@ -114,11 +120,49 @@ ModelSpec llama_spec(const ModelConfig& c, bool padded, const std::string& name)
 
 // ---- activations ------------------------------------------------------------------------------
 
+namespace {
+
+// One tensor-parallel rank's sizes (the whole model's at tp = 1): query heads, key/value heads,
+// the q/k/v width, MLP units, vocabulary rows, and the rows of the residual stream (R).
+struct LocalSizes {
+  int64_t BT, C, NH, NKV, hs, QKV, F, Vl, Cl, R;
+  LocalSizes(const ModelConfig& c, int B, int T, const TensorParallel& tp)
+      : BT(static_cast<int64_t>(B) * T),
+        C(c.n_embd),
+        NH(c.n_head / tp.size),
+        NKV(c.kv_heads() / tp.size),
+        hs(c.head_dim()),
+        QKV((NH + 2 * NKV) * hs),
+        F(c.ffn_hidden / tp.size),
+        Vl(c.padded_vocab_size / tp.size),
+        Cl(NH * hs),
+        R(tp.local_rows(BT)) {}
+};
+
+// Backward's scratch in the order the constructor hands it out: fp32 floats and bf16 values.
+int64_t scratch_floats(const LocalSizes& z, int B, int T, const ModelOptions& opts) {
+  const int64_t datt =
+      opts.flash_attention ? attention_flash_scratch_floats(B, T, z.NH) : z.NH * z.BT * T;
+  // proj, dresidual, dln, datty, dqkv, datt, dgu (fp32 only), dact; sequence parallelism:
+  // gathered, rows, norm_grads.
+  int64_t n = z.BT * z.C + z.R * z.C + z.BT * z.C + z.BT * z.Cl + z.BT * z.QKV + datt +
+              (opts.bf16 ? 0 : z.BT * 2 * z.F) + z.BT * z.F;
+  if (opts.tp.on() && opts.tp.sp) n += z.BT * z.C + z.R * z.C + z.C;
+  return n;
+}
+
+int64_t scratch_bf16(const LocalSizes& z, const ModelOptions& opts) {
+  if (!opts.bf16) return 0;
+  return z.BT * std::max({2 * z.F, z.QKV, z.C}) + (opts.tp.on() && opts.tp.sp ? z.BT * z.C : 0);
+}
+
+}  // namespace
+
 ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const ModelOptions& opts,
                                        Llama::Activations* A) {
   using Activations = Llama::Activations;
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head,
-                Vp = c.padded_vocab_size, F = c.ffn_hidden, QKV = qkv_width(c);
+  const LocalSizes z(c, B, T, opts.tp);
+  const int64_t BT = z.BT, C = z.C, NH = z.NH, Vl = z.Vl, F = z.F, QKV = z.QKV, Cl = z.Cl, R = z.R;
   const bool bf = opts.bf16, full = opts.recompute == Recompute::full;
   const bool flash = opts.flash_attention;
   // With flash attention a block keeps the row log-sum-exps (B,NH,T), too small to recompute.
@@ -130,56 +174,55 @@ ActivationBytes llama_plan_activations(const ModelConfig& c, int B, int T, const
   ActivationPlanner p(fill ? A->mem.data() : nullptr, fill ? A->mem_bf16.data() : nullptr);
   const StageSpec& st = opts.stage;
   const int last = st.last < 0 ? c.n_layer : st.last;
-  A->encoded = p.take(BT * C);
+  A->encoded = p.take(R * C);
   A->h.assign(c.n_layer, Activations::Block{});
   for (int l = st.first; l < last; l++) {
     Activations::Block& b = A->h[l];
-    b.ln1 = bf ? nullptr : p.field(full, 0, BT * C);
-    b.ln1_bf = bf ? p.field_bf(full, 0, BT * C) : nullptr;
-    b.rstd1 = p.field(full, 1, BT);
+    b.ln1 = bf ? nullptr : p.field(full, 0, R * C);
+    b.ln1_bf = bf ? p.field_bf(full, 0, R * C) : nullptr;
+    b.rstd1 = p.field(full, 1, R);
     b.qkv = p.field(full || bf, 2, BT * QKV);
     b.qkv_bf = bf ? p.field_bf(full, 2, BT * QKV) : nullptr;
-    b.atty = p.field(full || (bf && !flash), 3, BT * C);  // flash backward reads it
-    b.atty_bf = bf ? p.field_bf(full, 3, BT * C) : nullptr;
+    b.atty = p.field(full || (bf && !flash), 3, BT * Cl);  // flash backward reads it
+    b.atty_bf = bf ? p.field_bf(full, 3, BT * Cl) : nullptr;
     b.att = p.field(att_shared, 4, flash ? NH * BT : NH * BT * T);
-    b.residual2 = p.field(full, 5, BT * C);
-    b.ln2 = bf ? nullptr : p.field(full, 6, BT * C);
-    b.ln2_bf = bf ? p.field_bf(full, 6, BT * C) : nullptr;
-    b.rstd2 = p.field(full, 7, BT);
+    b.residual2 = p.field(full, 5, R * C);
+    b.ln2 = bf ? nullptr : p.field(full, 6, R * C);
+    b.ln2_bf = bf ? p.field_bf(full, 6, R * C) : nullptr;
+    b.rstd2 = p.field(full, 7, R);
     b.gu = p.field(full || bf, 8, BT * 2 * F);
     b.gu_bf = bf ? p.field_bf(full, 8, BT * 2 * F) : nullptr;
     b.act = bf ? nullptr : p.field(full, 9, BT * F);
     b.act_bf = bf ? p.field_bf(full, 9, BT * F) : nullptr;
-    b.residual3 = p.take(BT * C);  // the next block's input: always kept
+    b.residual3 = p.take(R * C);  // the next block's input: always kept
   }
   p.head();
   A->lnf = A->rstdf = A->logits = A->losses = nullptr;
   A->lnf_bf = A->dlogits_bf = nullptr;
   if (st.head) {
-    A->lnf = bf ? nullptr : p.take(BT * C);
-    A->lnf_bf = bf ? p.take_bf(BT * C) : nullptr;
-    A->rstdf = p.take(BT);
-    A->logits = p.take((bf ? head_chunk_rows(BT) : BT) * Vp);
-    A->dlogits_bf = bf ? p.take_bf(BT * Vp) : nullptr;
+    A->lnf = bf ? nullptr : p.take(R * C);
+    A->lnf_bf = bf ? p.take_bf(R * C) : nullptr;
+    A->rstdf = p.take(R);
+    A->logits = p.take((bf ? head_chunk_rows(BT) : BT) * Vl);
+    A->dlogits_bf = bf ? p.take_bf(BT * Vl) : nullptr;
     A->losses = p.take(BT);
   }
   ActivationBytes bytes =
       p.finish(static_cast<int64_t>(A->mem.size()), static_cast<int64_t>(A->mem_bf16.size()));
-  const int64_t datt = flash ? attention_flash_scratch_floats(B, T, c.n_head) : NH * BT * T;
-  bytes.scratch = (BT * C * 4 + BT * QKV + datt + (bf ? 0 : BT * 2 * F) + BT * F) * 4;
-  if (bf) bytes.scratch += BT * std::max({2 * F, QKV, C}) * 2;
+  bytes.scratch = scratch_floats(z, B, T, opts) * 4 + scratch_bf16(z, opts) * 2;
   return bytes;
 }
 
 Llama::Llama(const ModelConfig& c, int B, int T, ModelOptions opts)
-    : Model(c, B, T, opts, llama_param_layout(c)) {
+    : Model(c, B, T, opts, llama_param_layout(c, opts.tp.size)) {
   if (!c.llama()) fail("model.family = \"{}\" is not a Llama", c.family);
-  NKV_ = c.kv_heads();
+  const LocalSizes z(c, B, T, opts_.tp);
+  NKV_ = static_cast<int>(z.NKV);
   hs_ = c.head_dim();
-  QKV_ = static_cast<int>(qkv_width(c));
-  F_ = c.ffn_hidden;
-  const int64_t BT = static_cast<int64_t>(B) * T, C = c.n_embd, NH = c.n_head, F = F_, QKV = QKV_;
-  const bool bf = opts_.bf16;
+  QKV_ = static_cast<int>(z.QKV);
+  F_ = static_cast<int>(z.F);
+  const int64_t BT = z.BT, C = z.C, F = F_, QKV = QKV_, R = z.R;
+  const bool bf = opts_.bf16, sp = opts_.tp.on() && opts_.tp.sp;
   ActivationBytes sizes = llama_plan_activations(c, B, T, opts_, nullptr);
   slots_.resize(opts_.slots);
   for (Activations& a : slots_) {
@@ -190,8 +233,8 @@ Llama::Llama(const ModelConfig& c, int B, int T, ModelOptions opts)
   cur_ = &slots_[0];
 
   const int64_t datt =
-      opts_.flash_attention ? attention_flash_scratch_floats(B, T, c.n_head) : NH * BT * T;
-  scratch_.mem.resize(BT * C * 4 + BT * QKV + datt + (bf ? 0 : BT * 2 * F) + BT * F);
+      opts_.flash_attention ? attention_flash_scratch_floats(B, T, z.NH) : z.NH * BT * T;
+  scratch_.mem.resize(scratch_floats(z, B, T, opts_));
   float* p = scratch_.mem.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -199,18 +242,24 @@ Llama::Llama(const ModelConfig& c, int B, int T, ModelOptions opts)
     return r;
   };
   scratch_.proj = take(BT * C);
-  scratch_.dresidual = take(BT * C);
+  scratch_.dresidual = take(R * C);
   scratch_.dln = take(BT * C);
-  scratch_.datty = take(BT * C);
+  scratch_.datty = take(BT * z.Cl);
   scratch_.dqkv = take(BT * QKV);
   scratch_.datt = take(datt);
   scratch_.dgu = bf ? nullptr : take(BT * 2 * F);  // bf16: made straight into dout_bf
   scratch_.dact = take(BT * F);
+  if (sp) {
+    tps_.gathered = take(BT * C);
+    tps_.rows = take(R * C);
+    tps_.norm_grads = take(C);
+  }
   KILN_CHECK(p == scratch_.mem.data() + scratch_.mem.size());
   scratch_.dout_bf = nullptr;
   if (bf) {
-    scratch_.mem_bf16.resize(BT * std::max({2 * F, QKV, C}));
+    scratch_.mem_bf16.resize(scratch_bf16(z, opts_));
     scratch_.dout_bf = scratch_.mem_bf16.data();
+    if (sp) tps_.gathered_bf = scratch_.dout_bf + BT * std::max({2 * F, QKV, C});
   }
   KILN_CHECK(act_bytes_.scratch ==
              static_cast<int64_t>(scratch_.mem.bytes() + scratch_.mem_bf16.bytes()));
@@ -248,11 +297,15 @@ const float* Llama::stage_output(int slot) const {
 
 // ---- forward ----------------------------------------------------------------------------------
 
-// One block's forward from its input `residual` into the current slot's h[l].
+// One block's forward from its input `residual` into the current slot's h[l]. With tensor
+// parallelism this rank computes its heads and MLP units (model/model.h's f and g around the
+// products); with sequence parallelism the norms and residual adds work on its R rows.
 void Llama::block_forward(int l, const float* residual) {
   const ModelConfig& c = cfg_;
-  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head, NKV = NKV_, hs = hs_;
-  const int64_t BT = static_cast<int64_t>(B) * T, F = F_, QKV = QKV_;
+  const TensorParallel& tp = opts_.tp;
+  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head / tp.size, NKV = NKV_, hs = hs_;
+  const int64_t BT = static_cast<int64_t>(B) * T, F = F_, QKV = QKV_, Cl = NH * hs,
+                R = tp.local_rows(BT);
   const bool bf = opts_.bf16;
   const BlockParams& W = P_.h[l];
   Activations::Block& a = cur_->h[l];
@@ -268,10 +321,13 @@ void Llama::block_forward(int l, const float* residual) {
   };
   {
     ProfileTimer t(profile_, &Profile::norm);
-    rmsnorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.rstd1, residual, nullptr, W.ln1, BT, C,
+    rmsnorm_forward_fused(nullptr, a.ln1, a.ln1_bf, a.rstd1, residual, nullptr, W.ln1, R, C,
                           static_cast<float>(c.norm_eps));
   }
-  linear(a.qkv, a.ln1, a.ln1_bf, W.qkv, C, QKV, false);
+  const float* x;
+  const bf16* x_bf;
+  whole_input(a.ln1, a.ln1_bf, &x, &x_bf);  // f
+  linear(a.qkv, x, x_bf, W.qkv, C, QKV, false);
   {
     ProfileTimer t(profile_, &Profile::attention);
     if (opts_.kv_cache) {  // decoding one position: its key and value join the cache
@@ -289,16 +345,18 @@ void Llama::block_forward(int l, const float* residual) {
       else
         attention_forward_gqa(a.atty, a.att, a.qkv, B, T, NH, NKV, hs);
     }
-    if (bf) to_bf16(a.atty_bf, a.atty, BT * C);
+    if (bf) to_bf16(a.atty_bf, a.atty, BT * Cl);
   }
   // residual2 = residual + proj, added in the RMSNorm's pass over the rows.
-  linear(scratch_.proj, a.atty, a.atty_bf, W.o, C, C, false);
+  linear(scratch_.proj, a.atty, a.atty_bf, W.o, Cl, C, false);
+  const float* proj = reduce_output(scratch_.proj, nullptr);  // g
   {
     ProfileTimer t(profile_, &Profile::norm);
-    rmsnorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.rstd2, residual, scratch_.proj, W.ln2, BT,
-                          C, static_cast<float>(c.norm_eps));
+    rmsnorm_forward_fused(a.residual2, a.ln2, a.ln2_bf, a.rstd2, residual, proj, W.ln2, R, C,
+                          static_cast<float>(c.norm_eps));
   }
-  linear(a.gu, a.ln2, a.ln2_bf, W.gate, C, 2 * F, false);
+  whole_input(a.ln2, a.ln2_bf, &x, &x_bf);  // f
+  linear(a.gu, x, x_bf, W.gate, C, 2 * F, false);
   {
     ProfileTimer t(profile_, &Profile::activation);
     if (bf) {
@@ -308,11 +366,38 @@ void Llama::block_forward(int l, const float* residual) {
       swiglu_forward(a.act, a.gu, BT, static_cast<int>(F));
     }
   }
-  {
-    ProfileTimer t(profile_, &Profile::residual);
-    copy(a.residual3, a.residual2, BT * C);
+  if (!tp.on()) {  // residual3 = residual2 + the product, accumulated by the product itself
+    {
+      ProfileTimer t(profile_, &Profile::residual);
+      copy(a.residual3, a.residual2, BT * C);
+    }
+    linear(a.residual3, a.act, a.act_bf, W.down, F, C, true);
+    return;
   }
-  linear(a.residual3, a.act, a.act_bf, W.down, F, C, true);
+  linear(scratch_.proj, a.act, a.act_bf, W.down, F, C, false);
+  const float* out = reduce_output(scratch_.proj, nullptr);  // g
+  ProfileTimer t(profile_, &Profile::residual);
+  copy(a.residual3, a.residual2, R * C);
+  add_inplace(a.residual3, out, R * C);
+}
+
+// An RMSNorm's backward over this rank's rows into scratch_.dresidual; under sequence
+// parallelism its weight's gradient is summed over the group first (each rank saw its rows).
+void Llama::norm_backward(float* dw, const float* dout, const float* inp, const float* w,
+                          const float* rstd, bf16* dinp_bf16, bool accumulate) {
+  const TensorParallel& tp = opts_.tp;
+  const int C = cfg_.n_embd;
+  const int64_t R = tp.local_rows(static_cast<int64_t>(B_) * T_);
+  if (!tp.on() || !tp.sp) {
+    ProfileTimer t(profile_, &Profile::norm);
+    rmsnorm_backward(scratch_.dresidual, dw, dout, inp, w, rstd, R, C, dinp_bf16, accumulate);
+    return;
+  }
+  {
+    ProfileTimer t(profile_, &Profile::norm);
+    rmsnorm_backward(scratch_.dresidual, tps_.norm_grads, dout, inp, w, rstd, R, C, nullptr, false);
+  }
+  add_norm_grads(tps_.norm_grads, dw, nullptr, accumulate);
 }
 
 void Llama::begin_pass(const float* params, float* grads, int slot) {
@@ -325,8 +410,21 @@ void Llama::begin_pass(const float* params, float* grads, int slot) {
 }
 
 void Llama::embed(const int32_t* inputs) {
-  ProfileTimer t(profile_, &Profile::embedding);
-  encoder_forward(cur_->encoded, inputs, P_.embed, nullptr, B_, T_, cfg_.n_embd);
+  const TensorParallel& tp = opts_.tp;
+  if (!tp.on()) {
+    ProfileTimer t(profile_, &Profile::embedding);
+    encoder_forward(cur_->encoded, inputs, P_.embed, nullptr, B_, T_, cfg_.n_embd);
+    return;
+  }
+  // Vocabulary-parallel: each rank its tokens' rows, then g.
+  float* partial = tp.sp ? scratch_.proj : cur_->encoded;
+  {
+    ProfileTimer t(profile_, &Profile::embedding);
+    vocab_embedding_forward(partial, inputs, P_.embed, vocab_slice(tp, cfg_.padded_vocab_size),
+                            nullptr, B_, T_, cfg_.n_embd, tp.rank);
+  }
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  g_forward(tp, partial, cur_->encoded, static_cast<int64_t>(B_) * T_, cfg_.n_embd);
 }
 
 // The final RMSNorm, the LM head and, with targets, the loss (returned as a sum) of the current
@@ -335,13 +433,16 @@ double Llama::head_forward(const float* residual, const int32_t* targets, float 
   Activations& A = *cur_;
   const ModelConfig& c = cfg_;
   const int C = c.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const int64_t R = opts_.tp.local_rows(static_cast<int64_t>(B_) * T_);
   {
     ProfileTimer t(profile_, &Profile::norm);
-    rmsnorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.rstdf, residual, nullptr, P_.norm, BT, C,
+    rmsnorm_forward_fused(nullptr, A.lnf, A.lnf_bf, A.rstdf, residual, nullptr, P_.norm, R, C,
                           static_cast<float>(c.norm_eps));
   }
-  return lm_head_forward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.lm_head, targets,
+  const float* x;
+  const bf16* x_bf;
+  const bool gathered = whole_input(A.lnf, A.lnf_bf, &x, &x_bf);  // f
+  return lm_head_forward({x, x_bf, A.logits, A.dlogits_bf, A.losses, gathered}, P_.lm_head, targets,
                          dloss);
 }
 
@@ -370,18 +471,22 @@ void Llama::head_backward(bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
   const int C = c.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const int64_t R = opts_.tp.local_rows(static_cast<int64_t>(B_) * T_);
   const bool bf = opts_.bf16;
   Scratch& S = scratch_;
-  // dW(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ W
-  lm_head_backward({A.lnf, A.lnf_bf, A.logits, A.dlogits_bf, A.losses}, P_.lm_head, G_.lm_head,
+  // dW(Vp,C) += dlogits^T @ lnf;  dlnf(BT,C) = dlogits @ W (with tensor parallelism this rank's
+  // vocabulary's part of it, summed by f's backward)
+  const float* x;
+  const bf16* x_bf;
+  const bool gathered = whole_input(A.lnf, A.lnf_bf, &x, &x_bf);
+  lm_head_backward({x, x_bf, A.logits, A.dlogits_bf, A.losses, gathered}, P_.lm_head, G_.lm_head,
                    S.dln, accumulate, /*tied_here=*/st.embedding && c.tie_embeddings);
-  ProfileTimer t(profile_, &Profile::norm);
-  std::fill(S.dresidual, S.dresidual + BT * C, 0.0f);
+  const float* dlnf = reduce_input_grad(S.dln);  // f
+  std::fill(S.dresidual, S.dresidual + R * C, 0.0f);
   const bool blocks = st.last > st.first;
   const float* last = blocks ? A.h[st.last - 1].residual3 : A.encoded;
-  rmsnorm_backward(S.dresidual, G_.norm, S.dln, last, P_.norm, A.rstdf, BT, C,
-                   bf && blocks ? S.dout_bf : nullptr, accumulate);
+  norm_backward(G_.norm, dlnf, last, P_.norm, A.rstdf, bf && blocks ? S.dout_bf : nullptr,
+                accumulate);
 }
 
 // Block l's backward for the current slot, from the gradient of its output in
@@ -389,9 +494,10 @@ void Llama::head_backward(bool accumulate) {
 void Llama::block_backward(int l, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
-  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head, NKV = NKV_, hs = hs_;
-  const int64_t BT = static_cast<int64_t>(B) * T, F = F_, QKV = QKV_;
-  const bool bf = opts_.bf16;
+  const TensorParallel& tp = opts_.tp;
+  const int B = B_, T = T_, C = c.n_embd, NH = c.n_head / tp.size, NKV = NKV_, hs = hs_;
+  const int64_t BT = static_cast<int64_t>(B) * T, F = F_, QKV = QKV_, Cl = NH * hs;
+  const bool bf = opts_.bf16, sp = tp.on() && tp.sp;
   const Params& P = P_;
   Params& G = G_;
   Activations& A = *cur_;
@@ -405,34 +511,39 @@ void Llama::block_backward(int l, bool accumulate) {
   // bf16 copies (a full recompute has just made them).
   const bool widen = bf && opts_.recompute != Recompute::full;
   // A linear layer y = x @ w^T (w is (N,K)): dw += dy^T @ x and dx = dy @ w, in the model's
-  // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy.
+  // precision. In bf16, dy_bf is dy rounded, made by the kernel that produced dy. x_scratch: x
+  // is a norm output gathered into scratch (sequence parallelism).
   auto products = [&](float* dx, float* dw, const float* dy, const bf16* dy_bf, const float* x,
-                      const bf16* x_bf, const float* w, int64_t K, int64_t N) {
+                      const bf16* x_bf, const float* w, int64_t K, int64_t N, bool x_scratch) {
     ProfileTimer t(profile_, &Profile::matmul);
     const MatmulShape sw{N, K, BT, true, false, accumulate, false};
     const MatmulShape sx{BT, K, N, false, false, false, false};
     // dy is backward's scratch (kept aside when the weight part waits: split_backward).
-    weight_grad(sw, dy, dy_bf, x, x_bf, dw, 1);
+    weight_grad(sw, dy, dy_bf, x, x_bf, dw, x_scratch ? 3 : 1);
     if (bf)
       matmul_bf16(sx, dy_bf, wbf(w), dx);
     else
       matmul(sx, dy, w, dx);
   };
-  // The MLP's down projection; dresidual's bf16 copy came with the RMSNorm backward that last
-  // added to it.
-  products(S.dact, D.down, S.dresidual, S.dout_bf, a.act, a.act_bf, W.down, F, C);
+  const float* dy;
+  const bf16* dy_bf;
+  const float* x;
+  const bf16* x_bf;
+  // The MLP's down projection (row-parallel: g's backward makes the gradient whole); dy's bf16
+  // copy came with the RMSNorm backward that last added to it.
+  whole_dresidual(&dy, &dy_bf);
+  products(S.dact, D.down, dy, dy_bf, a.act, a.act_bf, W.down, F, C, false);
   {
     ProfileTimer t(profile_, &Profile::activation);
     if (widen) from_bf16(a.gu, a.gu_bf, BT * 2 * F);
     swiglu_backward(S.dgu, a.gu, S.dact, BT, static_cast<int>(F), bf ? S.dout_bf : nullptr);
   }
-  products(S.dln, D.gate, S.dgu, S.dout_bf, a.ln2, a.ln2_bf, W.gate, C, 2 * F);
-  {
-    ProfileTimer t(profile_, &Profile::norm);
-    rmsnorm_backward(S.dresidual, D.ln2, S.dln, a.residual2, W.ln2, a.rstd2, BT, C,
-                     bf ? S.dout_bf : nullptr, accumulate);
-  }
-  products(S.datty, D.o, S.dresidual, S.dout_bf, a.atty, a.atty_bf, W.o, C, C);
+  whole_input(a.ln2, a.ln2_bf, &x, &x_bf);
+  products(S.dln, D.gate, S.dgu, S.dout_bf, x, x_bf, W.gate, C, 2 * F, sp);
+  norm_backward(D.ln2, reduce_input_grad(S.dln), a.residual2, W.ln2, a.rstd2,
+                bf && !sp ? S.dout_bf : nullptr, accumulate);
+  whole_dresidual(&dy, &dy_bf);
+  products(S.datty, D.o, dy, dy_bf, a.atty, a.atty_bf, W.o, Cl, C, false);
   {
     ProfileTimer t(profile_, &Profile::attention);
     if (widen) from_bf16(a.qkv, a.qkv_bf, BT * QKV);
@@ -452,24 +563,31 @@ void Llama::block_backward(int l, bool accumulate) {
     ProfileTimer t(profile_, &Profile::matmul);
     to_bf16(S.dout_bf, S.dqkv, BT * QKV);
   }
-  products(S.dln, D.qkv, S.dqkv, S.dout_bf, a.ln1, a.ln1_bf, W.qkv, C, QKV);
-  {
-    ProfileTimer t(profile_, &Profile::norm);
-    rmsnorm_backward(S.dresidual, D.ln1, S.dln, residual, W.ln1, a.rstd1, BT, C,
-                     bf && l > st.first ? S.dout_bf : nullptr, accumulate);
-  }
+  whole_input(a.ln1, a.ln1_bf, &x, &x_bf);
+  products(S.dln, D.qkv, S.dqkv, S.dout_bf, x, x_bf, W.qkv, C, QKV, sp);
+  norm_backward(D.ln1, reduce_input_grad(S.dln), residual, W.ln1, a.rstd1,
+                bf && l > st.first && !sp ? S.dout_bf : nullptr, accumulate);
 }
 
 // The embedding's backward for the current slot, from the first block's input gradient.
 void Llama::embedding_backward(const int32_t* inputs, bool accumulate) {
   const ModelConfig& c = cfg_;
   const StageSpec& st = opts_.stage;
+  const TensorParallel& tp = opts_.tp;
   const int C = c.n_embd;
+  // The whole gradient of the embedding's output (g's backward under sequence parallelism).
+  const float* dout;
+  const bf16* unused;
+  whole_dresidual(&dout, &unused);
   ProfileTimer t(profile_, &Profile::embedding);
   // A tied embedding's gradient was begun by the LM head when this stage has it.
   if (!accumulate && !(st.head && c.tie_embeddings))
-    std::fill(G_.embed, G_.embed + static_cast<int64_t>(c.padded_vocab_size) * C, 0.0f);
-  encoder_backward(G_.embed, nullptr, scratch_.dresidual, inputs, B_, T_, C);
+    std::fill(G_.embed, G_.embed + static_cast<int64_t>(c.padded_vocab_size / tp.size) * C, 0.0f);
+  if (tp.on())
+    vocab_embedding_backward(G_.embed, nullptr, dout, inputs, vocab_slice(tp, c.padded_vocab_size),
+                             B_, T_, C);
+  else
+    encoder_backward(G_.embed, nullptr, dout, inputs, B_, T_, C);
 }
 
 }  // namespace kiln

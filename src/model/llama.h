@@ -18,7 +18,9 @@
 
 namespace kiln {
 
-ParamLayout llama_param_layout(const ModelConfig& c);
+ParamLayout llama_param_layout(const ModelConfig& c, int tp = 1);
+// The dimension each tensor is split along under tensor parallelism (-1: whole on every rank).
+int llama_split_dim(const std::string& name);
 // Matrices ~ normal(0, 0.02), the output projections (o_proj, down_proj) scaled by
 // 1/sqrt(2*n_layer), RMSNorm weights 1; padded vocabulary rows are zero. Each tensor draws from
 // its own stream seeded by (seed, tensor index).
@@ -112,6 +114,10 @@ class Llama final : public Model {
   bf16* backward_residual_bf16() override { return scratch_.dout_bf; }
   void block_backward(int l, bool accumulate) override;
   void embedding_backward(const int32_t* inputs, bool accumulate) override;
+  // An RMSNorm's backward over this rank's rows (its weight's gradient summed over the
+  // tensor-parallel group under sequence parallelism).
+  void norm_backward(float* dw, const float* dout, const float* inp, const float* w,
+                     const float* rstd, bf16* dinp_bf16, bool accumulate);
 
   int QKV_ = 0, F_ = 0, NKV_ = 0, hs_ = 0;
   Params P_, G_;

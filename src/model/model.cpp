@@ -149,11 +149,16 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size || (tp.on() && !tp.comm))
     fail("tensor-parallel rank {} of {} is not a rank of a group", tp.rank, tp.size);
   if (tp.on()) {
-    if (c.llama())
-      fail("parallel.tp = {}: tensor parallelism splits GPT-2 models only so far", tp.size);
     if (c.n_head % tp.size != 0)
       fail("parallel.tp = {} does not divide model.n_head = {}: a rank holds whole heads", tp.size,
            c.n_head);
+    if (c.llama() && c.kv_heads() % tp.size != 0)
+      fail(
+          "parallel.tp = {} does not divide model.n_kv_head = {}: a rank holds whole key/value "
+          "heads",
+          tp.size, c.kv_heads());
+    if (c.llama() && c.ffn_hidden % tp.size != 0)
+      fail("parallel.tp = {} does not divide model.ffn_hidden = {}", tp.size, c.ffn_hidden);
     if (c.padded_vocab_size % tp.size != 0)
       fail("parallel.tp = {} does not divide the padded vocabulary {} (model.vocab_multiple)",
            tp.size, c.padded_vocab_size);
@@ -472,10 +477,9 @@ StageSpec pipeline_stage(int n_layer, const std::vector<int>& layers, int stages
 
 LocalLayout tp_local_layout(const ModelConfig& c, int size, int rank) {
   if (!c.llama()) return local_layout(gpt2_logical_tensors(c), size, rank, gpt2_split_dim);
-  if (size > 1) fail("parallel.tp = {}: tensor parallelism splits GPT-2 models only so far", size);
   std::vector<LogicalTensor> logical;
   for (const auto& t : llama_param_layout(c).tensors) logical.push_back({t.name, t.shape});
-  return local_layout(logical, 1, 0);
+  return local_layout(logical, size, rank, llama_split_dim);
 }
 
 void take_local_slices(const ModelConfig& c, const LocalLayout& local, const float* whole,

@@ -499,11 +499,14 @@ void TrainConfig::validate() const {
   in_range(tp, 1, kIntMax, "parallel.tp", "must be at least 1");
   in_range(pp, 1, kIntMax, "parallel.pp", "must be at least 1");
   if (tp > 1) {
-    if (model.llama())
+    if (model.llama() && model.kv_heads() % tp != 0)
       fail(
-          "{}: parallel.tp = {} with model.family = \"llama\": tensor parallelism splits GPT-2 "
-          "models only so far; set parallel.tp = 1 (data or pipeline parallelism instead)",
-          source, tp);
+          "{}: parallel.tp = {} does not divide model.n_kv_head = {}: each tensor-parallel rank "
+          "holds whole key/value heads; choose a parallel.tp that divides {}",
+          source, tp, model.kv_heads(), model.kv_heads());
+    if (model.llama() && model.ffn_hidden % tp != 0)
+      fail("{}: parallel.tp = {} does not divide model.ffn_hidden = {}", source, tp,
+           model.ffn_hidden);
     if (model.n_head % tp != 0)
       fail(
           "{}: parallel.tp = {} does not divide model.n_head = {}: each tensor-parallel rank "

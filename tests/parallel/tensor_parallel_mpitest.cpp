@@ -103,7 +103,7 @@ TEST(TensorParallelOps, VocabParallelEmbeddingSumsToTheWholeEmbedding) {
   EXPECT_EQ(part_pos, dwpe);
 }
 
-// A GPT-2 split over the group against the whole model on one rank: the loss, and each
+// A model split over the group against the whole model on one rank: the loss, and each
 // parameter's gradient (this rank's slice of it), after a forward and backward of one batch, for
 // every mode that changes the split layers' code.
 struct Mode {
@@ -111,15 +111,13 @@ struct Mode {
   Recompute recompute;
 };
 
-TEST(TensorParallelOps, ASplitGpt2MatchesTheWholeModelInEveryMode) {
+void expect_split_matches_whole(const ModelConfig& c) {
   const int R = world().size();
-  // 6 heads of 8 (2 or 3 per rank), the vocabulary padded to a multiple of the ranks.
-  const ModelConfig c = gpt2_config(2, 6, 48, 16, 257, R);
   const int B = 3, T = 8;  // 24 tokens: split in 2 or 3 under sequence parallelism
-  const ParamLayout whole_layout = gpt2_param_layout(c);
+  const ParamLayout whole_layout = param_layout(c);
   std::vector<float> whole(whole_layout.total);
   init_params(whole_layout, c, whole.data(), 11);
-  // Non-zero biases and LayerNorm parameters, so that a bias added twice shows.
+  // Non-zero biases and norm parameters off 1, so that a bias added twice shows.
   for (const auto& t : whole_layout.tensors)
     if (t.shape.size() == 1) {
       std::vector<float> r = random_values(t.numel, 100 + t.offset, 0.1);
@@ -135,8 +133,9 @@ TEST(TensorParallelOps, ASplitGpt2MatchesTheWholeModelInEveryMode) {
        {Mode{false, false, false, Recompute::none}, Mode{true, false, false, Recompute::none},
         Mode{true, false, true, Recompute::attention}, Mode{false, false, false, Recompute::full},
         Mode{true, true, false, Recompute::full}, Mode{true, true, true, Recompute::none}}) {
-    SCOPED_TRACE(::testing::Message() << "sp=" << m.sp << " bf16=" << m.bf16 << " flash=" << m.flash
-                                      << " recompute=" << static_cast<int>(m.recompute));
+    SCOPED_TRACE(::testing::Message()
+                 << c.family << " sp=" << m.sp << " bf16=" << m.bf16 << " flash=" << m.flash
+                 << " recompute=" << static_cast<int>(m.recompute));
     ModelOptions o;
     o.bf16 = m.bf16;
     o.flash_attention = m.flash;
@@ -169,6 +168,25 @@ TEST(TensorParallelOps, ASplitGpt2MatchesTheWholeModelInEveryMode) {
       EXPECT_LT(relative_difference(want.data() + t.offset, grads.data() + t.offset, t.numel()),
                 m.bf16 ? 3e-2 : 1e-4)
           << t.name;
+  }
+}
+
+TEST(TensorParallelOps, ASplitGpt2MatchesTheWholeModelInEveryMode) {
+  // 6 heads of 8 (2 or 3 per rank), the vocabulary padded to a multiple of the ranks.
+  expect_split_matches_whole(gpt2_config(2, 6, 48, 16, 257, world().size()));
+}
+
+// Llama: grouped-query attention with as many key/value heads as ranks (one each), SwiGLU, RMSNorm,
+// rotary positions; the LM head untied and tied.
+TEST(TensorParallelOps, ASplitLlamaMatchesTheWholeModelInEveryMode) {
+  const int R = world().size();
+  for (bool tied : {false, true}) {
+    ModelConfig c = gpt2_config(2, 6, 48, 16, 257, R);
+    c.family = "llama";
+    c.n_kv_head = R;
+    c.ffn_hidden = 96;
+    c.tie_embeddings = tied;
+    expect_split_matches_whole(c);
   }
 }
 
