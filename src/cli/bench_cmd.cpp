@@ -480,7 +480,7 @@ void register_bench(CLI::App& app) {
   train->add_flag("--json", o->json, "print one JSON object instead of a table");
   train
       ->add_option("-n,--ranks", o->ranks,
-                   "data-parallel ranks (runs itself under mpirun, cores shared out)")
+                   "ranks, laid out by [parallel] (runs itself under mpirun, cores shared out)")
       ->capture_default_str();
   train->callback([o]() { bench_train(*o); });
 
