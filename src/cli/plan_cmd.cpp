@@ -59,6 +59,7 @@ struct PlanOpts {
   double restart_minutes = 10;
   double ckpt_write_gbs = 0;
   double storage_gbs = 2000;
+  plan::JobSpec prices;  // the other ways to pay (reserved, spot, owned) and $/kWh
   // what to do
   std::string layout;
   int top = 5;
@@ -420,6 +421,14 @@ void plan(const PlanOpts& o, const Given& g) {
   job.restart_minutes = o.restart_minutes;
   job.ckpt_write_gbs = o.ckpt_write_gbs;
   job.storage_gbs = o.storage_gbs;
+  job.reserved_usd_per_gpu_hour = o.prices.reserved_usd_per_gpu_hour;
+  job.spot_usd_per_gpu_hour = o.prices.spot_usd_per_gpu_hour;
+  job.spot_monthly_interruption = o.prices.spot_monthly_interruption;
+  job.spot_restart_minutes = o.prices.spot_restart_minutes;
+  job.capex_usd_per_gpu = o.prices.capex_usd_per_gpu;
+  job.depreciation_years = o.prices.depreciation_years;
+  job.utilisation = o.prices.utilisation;
+  job.usd_per_kwh = o.prices.usd_per_kwh;
   job.validate();
   model.validate(from_config ? o.config : "--model " + o.model);
   if (model.learned_positions && job.seq_len > model.max_seq)
@@ -632,6 +641,34 @@ void register_plan(CLI::App& app) {
                   "the checkpoint storage's aggregate write bandwidth, GB/s (default: Llama 3's "
                   "Tectonic, sustained)")
       ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--reserved-usd-per-gpu-hour", o->prices.reserved_usd_per_gpu_hour,
+                  "a reserved (committed) price per device-hour, to compare")
+      ->group(J);
+  cmd->add_option("--spot-usd-per-gpu-hour", o->prices.spot_usd_per_gpu_hour,
+                  "a spot (pre-emptible) price per device-hour: the run priced with pre-emptions")
+      ->group(J);
+  cmd->add_option("--spot-monthly-interruption", o->prices.spot_monthly_interruption,
+                  "share of spot nodes the provider reclaims in a month (AWS's frequency of "
+                  "interruption; 0.05 is the edge of its lowest band)")
+      ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--spot-restart-minutes", o->prices.spot_restart_minutes,
+                  "time from a pre-emption to training again (default: --restart-minutes)")
+      ->group(J);
+  cmd->add_option("--capex-usd-per-gpu", o->prices.capex_usd_per_gpu,
+                  "owned hardware: capital per device (its server share, network, installation)")
+      ->group(J);
+  cmd->add_option("--depreciation-years", o->prices.depreciation_years,
+                  "owned hardware: years its capital is spread over")
+      ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--utilisation", o->prices.utilisation,
+                  "owned hardware: share of those years it runs jobs, in (0, 1]")
+      ->capture_default_str()
+      ->group(J);
+  cmd->add_option("--usd-per-kwh", o->prices.usd_per_kwh,
+                  "electricity price, US dollars per kWh (the run's energy cost; owned hardware)")
       ->group(J);
   cmd->add_option("--layout", o->layout,
                   "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention "

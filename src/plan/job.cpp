@@ -30,6 +30,30 @@ void JobSpec::validate() const {
     fail("--mem-allowance is a fraction in [0, 1], got {}", mem_allowance);
   if (!std::isfinite(usd_per_gpu_hour) || usd_per_gpu_hour < 0)
     fail("--usd-per-gpu-hour must be a finite price, not negative (got {})", usd_per_gpu_hour);
+  auto price = [](double v, const char* flag) {
+    if (!std::isfinite(v) || v < 0)
+      fail("{} must be a finite price, not negative (got {})", flag, v);
+  };
+  price(reserved_usd_per_gpu_hour, "--reserved-usd-per-gpu-hour");
+  price(spot_usd_per_gpu_hour, "--spot-usd-per-gpu-hour");
+  price(capex_usd_per_gpu, "--capex-usd-per-gpu");
+  price(usd_per_kwh, "--usd-per-kwh");
+  if (!std::isfinite(spot_monthly_interruption) || spot_monthly_interruption < 0)
+    fail(
+        "--spot-monthly-interruption is the share of nodes reclaimed in a month, 0 or more (got "
+        "{})",
+        spot_monthly_interruption);
+  if (!std::isfinite(spot_restart_minutes))
+    fail("--spot-restart-minutes must be finite, got {}", spot_restart_minutes);
+  if (!std::isfinite(depreciation_years) || depreciation_years <= 0)
+    fail("--depreciation-years must be more than 0, got {}", depreciation_years);
+  if (!std::isfinite(utilisation) || utilisation <= 0 || utilisation > 1)
+    fail("--utilisation is the share of the hardware's life it runs jobs, in (0, 1] (got {})",
+         utilisation);
+  if (capex_usd_per_gpu > 0 && usd_per_kwh == 0)
+    fail(
+        "--capex-usd-per-gpu prices owned hardware, which also pays for its electricity: give "
+        "--usd-per-kwh");
   if (gpu_power_w < 0) fail("--gpu-power-w must not be negative");
   if (pue < 1) fail("--pue is total facility power over IT power, at least 1 (got {})", pue);
   if (gco2_per_kwh < 0) fail("--gco2-per-kwh must not be negative");

@@ -25,6 +25,18 @@ struct JobSpec {
   // (1 + allowance) × counted + the device's reserved memory.
   double mem_allowance = 0.10;
   double usd_per_gpu_hour = 0;  // 0: no cost figure
+  // Other ways to pay (plan/economics.h); 0: not priced. Spot: the share of nodes the provider
+  // reclaims in a month (AWS's "frequency of interruption") and the minutes until the job runs
+  // again after one (< 0: restart_minutes). Owned: capital per device, its years of
+  // depreciation, the share of them it runs jobs, and electricity.
+  double reserved_usd_per_gpu_hour = 0;
+  double spot_usd_per_gpu_hour = 0;
+  double spot_monthly_interruption = 0.05;
+  double spot_restart_minutes = -1;
+  double capex_usd_per_gpu = 0;
+  double depreciation_years = 5;
+  double utilisation = 1;
+  double usd_per_kwh = 0;
   double gpu_power_w = 0;       // average draw per device; 0: the device's TDP
   double node_overhead_w = -1;  // the rest of a server; < 0: the device's catalog figure
   double pue = 1.2;             // data-centre power usage effectiveness

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/economics.h"
 #include "plan/goodput.h"
 
 namespace kiln::plan {
@@ -160,6 +161,19 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
                        ? nlohmann::json(rg.g.wall_hours * N * in.job.usd_per_gpu_hour)
                        : nlohmann::json()},
       {"goodput", rg.g.goodput}};
+  const PowerDraw pw = power_draw(in.cluster, in.job);
+  j["power_kw"] = {{"it", pw.it_kw}, {"facility", pw.facility_kw}, {"overhead", pw.overhead_kw}};
+  j["electricity_usd"] =
+      in.job.usd_per_kwh > 0 ? nlohmann::json(electricity_usd(in.job, e)) : nlohmann::json();
+  j["cost_options"] = nlohmann::json::array();
+  for (const CostOption& c : cost_options(in.model, in.cluster, in.job, e))
+    j["cost_options"].push_back({{"name", c.name},
+                                 {"usd_per_gpu_hour", c.usd_per_gpu_hour},
+                                 {"interruptions_per_gpu_hour", c.interruptions_per_gpu_hour},
+                                 {"days", c.days},
+                                 {"gpu_hours", c.gpu_hours},
+                                 {"cost_usd", c.usd},
+                                 {"goodput", c.goodput}});
   j["limiter"] = limiter(e);
   j["notes"] = e.notes;
   return j;
@@ -263,6 +277,26 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
     s += fmt::format("  {:<42} {:>12}\n", "cost",
                      fmt::format("${}", amount(g.wall_hours * N * j.usd_per_gpu_hour)));
   s += fmt::format("  {:<42} {:>11.1f}%\n", "goodput (useful / all time)", 100 * g.goodput);
+  const PowerDraw pw = power_draw(in.cluster, j);
+  s += fmt::format("\npower\n  {:<42} {:>12}\n", "IT load, kW (devices and servers)",
+                   amount(pw.it_kw));
+  s += fmt::format("  {:<42} {:>12}\n", fmt::format("facility, kW (PUE {:g})", j.pue),
+                   amount(pw.facility_kw));
+  s += fmt::format("  {:<42} {:>12}\n", "cooling and conversion, kW", amount(pw.overhead_kw));
+  if (j.usd_per_kwh > 0)
+    s += fmt::format("  {:<42} {:>12}\n",
+                     fmt::format("electricity at ${:g}/kWh (failure-free)", j.usd_per_kwh),
+                     fmt::format("${}", amount(electricity_usd(j, e))));
+  const std::vector<CostOption> options = cost_options(in.model, in.cluster, j, e);
+  if (!options.empty()) {
+    s += fmt::format("\ncost by how the devices are paid for (with failures)\n");
+    s += fmt::format("  {:<10} {:>10} {:>12} {:>9} {:>14} {:>16} {:>8}\n", "", "$/GPU-h",
+                     "interrupts/h", "days", "GPU-hours", "cost", "goodput");
+    for (const CostOption& c : options)
+      s += fmt::format("  {:<10} {:>10.4g} {:>12.3g} {:>9} {:>14} {:>16} {:>7.1f}%\n", c.name,
+                       c.usd_per_gpu_hour, c.interruptions_per_gpu_hour * N, amount(c.days),
+                       amount(c.gpu_hours), fmt::format("${}", amount(c.usd)), 100 * c.goodput);
+  }
   for (const auto& n : e.notes) s += fmt::format("note: {}\n", n);
   return s;
 }
