@@ -9,149 +9,24 @@
 set -euo pipefail
 KILN=$1
 SRC=$2
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
-[ "$(id -u)" = 0 ] || skip "starting slurmd and munged needs root"
-for p in munged slurmctld slurmd sbatch scontrol scancel squeue; do
-  command -v $p > /dev/null || skip "$p not installed (apt-get install slurmctld slurmd slurm-client munge)"
-done
+ctl() { "$@"; }  # client commands reach the controller on localhost
+# shellcheck source=tests/integration/slurm_lib.sh
+source "$(dirname "$0")/slurm_lib.sh"
+slurm_prerequisites
 
 S=$(mktemp -d /tmp/kiln-slurm-XXXXXX)
 NODE=$(hostname -s)
-cleanup() {
-  set +e
-  if [ -f "$S/etc/slurm.conf" ]; then
-    export SLURM_CONF=$S/etc/slurm.conf
-    scancel --quiet --user=root 2> /dev/null
-  fi
-  for d in slurmd slurmctld munged; do
-    [ -f "$S/run/$d.pid" ] && kill "$(cat "$S/run/$d.pid")" 2> /dev/null
-  done
-  sleep 1
-  # Steps left behind by slurmd: only those of this test's state directory.
-  for pid in $(pgrep slurmstepd); do
-    ls -l /proc/$pid/fd 2> /dev/null | grep -q "$S" && kill -9 "$pid" 2> /dev/null
-  done
-  for d in slurmd slurmctld munged; do
-    [ -f "$S/run/$d.pid" ] && kill -9 "$(cat "$S/run/$d.pid")" 2> /dev/null
-  done
-  rm -rf "$S"
-}
-trap cleanup EXIT
-
-wait_for() {  # wait_for SECONDS CMD...: retries CMD every 0.3 s
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ $SECONDS -ge $deadline ] && return 1
-    sleep 0.3
-  done
-}
-die() {
-  echo "FAIL: $*"
-  for f in "$S"/log/*.log; do
-    echo "--- $f"
-    tail -20 "$f"
-  done
-  exit 1
-}
+trap slurm_cleanup EXIT
 
 # --- a private one-node cluster -------------------------------------------------------------
-mkdir -p "$S"/{etc,munge,sock,spool/ctld,spool/d,run,log}
-# munged wants its socket reachable by all and its key private.
-chmod 755 "$S" "$S/sock"
-chmod 700 "$S/munge"
-dd if=/dev/urandom of="$S/munge/munge.key" bs=1024 count=1 status=none
-chmod 600 "$S/munge/munge.key"
-munged --socket="$S/sock/munge.socket" --key-file="$S/munge/munge.key" \
-  --log-file="$S/log/munged.log" --pid-file="$S/run/munged.pid" --seed-file="$S/munge/seed" \
-  --num-threads=2 || die "munged did not start"
+slurm_start_munged
 PORT=$((17000 + RANDOM % 2000))
-cat > "$S/etc/slurm.conf" << CONF
-ClusterName=kilntest
-SlurmctldHost=$NODE(127.0.0.1)
-SlurmctldPort=$PORT
-SlurmdPort=$((PORT + 1))
-AuthType=auth/munge
-AuthInfo=socket=$S/sock/munge.socket
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$S/spool/ctld
-SlurmdSpoolDir=$S/spool/d
-SlurmctldPidFile=$S/run/slurmctld.pid
-SlurmdPidFile=$S/run/slurmd.pid
-SlurmctldLogFile=$S/log/slurmctld.log
-SlurmdLogFile=$S/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,batch_sched_delay=0,sched_min_interval=0
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-ReturnToService=2
-MailProg=/bin/true
-SlurmdParameters=config_overrides
-KillWait=5
-MinJobAge=600
-InactiveLimit=0
-Waittime=0
-MessageTimeout=10
-SlurmdTimeout=300
-NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=4 RealMemory=8192 State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
-CONF
-export SLURM_CONF=$S/etc/slurm.conf
+slurm_write_conf $PORT "$NODE(127.0.0.1)" \
+  "NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=4 RealMemory=8192 State=UNKNOWN"
 slurmctld -f "$SLURM_CONF" -c || die "slurmctld did not start"
 slurmd -f "$SLURM_CONF" -N "$NODE" || die "slurmd did not start"
-idle() { [ "$(sinfo -h -n "$NODE" -o %T 2> /dev/null)" = idle ]; }
-wait_for 60 idle || die "node $NODE never became idle"
+wait_for 60 all_idle || die "node $NODE never became idle"
 echo "slurm up: node $NODE, controller port $PORT"
-
-job_state() { scontrol show job "$1" 2> /dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-state_is() { [ "$(job_state "$1")" = "$2" ]; }
-ended() { case "$(job_state "$1")" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; *) return 1 ;; esac; }
-submit() {  # submit OUT_DIR STEPS [ARGS...]: prints the job id
-  local out dir=$1 steps=$2
-  shift 2
-  out=$("$KILN" submit "$SRC/configs/tiny.toml" --ntasks-per-node 2 -J "kiln-test" "$@" \
-    --set train.steps="$steps" --set train.out_dir="$dir" --set train.val_every=0 \
-    --set train.sample_tokens=0 --set train.log_every=1000000 \
-    --set data.train="$SRC/data/licenses/train_*.bin" --set data.val="$SRC/data/licenses/val_*.bin")
-  echo "$out" >&2
-  echo "$out" | sed -n 's/^submitted job \([0-9]*\).*/\1/p'
-}
-records() {
-  local n
-  n=$(grep -c "\"type\":\"$2\"" "$1/metrics.jsonl" 2> /dev/null)
-  echo "${n:-0}"
-}
-last_step() { grep '"type":"train"' "$1/metrics.jsonl" 2> /dev/null | tail -1 | sed 's/.*"step":\([0-9]*\).*/\1/'; }
-# requeued JOB OUT_DIR: waits for the job to be requeued (pending), starts it at once (Slurm
-# holds a requeued job back for ~2 minutes) once its first run is cleaned up (starting it before
-# gets it killed: "Job credential revoked"), and waits for it to complete.
-requeued() {
-  local job=$1 out=$2
-  is_pending() { state_is "$job" PENDING; }
-  wait_for 180 is_pending || {
-    cat "$out"/slurm-*.out
-    die "job $job was not requeued (state $(job_state "$job"))"
-  }
-  wait_for 120 idle || die "node $NODE did not become idle after the requeue"
-  sleep 1
-  scontrol update JobId="$job" StartTime=now
-  wait_for 300 ended "$job" && state_is "$job" COMPLETED || {
-    cat "$out"/slurm-*.out
-    die "requeued job $job did not complete (state $(job_state "$job"))"
-  }
-}
 
 # --- 1. a 2-task job trains to the end -------------------------------------------------------
 OUT1="$S/run 1"  # a space: kiln submit must quote it on its #SBATCH lines
