@@ -33,6 +33,9 @@ void register_submit(CLI::App& app) {
                   "requeue the job after a failed run (a crashed rank, a hang) at most this many "
                   "times; a node named in two failures is excluded")
       ->capture_default_str();
+  cmd->add_option("--min-nodes", o->min_nodes,
+                  "elastic: start or requeue on as few as this many nodes, with fewer "
+                  "data-parallel replicas and the same global batch (grad_accum grows)");
   cmd->add_option("--sbatch-arg", o->sbatch_args,
                   "an extra #SBATCH argument, e.g. --sbatch-arg=--account=ml (repeatable)");
   cmd->add_flag("--dry-run", *dry_run, "print the batch script instead of submitting it");
@@ -42,8 +45,18 @@ void register_submit(CLI::App& app) {
       fail("submit: --nodes and --ntasks-per-node must be at least 1");
     if (o->signal_seconds < 1) fail("submit: --signal-seconds must be at least 1");
     if (o->max_restarts < 0) fail("submit: --max-restarts must not be negative");
+    if (o->min_nodes < 0 || o->min_nodes > o->nodes)
+      fail("submit: --min-nodes must be between 1 and --nodes ({}), got {}", o->nodes,
+           o->min_nodes);
     // The config is checked here, not minutes later on a compute node.
     TrainConfig cfg = load_train_config(o->config, o->sets);
+    o->ranks_per_replica = cfg.tp * cfg.pp;
+    o->grad_accum = cfg.grad_accum;
+    if (o->min_nodes > 0 && (o->min_nodes * o->ntasks_per_node) % o->ranks_per_replica != 0)
+      fail(
+          "submit: --min-nodes {} x --ntasks-per-node {} ranks do not hold whole replicas of "
+          "parallel.tp x parallel.pp = {} ranks",
+          o->min_nodes, o->ntasks_per_node, o->ranks_per_replica);
     o->config = fs::absolute(o->config).string();
     o->workdir = fs::current_path().string();
     o->out_dir = fs::absolute(cfg.out_dir).lexically_normal().string();

@@ -42,7 +42,9 @@ std::string sbatch_script(const SubmitOptions& o) {
       "# Written by `kiln submit`: one `kiln train` task per rank, started by srun through PMIx.\n";
   auto line = [&](const std::string& arg) { s += "#SBATCH " + arg + "\n"; };
   line("--job-name=" + sbatch_quote(o.job_name));
-  line(fmt::format("--nodes={}", o.nodes));
+  const bool elastic = o.min_nodes > 0 && o.min_nodes < o.nodes;
+  line(elastic ? fmt::format("--nodes={}-{}", o.min_nodes, o.nodes)
+               : fmt::format("--nodes={}", o.nodes));
   line(fmt::format("--ntasks-per-node={}", o.ntasks_per_node));
   if (o.cpus_per_task > 0) line(fmt::format("--cpus-per-task={}", o.cpus_per_task));
   if (!o.time.empty()) line("--time=" + sbatch_quote(o.time));
@@ -60,12 +62,61 @@ std::string sbatch_script(const SubmitOptions& o) {
   s += "trap 'echo \"kiln: job $SLURM_JOB_ID got the warning signal (USR1)\"' USR1\n";
   s += "echo \"kiln: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart "
        "${SLURM_RESTART_COUNT:-0}\"\n";
+  const std::string out = shell_quote(o.out_dir);
+  if (elastic && o.max_restarts > 0) {
+    // A node named in two failed runs is left out of this attempt: the allocation shrinks to the
+    // other nodes (Slurm cannot exclude nodes from a running job's requeue, but a running job
+    // may give nodes back), when enough remain.
+    s += "bad=$(sort " + out + "/failed-nodes 2> /dev/null | uniq -c | awk '$1 >= 2 {print $2}')\n";
+    s += "keep=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | grep -vxF \"${bad:-@}\" | "
+         "paste -sd, -)\n";
+    s += "if [ -n \"$bad\" ] && [ \"$keep\" != \"$(scontrol show hostnames "
+         "\"$SLURM_JOB_NODELIST\" | paste -sd, -)\" ]; then\n";
+    s += fmt::format("  if [ \"$(echo \"$keep\" | tr , '\\n' | grep -c .)\" -ge {} ]; then\n",
+                     o.min_nodes);
+    s += "    echo \"kiln: leaving out node(s) $(echo $bad), named in two failures\"\n";
+    s += "    (cd " + out + " && scontrol update JobId=\"$SLURM_JOB_ID\" NodeList=\"$keep\")\n";
+    s += "    . " + out + "/slurm_job_${SLURM_JOB_ID}_resize.sh\n";
+    s += "  else\n";
+    s += fmt::format(
+        "    echo \"kiln: node(s) $(echo $bad) named in two failures, but the job needs at "
+        "least {} node(s): running on all of them\"\n",
+        o.min_nodes);
+    s += "  fi\n";
+    s += "fi\n";
+  }
   // No --kill-on-bad-exit: after a stop every task exits with the requeue code, and killing the
   // slower ones would hide it. A rank that fails ends the whole job itself (MPI_Abort).
-  std::string cmd = "srun --mpi=pmix " + shell_quote(o.kiln_binary) + " train " +
-                    shell_quote(o.config) + " --set train.resume=auto";
+  // Elastic: the tasks of the nodes this attempt has (SLURM_NTASKS keeps the submission's).
+  std::string cmd =
+      "srun --mpi=pmix " +
+      (elastic ? fmt::format("-N \"$SLURM_JOB_NUM_NODES\" -n $((SLURM_JOB_NUM_NODES * {})) ",
+                             o.ntasks_per_node)
+               : std::string()) +
+      shell_quote(o.kiln_binary) + " train " + shell_quote(o.config) + " --set train.resume=auto";
   for (const auto& kv : o.sets) cmd += " --set " + shell_quote(kv);
-  const std::string out = shell_quote(o.out_dir);
+  if (elastic) {
+    // On fewer nodes than asked for: fewer data-parallel replicas, the same global batch.
+    const int64_t replicas =
+        static_cast<int64_t>(o.nodes) * o.ntasks_per_node / o.ranks_per_replica;
+    s += fmt::format("micro={}  # micro-batches per step, job-wide, on all {} nodes\n",
+                     replicas * o.grad_accum, o.nodes);
+    s += fmt::format("replicas=$((SLURM_JOB_NUM_NODES * {} / {}))\n", o.ntasks_per_node,
+                     o.ranks_per_replica);
+    s += fmt::format("if [ \"$SLURM_JOB_NUM_NODES\" -lt {} ]; then\n", o.nodes);
+    s += "  if [ $((micro % replicas)) -ne 0 ]; then\n";
+    s += "    echo \"kiln: $micro micro-batches per step do not divide among $replicas replicas "
+         "on $SLURM_JOB_NUM_NODES nodes; not training\"\n";
+    s += "    exit 1\n";
+    s += "  fi\n";
+    s += fmt::format(
+        "  echo \"kiln: on $SLURM_JOB_NUM_NODES of {} nodes: $replicas data-parallel replicas, "
+        "train.grad_accum $((micro / replicas))\"\n",
+        o.nodes);
+    s += "  layout=\"--set parallel.dp=$replicas --set train.grad_accum=$((micro / replicas))\"\n";
+    s += "fi\n";
+    cmd += " ${layout:-}";
+  }
   if (o.max_restarts > 0) {
     // srun's own errors name the node of a task that failed ("srun: error: NODE: task 3: ...");
     // a copy of them is kept per attempt for the failure's record.
@@ -83,13 +134,12 @@ std::string sbatch_script(const SubmitOptions& o) {
     s += fmt::format("elif [ $rc -ne 0 ] && [ $rc -ne {} ] && [ $rc -ne {} ]; then\n",
                      kExitBadInput, kExitNonFinite);
     s += "  # A failed run (a crashed rank, or a hang the watchdog ended): record it, count the\n";
-    s += "  # nodes srun blames (all of the job's when it names none), requeue.\n";
+    s += "  # node srun blames first (it kills every other task after the first fails, and names\n";
+    s += "  # their nodes too; all of the job's when it names none), requeue.\n";
     s += "  restarts=${SLURM_RESTART_COUNT:-0}\n";
-    s += "  nodes=$(sed -n 's/^srun: error: \\([^:]*\\): task.*/\\1/p' \"$errs\" | sort -u)\n";
+    s += "  nodes=$(sed -n 's/^srun: error: \\([^:]*\\): task.*/\\1/p' \"$errs\" | head -1)\n";
     s += "  [ -n \"$nodes\" ] || nodes=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\")\n";
     s += "  for n in $nodes; do echo \"$n\" >> " + out + "/failed-nodes; done\n";
-    s += "  exclude=$(sort " + out +
-         "/failed-nodes | uniq -c | awk '$1 >= 2 {print $2}' | paste -sd, -)\n";
     s += "  step=$(sed -n 's/.*\"step\": *\\([0-9]*\\).*/\\1/p' " + out +
          "/progress.json 2> /dev/null)\n";
     s += fmt::format("  again=false; [ \"$restarts\" -lt {} ] && again=true\n", o.max_restarts);
@@ -100,10 +150,6 @@ std::string sbatch_script(const SubmitOptions& o) {
          "\"$SLURM_JOB_ID\" >> " +
          out + "/metrics.jsonl\n";
     s += "  if $again; then\n";
-    s += "    if [ -n \"$exclude\" ]; then\n";
-    s += "      echo \"kiln: excluding node(s) $exclude, named in two failures\"\n";
-    s += "      scontrol update JobId=\"$SLURM_JOB_ID\" ExcNodeList=\"$exclude\"\n";
-    s += "    fi\n";
     s += fmt::format(
         "    echo \"kiln: the run failed (exit code $rc) on $(echo $nodes); requeueing job "
         "$SLURM_JOB_ID (restart $((restarts + 1)) of {})\"\n",

@@ -29,6 +29,13 @@ struct SubmitOptions {
   // stop, a refused input or divergence), at most this many times (SLURM_RESTART_COUNT counts
   // the job's requeues, requested stops included); a node named in two failures is excluded.
   int max_restarts = 0;
+  // Elastic shrink: the job may start (or be requeued) on as few as this many nodes (0: always
+  // `nodes`). On fewer nodes it trains with fewer data-parallel replicas and grad_accum grown to
+  // keep the global batch: the config's replicas (nodes × ntasks_per_node / ranks_per_replica)
+  // times its grad_accum must divide by the replicas it gets.
+  int min_nodes = 0;
+  int ranks_per_replica = 1;             // the config's parallel.tp × parallel.pp
+  int grad_accum = 1;                    // the config's train.grad_accum
   std::vector<std::string> sbatch_args;  // extra #SBATCH lines' arguments
 };
 

@@ -5,6 +5,8 @@
 # tasks trains with ranks on both hosts (the hierarchical backend: shared memory inside a host,
 # TCP between them); the same job with --max-restarts 1, one of whose ranks on the second host is
 # killed, is requeued, resumes from its newest checkpoint and ends with the bits of the
+# uninterrupted job; with --min-nodes 1, a job whose second host fails twice is requeued without
+# it and goes on with half the ranks and twice the accumulation, its losses those of the
 # uninterrupted job. Exit 77 (skipped) where it cannot run: not root, Slurm or iproute2 missing,
 # or no network namespaces.
 set -euo pipefail
@@ -92,3 +94,53 @@ FINAL=$(printf "checkpoints/step_%08d/model.safetensors" $STEPS)
 cmp -s "$REF/$FINAL" "$OUT/$FINAL" ||
   die "the requeued job's final weights differ from the uninterrupted job's"
 echo "PASS: job $JK lost a rank on ${HOSTS[1]} after step $KILL_STEP, was requeued, resumed and ended with the uninterrupted job's bits"
+
+# --- elastic shrink: the second node fails twice, is excluded, and the job goes on alone -------
+OUT3=$S/shrink
+J3=$(submit "$OUT3" $STEPS --max-restarts 2 --min-nodes 1 "${crash_args[@]}")
+checkpoints_past() { [ "$(records "$OUT3" checkpoint)" -ge "$1" ] && [ -f "$OUT3/pids/rank-3.pid" ]; }
+restart_now() {  # the job requeued: start it at once once the nodes are free
+  is_pending() { state_is "$J3" PENDING; }
+  wait_for 180 is_pending || die "job $J3 was not requeued (state $(job_state "$J3"))"
+  wait_for 120 all_idle || die "the nodes did not become idle after the requeue"
+  sleep 1
+  ctl scontrol update JobId="$J3" StartTime=now
+}
+wait_for 300 checkpoints_past 2 || die "job $J3 never wrote two checkpoints"
+first=$(cat "$OUT3/pids/rank-3.pid")
+kill -9 "$first"
+echo "killed rank 3 (on ${HOSTS[1]}) of job $J3 after step $(last_step "$OUT3")"
+restart_now
+again() { checkpoints_past 4 && [ "$(cat "$OUT3/pids/rank-3.pid")" != "$first" ]; }
+wait_for 300 again || die "job $J3 did not run on both nodes again after its first restart"
+kill -9 "$(cat "$OUT3/pids/rank-3.pid")"
+echo "killed rank 3 (on ${HOSTS[1]}) of job $J3 again after step $(last_step "$OUT3")"
+restart_now
+wait_for 600 ended "$J3" && state_is "$J3" COMPLETED || {
+  cat "$OUT3"/slurm-*.out
+  die "job $J3 did not complete after shrinking (state $(job_state "$J3"))"
+}
+grep -q "leaving out node(s) ${HOSTS[1]}, named in two failures" "$OUT3/slurm-$J3.out" || {
+  cat "$OUT3/slurm-$J3.out" "$OUT3/failed-nodes"
+  die "${HOSTS[1]} was not excluded"
+}
+grep -q "on 1 of 2 nodes: 2 data-parallel replicas, train.grad_accum 2" "$OUT3/slurm-$J3.out" || {
+  cat "$OUT3/slurm-$J3.out"
+  die "the job did not go on with 2 replicas and grad_accum 2"
+}
+grep '"type":"run_start"' "$OUT3/metrics.jsonl" | tail -1 | grep -q '"world":2' ||
+  die "the last run was not 2 ranks"
+[ "$(last_step "$OUT3")" = $STEPS ] || die "job $J3 ended at step $(last_step "$OUT3")"
+# The same global batch after the shrink: every step's loss that of the uninterrupted job.
+losses() {  # "step loss" per train record (keys are in alphabetical order)
+  grep '"type":"train"' "$1/metrics.jsonl" | awk '{
+    match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7)
+    match($0, /"loss":[^,]+/); print s, substr($0, RSTART + 7, RLENGTH - 7) }' | sort -n -u -k1,1
+}
+compared=$(join <(losses "$REF") <(losses "$OUT3") | wc -l)
+[ "$compared" = $STEPS ] || die "compared $compared steps' losses, not $STEPS"
+worst=$(join <(losses "$REF") <(losses "$OUT3") |
+  awk '{d = ($2 - $3) / $2; if (d < 0) d = -d; if (d > w) w = d} END {printf "%.3g", w + 0}')
+awk -v w="$worst" 'BEGIN {exit !(w <= 1e-5)}' ||
+  die "after the shrink a step's loss differs from the uninterrupted job's by $worst (relative)"
+echo "PASS: job $J3 lost ${HOSTS[1]} twice, went on with 2 ranks and grad_accum 2; losses within $worst of the uninterrupted job's"

@@ -61,10 +61,9 @@ TEST(Slurm, MaxRestartsRequeuesAFailedRunAndTheScriptIsValidBash) {
     o.max_restarts = restarts;
     const std::string s = sbatch_script(o);
     const bool on = restarts > 0;
-    for (const char* want :
-         {"elif [ $rc -ne 0 ] && [ $rc -ne 78 ] && [ $rc -ne 65 ]; then",
-          "ExcNodeList=\"$exclude\"", "(restart $((restarts + 1)) of 2)", "\"type\":\"restart\"",
-          ">> '/runs/my run'/failed-nodes", "2> >(tee \"$errs\" >&2)"})
+    for (const char* want : {"elif [ $rc -ne 0 ] && [ $rc -ne 78 ] && [ $rc -ne 65 ]; then",
+                             "(restart $((restarts + 1)) of 2)", "\"type\":\"restart\"",
+                             ">> '/runs/my run'/failed-nodes", "2> >(tee \"$errs\" >&2)"})
       EXPECT_EQ(s.find(want) != std::string::npos, on) << restarts << ": " << want << "\n" << s;
     const std::string path = dir / "job.sbatch";
     std::ofstream(path) << s;
@@ -75,6 +74,47 @@ TEST(Slurm, MaxRestartsRequeuesAFailedRunAndTheScriptIsValidBash) {
                                      " --dry-run --max-restarts -1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--max-restarts"), std::string::npos) << bad.output;
+}
+
+// --min-nodes: Slurm may give the job fewer nodes; the script then trains fewer data-parallel
+// replicas with grad_accum grown to keep the global batch, and gives back a node named in two
+// failures (the multi-node integration test runs it on a real Slurm).
+TEST(Slurm, MinNodesShrinksTheLayoutAndLeavesOutANodeThatFailedTwice) {
+  SubmitOptions o;
+  o.config = "/c.toml";
+  o.kiln_binary = "/k";
+  o.workdir = "/w";
+  o.out_dir = "/runs/r";
+  o.nodes = 4;
+  o.ntasks_per_node = 2;
+  o.ranks_per_replica = 2;  // tp x pp
+  o.grad_accum = 3;
+  o.min_nodes = 2;
+  o.max_restarts = 2;
+  const std::string s = sbatch_script(o);
+  for (const char* want :
+       {"#SBATCH --nodes=2-4\n", "micro=12", "replicas=$((SLURM_JOB_NUM_NODES * 2 / 2))",
+        "--set parallel.dp=$replicas --set train.grad_accum=$((micro / replicas))",
+        "srun --mpi=pmix -N \"$SLURM_JOB_NUM_NODES\" -n $((SLURM_JOB_NUM_NODES * 2))",
+        "scontrol update JobId=\"$SLURM_JOB_ID\" NodeList=\"$keep\"",
+        "slurm_job_${SLURM_JOB_ID}_resize.sh", "-ge 2 ]"})
+    EXPECT_NE(s.find(want), std::string::npos) << want << "\n" << s;
+  kiln::testing::TempDir dir;
+  std::ofstream(dir / "job.sbatch") << s;
+  auto r = kiln::testing::run_command("bash -n " + (dir / "job.sbatch") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output << "\n" << s;
+  // Without it: the nodes asked for, and the config's layout as it is.
+  o.min_nodes = 0;
+  const std::string fixed = sbatch_script(o);
+  EXPECT_NE(fixed.find("#SBATCH --nodes=4\n"), std::string::npos);
+  EXPECT_EQ(fixed.find("parallel.dp"), std::string::npos);
+  for (const std::string bad : {"--nodes 2 --min-nodes 3", "--nodes 2 --min-nodes -1",
+                                "--nodes 2 --min-nodes 1 --set parallel.tp=2"}) {
+    auto b = kiln::testing::run_kiln("submit " + kiln::testing::source_path("configs/tiny.toml") +
+                                     " --dry-run " + bad);
+    EXPECT_NE(b.exit_code, 0) << bad;
+    EXPECT_NE(b.output.find("--min-nodes"), std::string::npos) << bad << "\n" << b.output;
+  }
 }
 
 TEST(Slurm, SbatchLinesQuotePathsWithSpacesQuotesAndHashes) {
