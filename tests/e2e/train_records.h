@@ -118,6 +118,22 @@ class LayoutRun : public ::testing::Test {
     for (int step = 11; step <= 20; step++)
       EXPECT_NEAR(got[step].loss, want[step].loss, 1e-5 * want[step].loss) << out << " " << step;
   }
+  // Runs `a` and `b` ended with the same bits: every file of their final checkpoints' weights
+  // and optimizer state.
+  void expect_same_bits(const std::string& a, const std::string& b) {
+    namespace fs = std::filesystem;
+    const fs::path da = dir_ / (a + "/checkpoints/step_00000020");
+    const fs::path db = dir_ / (b + "/checkpoints/step_00000020");
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(da)) {
+      if (e.path().extension() != ".safetensors") continue;
+      files++;
+      const std::string x = kiln::testing::bytes_of(e.path().string());
+      EXPECT_FALSE(x.empty()) << e.path();
+      EXPECT_TRUE(x == kiln::testing::bytes_of((db / e.path().filename()).string())) << e.path();
+    }
+    EXPECT_GE(files, 2) << da;
+  }
   kiln::testing::TempDir dir_;
   std::string config_;
 };

@@ -32,11 +32,7 @@ echo "slurm up: node $NODE, controller port $PORT"
 OUT1="$S/run 1"  # a space: kiln submit must quote it on its #SBATCH lines
 J1=$(submit "$OUT1" 20)
 [ -n "$J1" ] || die "kiln submit printed no job id"
-wait_for 180 ended "$J1" && state_is "$J1" COMPLETED || {
-  scontrol show job "$J1"
-  cat "$OUT1"/slurm-*.out
-  die "job $J1 did not complete (state $(job_state "$J1"))"
-}
+completes "$J1" "$OUT1" 180
 [ "$(last_step "$OUT1")" = 20 ] || die "job $J1 ended at step $(last_step "$OUT1"), not 20"
 grep -q '"launcher":"slurm"' "$OUT1/metrics.jsonl" || die "the run did not see it was started by srun"
 grep -q '"world":2' "$OUT1/metrics.jsonl" || die "the run was not 2 ranks"
@@ -93,21 +89,13 @@ REF4=$S/ref4
 # Long enough that the kill lands well before the end (the tiny config trains ~100 steps/s).
 CRASH_STEPS=1500
 J5=$(submit "$REF4" $CRASH_STEPS "${crash_args[@]}")
-wait_for 300 ended "$J5" && state_is "$J5" COMPLETED || die "reference job $J5 did not complete"
+completes "$J5" "$REF4" 300
 OUT4=$S/run4
 J4=$(submit "$OUT4" $CRASH_STEPS --max-restarts 1 "${crash_args[@]}")
-past20() { [ "$(records "$OUT4" checkpoint)" -ge 2 ] && [ -f "$OUT4/pids/rank-1.pid" ]; }
-wait_for 180 past20 || die "job $J4 never wrote two checkpoints (state $(job_state "$J4"))"
-KILL_STEP=$(last_step "$OUT4")
-kill -9 "$(cat "$OUT4/pids/rank-1.pid")" || die "rank 1 of job $J4 was gone before the kill"
-echo "killed rank 1 of job $J4 after step $KILL_STEP"
-[ "${KILL_STEP:-0}" -lt $((CRASH_STEPS - 100)) ] || die "job $J4 was nearly done at the kill; make it longer"
-requeued "$J4" "$OUT4"
-[ "$(last_step "$OUT4")" = $CRASH_STEPS ] || die "job $J4 ended at step $(last_step "$OUT4")"
+kill_and_requeue "$OUT4" "$J4" 1 $CRASH_STEPS
 grep -q '"type":"restart"' "$OUT4/metrics.jsonl" || die "no restart record in $OUT4/metrics.jsonl"
 grep '"type":"restart"' "$OUT4/metrics.jsonl" | grep -q '"restarting":true' ||
   die "the restart record does not say the job was requeued"
-grep -q "requeueing job $J4 (restart 1 of 1)" "$OUT4/slurm-$J4.out" || die "the batch script did not requeue after the crash"
 [ "$(grep -c . "$OUT4/failed-nodes")" = 1 ] || die "failed-nodes should name one node once: $(cat "$OUT4/failed-nodes")"
 FINAL=$(printf "checkpoints/step_%08d/model.safetensors" $CRASH_STEPS)
 cmp -s "$REF4/$FINAL" "$OUT4/$FINAL" ||

@@ -150,3 +150,27 @@ requeued() {
     die "requeued job $job did not complete (state $(job_state "$job"))"
   }
 }
+# completes JOB OUT SECONDS: waits for the job to complete; else shows its log and fails.
+completes() {
+  local job=$1 out=$2
+  wait_for "$3" ended "$job" && state_is "$job" COMPLETED || {
+    cat "$out"/slurm-*.out
+    die "job $job did not complete (state $(job_state "$job"))"
+  }
+}
+# kill_and_requeue OUT JOB RANK STEPS: once the run in OUT has written two checkpoints, SIGKILLs
+# rank RANK's process, then waits for the batch script to requeue the job (--max-restarts 1)
+# and for it to train to STEPS. Sets KILL_STEP to the last step before the kill.
+kill_and_requeue() {
+  local out=$1 job=$2 rank=$3 steps=$4
+  past2() { [ "$(records "$out" checkpoint)" -ge 2 ] && [ -f "$out/pids/rank-$rank.pid" ]; }
+  wait_for 300 past2 || die "job $job never wrote two checkpoints (state $(job_state "$job"))"
+  KILL_STEP=$(last_step "$out")
+  kill -9 "$(cat "$out/pids/rank-$rank.pid")" || die "rank $rank of job $job was gone before the kill"
+  echo "killed rank $rank of job $job after step $KILL_STEP"
+  [ "${KILL_STEP:-0}" -lt $((steps - 50)) ] || die "job $job was nearly done at the kill; make it longer"
+  requeued "$job" "$out"
+  [ "$(last_step "$out")" = "$steps" ] || die "job $job ended at step $(last_step "$out")"
+  grep -q "requeueing job $job (restart 1 of 1)" "$out/slurm-$job.out" ||
+    die "the batch script did not requeue after the crash"
+}

@@ -65,10 +65,7 @@ STEPS=600
 REF=$S/ref
 JR=$(submit "$REF" $STEPS "${crash_args[@]}")
 [ -n "$JR" ] || die "kiln submit printed no job id"
-wait_for 600 ended "$JR" && state_is "$JR" COMPLETED || {
-  cat "$REF"/slurm-*.out
-  die "reference job $JR did not complete (state $(job_state "$JR"))"
-}
+completes "$JR" "$REF" 600
 ctl scontrol show job "$JR" | grep -q "NodeList=kslurm\[0-1\]" ||
   die "job $JR did not run on both nodes: $(ctl scontrol show job "$JR" | grep -o 'NodeList=[^ ]*')"
 grep -q '"world":4' "$REF/metrics.jsonl" || die "the run was not 4 ranks"
@@ -77,23 +74,14 @@ echo "PASS: job $JR trained $STEPS steps on 4 ranks over 2 nodes"
 
 OUT=$S/run
 JK=$(submit "$OUT" $STEPS --max-restarts 1 "${crash_args[@]}")
-past20() { [ "$(records "$OUT" checkpoint)" -ge 2 ] && [ -f "$OUT/pids/rank-3.pid" ]; }
-wait_for 300 past20 || die "job $JK never wrote two checkpoints (state $(job_state "$JK"))"
-KILL_STEP=$(last_step "$OUT")
 # Rank 3 is the second task on the second node (srun's block distribution).
-kill -9 "$(cat "$OUT/pids/rank-3.pid")" || die "rank 3 of job $JK was gone before the kill"
-echo "killed rank 3 (on ${HOSTS[1]}) of job $JK after step $KILL_STEP"
-[ "${KILL_STEP:-0}" -lt $((STEPS - 50)) ] || die "job $JK was nearly done at the kill; make it longer"
-requeued "$JK" "$OUT"
-[ "$(last_step "$OUT")" = $STEPS ] || die "job $JK ended at step $(last_step "$OUT")"
-grep -q "requeueing job $JK (restart 1 of 1)" "$OUT/slurm-$JK.out" ||
-  die "the batch script did not requeue after the crash"
+kill_and_requeue "$OUT" "$JK" 3 $STEPS
 grep '"type":"restart"' "$OUT/metrics.jsonl" | grep -q '"restarting":true' ||
   die "no restart record saying the job was requeued"
 FINAL=$(printf "checkpoints/step_%08d/model.safetensors" $STEPS)
 cmp -s "$REF/$FINAL" "$OUT/$FINAL" ||
   die "the requeued job's final weights differ from the uninterrupted job's"
-echo "PASS: job $JK lost a rank on ${HOSTS[1]} after step $KILL_STEP, was requeued, resumed and ended with the uninterrupted job's bits"
+echo "PASS: job $JK lost rank 3 on ${HOSTS[1]} after step $KILL_STEP, was requeued, resumed and ended with the uninterrupted job's bits"
 
 # --- elastic shrink: the second node fails twice, is excluded, and the job goes on alone -------
 OUT3=$S/shrink
@@ -116,10 +104,7 @@ wait_for 300 again || die "job $J3 did not run on both nodes again after its fir
 kill -9 "$(cat "$OUT3/pids/rank-3.pid")"
 echo "killed rank 3 (on ${HOSTS[1]}) of job $J3 again after step $(last_step "$OUT3")"
 restart_now
-wait_for 600 ended "$J3" && state_is "$J3" COMPLETED || {
-  cat "$OUT3"/slurm-*.out
-  die "job $J3 did not complete after shrinking (state $(job_state "$J3"))"
-}
+completes "$J3" "$OUT3" 600
 grep -q "leaving out node(s) ${HOSTS[1]}, named in two failures" "$OUT3/slurm-$J3.out" || {
   cat "$OUT3/slurm-$J3.out" "$OUT3/failed-nodes"
   die "${HOSTS[1]} was not excluded"
