@@ -40,6 +40,19 @@ double softmax_row_exp_sum(float* x, int64_t n, float maxv) {
   return sum;
 }
 
+void softmax_row_gradient(float* x, int64_t n, int64_t total, float s, int64_t target, float scale,
+                          bf16* out_bf16) {
+  if (out_bf16) {  // the gradient goes only to the bf16 buffer, rounded in one pass
+    for (int64_t i = 0; i < n; i++) out_bf16[i] = float_to_bf16(x[i] * s);
+    if (target >= 0) out_bf16[target] = float_to_bf16(x[target] * s - scale);
+    for (int64_t i = n; i < total; i++) out_bf16[i] = 0;
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) x[i] *= s;
+  if (target >= 0) x[target] -= scale;
+  for (int64_t i = n; i < total; i++) x[i] = 0;
+}
+
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
                            int Vp, float dlogits_scale, bf16* dlogits_bf16) {
 #pragma omp parallel for schedule(static)
@@ -51,17 +64,9 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
     const double sum = softmax_row_exp_sum(x, V, maxv);
     losses[m] = y >= 0 ? static_cast<float>(std::log(sum) + maxv - target_logit) : 0.0f;
     if (dlogits_scale != 0.0f) {
-      float s = y >= 0 ? static_cast<float>(dlogits_scale / sum) : 0.0f;
-      if (dlogits_bf16) {  // the gradient goes only to the bf16 buffer, rounded in one pass
-        bf16* d = dlogits_bf16 + m * Vp;
-        for (int i = 0; i < V; i++) d[i] = float_to_bf16(x[i] * s);
-        if (y >= 0) d[y] = float_to_bf16(x[y] * s - dlogits_scale);
-        for (int i = V; i < Vp; i++) d[i] = 0;
-      } else {
-        for (int i = 0; i < V; i++) x[i] *= s;
-        if (y >= 0) x[y] -= dlogits_scale;
-        for (int i = V; i < Vp; i++) x[i] = 0;
-      }
+      const float s = y >= 0 ? static_cast<float>(dlogits_scale / sum) : 0.0f;
+      softmax_row_gradient(x, V, Vp, s, y, dlogits_scale,
+                           dlogits_bf16 ? dlogits_bf16 + m * Vp : nullptr);
     }
   }
 }

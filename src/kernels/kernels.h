@@ -114,6 +114,10 @@ void bias_backward(float* db, const float* dout, int64_t M, int N, bool accumula
 // of x[0, n), and the sum of exp(x - maxv) with the exponentials written over x.
 float softmax_row_max(const float* x, int64_t n);
 double softmax_row_exp_sum(float* x, int64_t n, float maxv);
+// The row's gradient from its exponentials x[0, n): x·s, minus `scale` at column `target` (if
+// >= 0), zero in the padding [n, total); over x, or rounded into out_bf16 when given.
+void softmax_row_gradient(float* x, int64_t n, int64_t total, float s, int64_t target, float scale,
+                          bf16* out_bf16);
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t M, int V,
                            int Vp, float dlogits_scale, bf16* dlogits_bf16 = nullptr);
 

@@ -156,17 +156,8 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float
     losses[m] = counted ? static_cast<float>(std::log(sum) + maxes[m] - sums[M + m]) : 0.0f;
     if (dlogits_scale == 0.0f) continue;
     const float s = counted ? static_cast<float>(dlogits_scale / sum) : 0.0f;
-    const int64_t y = target_col(m);
-    if (dlogits_bf16) {
-      bf16* d = dlogits_bf16 + m * Vl;
-      for (int64_t i = 0; i < valid; i++) d[i] = float_to_bf16(x[i] * s);
-      if (y >= 0) d[y] = float_to_bf16(x[y] * s - dlogits_scale);
-      for (int64_t i = valid; i < Vl; i++) d[i] = 0;
-    } else {
-      for (int64_t i = 0; i < valid; i++) x[i] *= s;
-      if (y >= 0) x[y] -= dlogits_scale;
-      for (int64_t i = valid; i < Vl; i++) x[i] = 0;
-    }
+    softmax_row_gradient(x, valid, Vl, s, target_col(m), dlogits_scale,
+                         dlogits_bf16 ? dlogits_bf16 + m * Vl : nullptr);
   }
 }
 
