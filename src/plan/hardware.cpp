@@ -147,6 +147,72 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.source = "NVIDIA H200 product page; MAMF 794.5 of 989 TFLOP/s (H100/H200 SXM)";
       c.push_back(nvidia(d));
     }
+    // B200 (HGX/DGX B200, 1,000 W): NVIDIA's Blackwell datasheet figures for the HGX part, as
+    // collected at https://glennklockwood.com/garden/processors/B200 — 2,250 TFLOP/s BF16 dense,
+    // 80 FP32, 8 TB/s; DGX B200 datasheet: 1,440 GB of HBM3e over 8 GPUs (180 GB each), NVLink 5
+    // at 1.8 TB/s per GPU both ways (900 each), 8 × 400 Gb/s ConnectX-7, about 14.3 kW at most.
+    // Matmul: the ML Engineering book's sustained rate (MSMF) 1,455.7 TFLOP/s, measured after a
+    // thermal soak near TDP, used as it is.
+    {
+      DeviceSpec d;
+      d.name = "b200";
+      d.description = "NVIDIA B200 (HGX, 1,000 W) 180 GB";
+      d.peak_tflops_16 = 2250;
+      d.peak_tflops_32 = 80;
+      d.memory_gib = 180e9 / (1 << 30);
+      d.mem_bw_gbs = 8000;
+      d.matmul_efficiency = 1455.7 / 2250;
+      d.tdp_w = 1000;
+      d.node_overhead_w = 14300 - 8 * 1000;
+      d.intra_link = "nvlink";
+      d.intra_link_gbs = 900;
+      d.network = "ib-ndr";
+      d.nic_gbps = 400;
+      d.source = "NVIDIA B200 (HGX) and DGX B200 datasheets; MSMF 1455.7 of 2250 TFLOP/s";
+      c.push_back(nvidia(d));
+    }
+    // L40S: https://www.nvidia.com/en-us/data-center/l40s/ — 362 TFLOP/s BF16 dense (733 with
+    // sparsity), 91.6 FP32, 48 GB GDDR6 at 864 GB/s, 350 W, PCIe Gen4 x16, no NVLink. RTX 4090
+    // (NVIDIA Ada architecture whitepaper, appendix): 165.2 TFLOP/s FP16/BF16 with FP32
+    // accumulate, dense (GeForce runs that at half the FP16-accumulate rate), 82.6 FP32, 24 GB
+    // GDDR6X at 1,008 GB/s, 450 W, PCIe Gen4 x16. Neither has a published MAMF: the H100 SXM's
+    // fraction is assumed. Servers: 8 cards on PCIe Gen4, 2 × 200 Gb/s RoCE for the L40S, one
+    // 100 Gb/s Ethernet port for a 4090 box; 2 kW (L40S) and 1 kW (4090) for the rest of a server
+    // are assumptions.
+    {
+      DeviceSpec d;
+      d.name = "l40s";
+      d.description = "NVIDIA L40S 48 GB (PCIe)";
+      d.peak_tflops_16 = 362;
+      d.peak_tflops_32 = 91.6;
+      d.memory_gib = 48e9 / (1 << 30);
+      d.mem_bw_gbs = 864;
+      d.matmul_efficiency = 0.801 * kSustained;
+      d.tdp_w = 350;
+      d.node_overhead_w = 2000;
+      d.intra_link = "pcie";
+      d.intra_link_gbs = 32;
+      d.network = "roce";
+      d.nics_per_node = 2;
+      d.nic_gbps = 200;
+      d.source = "NVIDIA L40S datasheet; matmul efficiency of the H100 SXM assumed; server assumed";
+      c.push_back(nvidia(d));
+      d.name = "rtx4090";
+      d.description = "NVIDIA GeForce RTX 4090 24 GB (PCIe)";
+      d.peak_tflops_16 = 165.2;
+      d.peak_tflops_32 = 82.6;
+      d.memory_gib = 24e9 / (1 << 30);
+      d.mem_bw_gbs = 1008;
+      d.tdp_w = 450;
+      d.node_overhead_w = 1000;
+      d.network = "ethernet";
+      d.nics_per_node = 1;
+      d.nic_gbps = 100;
+      d.source =
+          "NVIDIA Ada whitepaper (FP32-accumulate tensor rate); matmul efficiency of the H100 "
+          "SXM assumed; server assumed";
+      c.push_back(nvidia(d));
+    }
     auto amd = [](DeviceSpec d) {
       d.mem_bw_efficiency = 0.80;
       d.kernel_overhead_us = 4;
