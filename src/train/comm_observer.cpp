@@ -25,9 +25,16 @@ class RecorderAndTrace : public CommObserver {
     FlightRecorder::instance().finished(id, failed);
   }
   bool tracing() const override { return Tracer::instance().enabled(); }
+  // A grid group's operations say which group in their name ("all_gather of 4096 elements
+  // (tp)"), so that tensor-, pipeline- and data-parallel traffic read apart in the timeline.
   void span(const std::string& name, double start, double end, std::string_view comm,
             uint64_t seq) override {
-    Tracer::instance().complete(name, "comm", start, end,
+    const std::string_view group = comm.substr(comm.rfind('/') + 1);
+    const bool grid =
+        comm.find('/') != std::string_view::npos && group.size() > 2 &&
+        (group.starts_with("tp") || group.starts_with("pp") || group.starts_with("dp"));
+    Tracer::instance().complete(grid ? fmt::format("{} ({})", name, group.substr(0, 2)) : name,
+                                "comm", start, end,
                                 fmt::format(R"({{"comm":"{}","seq":{}}})", comm, seq));
   }
   void name_thread(const std::string& name) override { Tracer::instance().name_thread(name); }

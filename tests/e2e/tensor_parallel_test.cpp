@@ -33,9 +33,14 @@ TEST_F(TensorParallelRun, EveryLayoutAgreesWithOneProcessAndRepeatsToTheBit) {
       expect_agrees("ref", out, 1e-5, 1e-4);
     }
   // dp 2 x tp 2: two data-parallel rows of two sequences per micro-batch, the same global batch.
-  r = train(4, "dp2tp2", "--set parallel.tp=2 --set train.batch_size=2");
+  // Its trace shows each group's collectives by name.
+  const std::string trace = dir_ / "dp2tp2.json";
+  r = train(4, "dp2tp2", "--set parallel.tp=2 --set train.batch_size=2 --trace " + trace);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_agrees("ref", "dp2tp2", 1e-5, 1e-4);
+  const std::string events = kiln::testing::bytes_of(trace);
+  EXPECT_NE(events.find("reduce_scatter of 512 elements (tp)"), std::string::npos);
+  EXPECT_NE(events.find(" elements (dp)"), std::string::npos);
   // The same layout twice: the same bits, weights and every rank's optimizer state.
   r = train(2, "again", "--set parallel.tp=2 --set parallel.sp=true");
   ASSERT_EQ(r.exit_code, 0) << r.output;
