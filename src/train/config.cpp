@@ -145,7 +145,7 @@ std::vector<Key> schema(TrainConfig& c) {
        "data-parallel replicas (0: the job's processes / (parallel.tp x parallel.pp))"},
       {"parallel.tp", &c.tp,
        "tensor-parallel ranks per layer: attention heads, MLP units and the vocabulary split "
-       "across them (GPT-2; model.n_head must be a multiple)"},
+       "across them (model.n_head, and a Llama's n_kv_head and ffn_hidden, multiples of it)"},
       {"parallel.sp", &c.sp,
        "sequence parallelism with parallel.tp > 1: LayerNorms and residual adds on 1/tp of the "
        "tokens each (reduce-scatter + all-gather instead of all-reduce)"},
