@@ -149,13 +149,46 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
     x.p2p = p2p_mb;
     if (l.dp > 1 && l.zero >= 2) {
-      const double rs = reduce_scatter_s(s.params * sb.grads, dpg);
-      const double ag = l.zero >= 3 ? all_gather_s(s.params * sb.weights, dpg) : 0.0;
-      const double ag_rec = l.zero >= 3 && l.recompute == Recompute::full ? ag : 0.0;
-      if (j.overlap_dp)
-        x.zero = std::max(0.0, ag - x.fwd) + std::max(0.0, ag + ag_rec + rs - x.bwd - x.recompute);
-      else
-        x.zero = 2 * ag + ag_rec + rs;
+      // ZeRO-2/3 (FSDP) work unit by unit: a layer, or the embedding / the head with their
+      // tables. Each unit's weights are gathered just before its forward and again before its
+      // backward (ZeRO-3), the next unit's gather running during this one's compute (prefetch
+      // one ahead, as FSDP and DeepSpeed do); each unit's gradients are reduce-scattered after
+      // its backward, during the next unit's. So every unit pays its collective's latency (a
+      // ring's N − 1 steps), and a pass exposes its first gather, whatever of each later one the
+      // previous unit's compute does not cover, and (backward) the last reduce-scatter.
+      const ParamCounts pc = count_params(m);
+      const double layer_p = double(pc.per_layer) / t;
+      struct Unit {
+        double params, fwd, bwd;
+      };
+      std::vector<Unit> units;
+      if (s.first) units.push_back({double(pc.embedding) / t, embed / 3, 2 * embed / 3});
+      for (int k = 0; k < s.layers; k++) units.push_back({layer_p, lt.fwd, lt.bwd + rec});
+      if (s.last) {
+        const double head_p = (m.tied_embeddings && l.pp == 1 ? 0.0 : double(pc.head)) / t +
+                              double(pc.final_norm) / t;
+        units.push_back({head_p, head_fwd, head_bwd});
+      }
+      const bool z3 = l.zero >= 3, rec_full = l.recompute == Recompute::full;
+      double exposed_fwd = 0, exposed_bwd = 0, serial = 0;
+      for (size_t k = 0; k < units.size(); k++) {
+        const Unit& u = units[k];
+        const double ag = z3 ? all_gather_s(u.params * sb.weights, dpg) : 0.0;
+        const double rs = reduce_scatter_s(u.params * sb.grads, dpg);
+        serial += 2 * ag + (z3 && rec_full ? ag : 0.0) + rs;
+        // Forward, in unit order: the gather of unit k hides behind unit k − 1's forward.
+        exposed_fwd += k == 0 ? ag : std::max(0.0, ag - units[k - 1].fwd);
+        // Backward, in reverse order: unit k's gather (and a full recompute's) and the
+        // reduce-scatter of unit k + 1 (finished just before) share the link during unit
+        // k + 1's backward; the first unit's gather and the last reduce-scatter are exposed.
+        const double next_rs =
+            k + 1 < units.size() ? reduce_scatter_s(units[k + 1].params * sb.grads, dpg) : 0.0;
+        const double comm = ag * (z3 && rec_full ? 2 : 1) + next_rs;
+        exposed_bwd += k + 1 == units.size() ? ag * (z3 && rec_full ? 2 : 1)
+                                             : std::max(0.0, comm - units[k + 1].bwd);
+        if (k == 0) exposed_bwd += rs;  // the first unit's backward is the pass's last
+      }
+      x.zero = j.overlap_dp ? exposed_fwd + exposed_bwd : serial;
     }
   }
   size_t crit = 0;

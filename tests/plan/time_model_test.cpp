@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "plan/collectives.h"
+#include "plan/memory_model.h"
 #include "plan/planner.h"
 
 namespace kiln::plan {
@@ -85,6 +86,34 @@ TEST(PlanTimeModel, OverlapHidesDataParallelTraffic) {
   EXPECT_LT(overlapped.dp_exposed, serial.dp_exposed);
   EXPECT_NEAR(serial.step - serial.dp_exposed, overlapped.step - overlapped.dp_exposed,
               1e-9 * serial.step);
+}
+
+// ZeRO-3 works layer by layer (docs/planner.md, "ZeRO-2/3 unit by unit"): each layer's gather
+// and reduce-scatter pays a ring's N − 1 steps, so with the same per-device batch the exposed
+// traffic grows with the data-parallel size; a pass exposes at least its first gather and its
+// last reduce-scatter even when compute covers the rest, and never more than all of it serially.
+TEST(PlanTimeModel, ZeroThreeExposesPerLayerLatencyThatGrowsWithTheGroup) {
+  const ModelSpec m = even_model();
+  Layout l;
+  l.mb = 1, l.zero = 3;
+  auto exposed = [&](int nodes, bool overlap) {
+    const ClusterSpec c = default_cluster(find_device("a100-80gb"), nodes);
+    JobSpec j = job(8 * nodes);
+    j.overlap_dp = overlap;
+    l.dp = 8 * nodes;
+    return step_time(m, c, j, l, 1).zero_exposed;
+  };
+  const double small = exposed(4, true), large = exposed(128, true);
+  EXPECT_GT(small, 0);
+  EXPECT_GT(large, 1.5 * small) << small << " " << large;
+  // The first layer's gather has only the (negligible) embedding's forward to hide behind.
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  l.dp = 32;
+  const GroupPath dpg = group_path(c, l, Dim::dp);
+  const double layer = double(count_params(m).per_layer);
+  EXPECT_GE(small, all_gather_s(layer * state_bytes(Dtype::bf16).weights, dpg) * 0.99);
+  // Serially (no overlap), every unit's two gathers and reduce-scatter.
+  EXPECT_GT(exposed(4, false), small);
 }
 
 // Ring costs (docs/planner.md): all-reduce base + 2(n−1)α + 2(n−1)/n·S/B, reduce-scatter and
