@@ -403,22 +403,7 @@ void Gpt2::begin_pass(const float* params, float* grads, int slot) {
 }
 
 void Gpt2::embed(const int32_t* inputs) {
-  const TensorParallel& tp = opts_.tp;
-  if (!tp.on()) {
-    ProfileTimer t(profile_, &Profile::embedding);
-    encoder_forward(cur_->encoded, inputs, P_.wte, P_.wpe, B_, T_, cfg_.n_embd);
-    return;
-  }
-  // Vocabulary-parallel: each rank its tokens' rows (rank 0 adds the positions), then g.
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
-  float* partial = tp.sp ? scratch_.proj : cur_->encoded;
-  {
-    ProfileTimer t(profile_, &Profile::embedding);
-    vocab_embedding_forward(partial, inputs, P_.wte, vocab_slice(tp, cfg_.padded_vocab_size),
-                            P_.wpe, B_, T_, cfg_.n_embd, tp.rank);
-  }
-  ProfileTimer t(profile_, &Profile::tp_comm);
-  g_forward(tp, partial, cur_->encoded, BT, cfg_.n_embd);
+  embed_tokens(cur_->encoded, scratch_.proj, inputs, P_.wte, P_.wpe);
 }
 
 void Gpt2::set_params(const float* params) {
@@ -583,25 +568,14 @@ void Gpt2::block_backward(int l, bool accumulate) {
 // The embedding's backward for the current slot, from the first block's input gradient.
 void Gpt2::embedding_backward(const int32_t* inputs, bool accumulate) {
   const ModelConfig& c = cfg_;
-  const StageSpec& st = opts_.stage;
-  const TensorParallel& tp = opts_.tp;
-  const int C = c.n_embd;
+  const int64_t C = c.n_embd;
   ModelParams& G = G_;
-  // The whole gradient of the embedding's output (g's backward under sequence parallelism).
-  const float* dout;
-  const bf16* unused;
-  whole_dresidual(&dout, &unused);
-  ProfileTimer t(profile_, &Profile::embedding);
   // wte's gradient was begun by the LM head (in a stage without the head, this one begins it);
   // wpe's has no other writer.
-  if (!accumulate) std::fill(G.wpe, G.wpe + static_cast<int64_t>(c.block_size) * C, 0.0f);
-  const int64_t wte_numel = static_cast<int64_t>(c.padded_vocab_size / tp.size) * C;
-  if (!accumulate && !st.head) std::fill(G.wte, G.wte + wte_numel, 0.0f);
-  if (tp.on())
-    vocab_embedding_backward(G.wte, G.wpe, dout, inputs, vocab_slice(tp, c.padded_vocab_size), B_,
-                             T_, C);
-  else
-    encoder_backward(G.wte, G.wpe, dout, inputs, B_, T_, C);
+  if (!accumulate) std::fill(G.wpe, G.wpe + c.block_size * C, 0.0f);
+  if (!accumulate && !opts_.stage.head)
+    std::fill(G.wte, G.wte + c.padded_vocab_size / opts_.tp.size * C, 0.0f);
+  embed_tokens_backward(G.wte, G.wpe, inputs);
 }
 
 ModelSpec gpt2_spec(const ModelConfig& c, bool padded, const std::string& name) {

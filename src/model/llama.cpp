@@ -410,21 +410,7 @@ void Llama::begin_pass(const float* params, float* grads, int slot) {
 }
 
 void Llama::embed(const int32_t* inputs) {
-  const TensorParallel& tp = opts_.tp;
-  if (!tp.on()) {
-    ProfileTimer t(profile_, &Profile::embedding);
-    encoder_forward(cur_->encoded, inputs, P_.embed, nullptr, B_, T_, cfg_.n_embd);
-    return;
-  }
-  // Vocabulary-parallel: each rank its tokens' rows, then g.
-  float* partial = tp.sp ? scratch_.proj : cur_->encoded;
-  {
-    ProfileTimer t(profile_, &Profile::embedding);
-    vocab_embedding_forward(partial, inputs, P_.embed, vocab_slice(tp, cfg_.padded_vocab_size),
-                            nullptr, B_, T_, cfg_.n_embd, tp.rank);
-  }
-  ProfileTimer t(profile_, &Profile::tp_comm);
-  g_forward(tp, partial, cur_->encoded, static_cast<int64_t>(B_) * T_, cfg_.n_embd);
+  embed_tokens(cur_->encoded, scratch_.proj, inputs, P_.embed, nullptr);
 }
 
 // The final RMSNorm, the LM head and, with targets, the loss (returned as a sum) of the current
@@ -572,22 +558,12 @@ void Llama::block_backward(int l, bool accumulate) {
 // The embedding's backward for the current slot, from the first block's input gradient.
 void Llama::embedding_backward(const int32_t* inputs, bool accumulate) {
   const ModelConfig& c = cfg_;
-  const StageSpec& st = opts_.stage;
-  const TensorParallel& tp = opts_.tp;
-  const int C = c.n_embd;
-  // The whole gradient of the embedding's output (g's backward under sequence parallelism).
-  const float* dout;
-  const bf16* unused;
-  whole_dresidual(&dout, &unused);
-  ProfileTimer t(profile_, &Profile::embedding);
   // A tied embedding's gradient was begun by the LM head when this stage has it.
-  if (!accumulate && !(st.head && c.tie_embeddings))
-    std::fill(G_.embed, G_.embed + static_cast<int64_t>(c.padded_vocab_size / tp.size) * C, 0.0f);
-  if (tp.on())
-    vocab_embedding_backward(G_.embed, nullptr, dout, inputs, vocab_slice(tp, c.padded_vocab_size),
-                             B_, T_, C);
-  else
-    encoder_backward(G_.embed, nullptr, dout, inputs, B_, T_, C);
+  if (!accumulate && !(opts_.stage.head && c.tie_embeddings))
+    std::fill(G_.embed,
+              G_.embed + static_cast<int64_t>(c.padded_vocab_size / opts_.tp.size) * c.n_embd,
+              0.0f);
+  embed_tokens_backward(G_.embed, nullptr, inputs);
 }
 
 }  // namespace kiln

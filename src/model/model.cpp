@@ -165,6 +165,7 @@ Model::Model(const ModelConfig& c, int B, int T, const ModelOptions& opts, Param
     if (tp.sp && (static_cast<int64_t>(B) * T) % tp.size != 0)
       fail("parallel.sp: the micro-batch's {} tokens do not split across parallel.tp = {} ranks",
            static_cast<int64_t>(B) * T, tp.size);
+    if (st.head) tp_loss_work_ = VocabLossWork(tp, static_cast<int64_t>(B) * T);
   }
 }
 
@@ -275,6 +276,38 @@ float* Model::reduce_input_grad(float* partial) {
   return rows;
 }
 
+void Model::embed_tokens(float* out, float* partial, const int32_t* inputs, const float* table,
+                         const float* wpe) {
+  const TensorParallel& tp = opts_.tp;
+  if (!tp.on()) {
+    ProfileTimer t(profile_, &Profile::embedding);
+    encoder_forward(out, inputs, table, wpe, B_, T_, cfg_.n_embd);
+    return;
+  }
+  float* sum = tp.sp ? partial : out;  // without sequence parallelism all-reduced in place
+  {
+    ProfileTimer t(profile_, &Profile::embedding);
+    vocab_embedding_forward(sum, inputs, table, vocab_slice(tp, cfg_.padded_vocab_size), wpe, B_,
+                            T_, cfg_.n_embd, tp.rank);
+  }
+  ProfileTimer t(profile_, &Profile::tp_comm);
+  g_forward(tp, sum, out, static_cast<int64_t>(B_) * T_, cfg_.n_embd);
+}
+
+void Model::embed_tokens_backward(float* dtable, float* dwpe, const int32_t* inputs) {
+  const TensorParallel& tp = opts_.tp;
+  // The whole gradient of the embedding's output (g's backward under sequence parallelism).
+  const float* dout;
+  const bf16* unused;
+  whole_dresidual(&dout, &unused);
+  ProfileTimer t(profile_, &Profile::embedding);
+  if (tp.on())
+    vocab_embedding_backward(dtable, dwpe, dout, inputs, vocab_slice(tp, cfg_.padded_vocab_size),
+                             B_, T_, cfg_.n_embd);
+  else
+    encoder_backward(dtable, dwpe, dout, inputs, B_, T_, cfg_.n_embd);
+}
+
 void Model::add_norm_grads(float* part, float* dw, float* db, bool accumulate) {
   const int C = cfg_.n_embd;
   {
@@ -305,7 +338,8 @@ double Model::lm_head_forward(const Head& h, const float* w, const int32_t* targ
     ProfileTimer t(profile_, &Profile::loss);
     if (tp.on())
       vocab_parallel_cross_entropy(tp, logits, losses, tg, n, c.vocab_size,
-                                   vocab_slice(tp, c.padded_vocab_size), dloss, dl_bf);
+                                   vocab_slice(tp, c.padded_vocab_size), dloss, tp_loss_work_,
+                                   dl_bf);
     else
       softmax_cross_entropy(logits, losses, tg, n, c.vocab_size, Vl, dloss, dl_bf);
   };

@@ -170,6 +170,14 @@ class Model {
   // f backward: a column-parallel product's partial input gradient (B·T, C) summed; returns this
   // rank's rows of the sum.
   float* reduce_input_grad(float* partial);
+  // The token embedding of the current pass into `out` (R, C): the rows of `table` (Vp, C; with
+  // tensor parallelism this rank's vocabulary slice) plus the positions' rows of `wpe` (null
+  // for rotary models); vocabulary-parallel, each rank adds its tokens' rows into `partial`
+  // (B·T, C) and g sums them. Its backward adds the gradient of the whole output into dtable
+  // and dwpe.
+  void embed_tokens(float* out, float* partial, const int32_t* inputs, const float* table,
+                    const float* wpe);
+  void embed_tokens_backward(float* dtable, float* dwpe, const int32_t* inputs);
   // A norm's weight gradient (C values at `part`) and bias gradient (the next C, when db is not
   // null) from this rank's rows, summed over the group in one collective, then added into (or
   // written to) dw and db.
@@ -220,7 +228,8 @@ class Model {
   std::unique_ptr<Bf16WeightCopy> own_weights_;  // set_weights's, when none is lent
   ActivationBytes act_bytes_;
   Profile profile_;
-  Buffer<float> full_logits_;  // bf16 mode: all logits of a forward without targets
+  Buffer<float> full_logits_;   // bf16 mode: all logits of a forward without targets
+  VocabLossWork tp_loss_work_;  // tensor parallelism: the vocabulary-parallel loss's workspace
 
  private:
   // split_backward: a slot's weight products waiting for backward_weight, their scratch operands

@@ -117,7 +117,7 @@ void vocab_embedding_backward(float* dwte_part, float* dwpe, const float* dout,
 
 void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float* losses,
                                   const int32_t* targets, int64_t M, int vocab_size, VocabSlice v,
-                                  float dlogits_scale, bf16* dlogits_bf16) {
+                                  float dlogits_scale, VocabLossWork& work, bf16* dlogits_bf16) {
   const int64_t Vl = v.count;
   // The columns of the real vocabulary here: [0, valid).
   const int64_t valid = std::clamp<int64_t>(vocab_size - v.begin, 0, Vl);
@@ -126,16 +126,18 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float
     return y >= 0 && y >= v.begin && y < v.begin + Vl ? y - v.begin : -1;
   };
   // 1. Each row's maximum over the whole vocabulary: every rank's, gathered.
-  std::vector<float> maxes(static_cast<size_t>(M * tp.size));
-  float* mine = maxes.data() + tp.rank * M;
+  KILN_CHECK(static_cast<int64_t>(work.maxes.size()) >= M * tp.size &&
+             static_cast<int64_t>(work.sums.size()) >= 2 * M);
+  float* maxes = work.maxes.data();
+  float* mine = maxes + tp.rank * M;
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     mine[m] = softmax_row_max(logits + m * Vl, valid);
   }
-  { tp.comm->all_gather(maxes.data(), equal_counts(tp.size, M), DType::F32); }
+  tp.comm->all_gather(maxes, equal_counts(tp.size, M), DType::F32);
   // 2. Exponentials (overwriting the logits), their sums and the target logits, summed over the
   // group: [sum of row 0..M-1, target logit of row 0..M-1].
-  std::vector<double> sums(static_cast<size_t>(2 * M));
+  double* sums = work.sums.data();
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     float* x = logits + m * Vl;
@@ -146,7 +148,7 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float
     sums[M + m] = y >= 0 ? x[y] : 0.0;
     sums[m] = softmax_row_exp_sum(x, valid, mx);
   }
-  { tp.comm->all_reduce(sums.data(), 2 * M, DType::F64); }
+  tp.comm->all_reduce(sums, 2 * M, DType::F64);
   // 3. Loss and gradient: softmax minus the one-hot target, this rank's columns.
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {

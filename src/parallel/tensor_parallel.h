@@ -84,8 +84,17 @@ void vocab_embedding_backward(float* dwte_part, float* dwpe, const float* dout,
 // or past vocab_size (padding) take no part. losses (M) and the gradient as in
 // softmax_cross_entropy (kernels/kernels.h): logits overwritten with it (scaled by
 // dlogits_scale), or with dlogits_bf16 rounded into it. Targets < 0 contribute nothing.
+// `work` holds the row maxima and sums for at least M rows (made once: nothing is allocated in
+// the step).
+struct VocabLossWork {
+  VocabLossWork() = default;
+  VocabLossWork(const TensorParallel& tp, int64_t rows) : maxes(rows * tp.size), sums(2 * rows) {}
+  Buffer<float> maxes;  // every rank's maximum of each row
+  Buffer<double> sums;  // each row's sum of exponentials, then its target logit
+};
 void vocab_parallel_cross_entropy(const TensorParallel& tp, float* logits, float* losses,
                                   const int32_t* targets, int64_t M, int vocab_size, VocabSlice v,
-                                  float dlogits_scale, bf16* dlogits_bf16 = nullptr);
+                                  float dlogits_scale, VocabLossWork& work,
+                                  bf16* dlogits_bf16 = nullptr);
 
 }  // namespace kiln

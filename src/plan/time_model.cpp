@@ -170,23 +170,24 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
         units.push_back({head_p, head_fwd, head_bwd});
       }
       const bool z3 = l.zero >= 3, rec_full = l.recompute == Recompute::full;
-      double exposed_fwd = 0, exposed_bwd = 0, serial = 0;
-      for (size_t k = 0; k < units.size(); k++) {
-        const Unit& u = units[k];
-        const double ag = z3 ? all_gather_s(u.params * sb.weights, dpg) : 0.0;
-        const double rs = reduce_scatter_s(u.params * sb.grads, dpg);
-        serial += 2 * ag + (z3 && rec_full ? ag : 0.0) + rs;
+      const size_t n_units = units.size();
+      std::vector<double> ag(n_units), rs(n_units);
+      for (size_t k = 0; k < n_units; k++) {
+        ag[k] = z3 ? all_gather_s(units[k].params * sb.weights, dpg) : 0.0;
+        rs[k] = reduce_scatter_s(units[k].params * sb.grads, dpg);
+      }
+      const double gathers_bwd = z3 && rec_full ? 2 : 1;        // a full recompute gathers again
+      double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
+      for (size_t k = 0; k < n_units; k++) {
+        serial += ag[k] + gathers_bwd * ag[k] + rs[k];
         // Forward, in unit order: the gather of unit k hides behind unit k − 1's forward.
-        exposed_fwd += k == 0 ? ag : std::max(0.0, ag - units[k - 1].fwd);
-        // Backward, in reverse order: unit k's gather (and a full recompute's) and the
-        // reduce-scatter of unit k + 1 (finished just before) share the link during unit
-        // k + 1's backward; the first unit's gather and the last reduce-scatter are exposed.
-        const double next_rs =
-            k + 1 < units.size() ? reduce_scatter_s(units[k + 1].params * sb.grads, dpg) : 0.0;
-        const double comm = ag * (z3 && rec_full ? 2 : 1) + next_rs;
-        exposed_bwd += k + 1 == units.size() ? ag * (z3 && rec_full ? 2 : 1)
-                                             : std::max(0.0, comm - units[k + 1].bwd);
-        if (k == 0) exposed_bwd += rs;  // the first unit's backward is the pass's last
+        exposed_fwd += k == 0 ? ag[k] : std::max(0.0, ag[k] - units[k - 1].fwd);
+        // Backward, in reverse order: unit k's gathers and the reduce-scatter of unit k + 1
+        // (finished just before) share the link during unit k + 1's backward; the last unit's
+        // gathers come before any backward.
+        exposed_bwd += k + 1 == n_units
+                           ? gathers_bwd * ag[k]
+                           : std::max(0.0, gathers_bwd * ag[k] + rs[k + 1] - units[k + 1].bwd);
       }
       x.zero = j.overlap_dp ? exposed_fwd + exposed_bwd : serial;
     }

@@ -64,8 +64,9 @@ TEST(TensorParallelOps, VocabParallelCrossEntropyIsTheWholeVocabularysLossAndGra
     std::vector<bf16> part_bf(M * v.count);
     for (int64_t m = 0; m < M; m++)
       for (int64_t i = 0; i < v.count; i++) part[m * v.count + i] = logits[m * Vp + v.begin + i];
+    VocabLossWork work(tp, M);
     vocab_parallel_cross_entropy(tp, part.data(), part_losses.data(), targets.data(), M, V, v,
-                                 scale, bf ? part_bf.data() : nullptr);
+                                 scale, work, bf ? part_bf.data() : nullptr);
     for (int64_t m = 0; m < M; m++) {
       EXPECT_NEAR(part_losses[m], losses[m], 1e-5 * std::max(1.0f, losses[m])) << m;
       for (int64_t i = 0; i < v.count; i++) {
