@@ -78,11 +78,7 @@ void bench_train(const BenchTrainOpts& o) {
   TrainerOptions opts;
   opts.quiet = true;
   opts.claim_run_dir = false;  // writes nothing in train.out_dir
-  CommOptions co;
-  co.backend = cfg.comm_backend;
-  co.compress = cfg.comm_compress;
-  co.algorithm = cfg.comm_algorithm;
-  auto comm = make_world_communicator(co);
+  auto comm = make_world_communicator(cfg.comm_options());
   const int rank = comm->rank(), world = comm->size();
   Rng rng(mix_seed(static_cast<uint64_t>(cfg.seed), static_cast<uint64_t>(rank)));
   const int V = cfg.model.vocab_size;
@@ -417,9 +413,9 @@ void bench_comm(const BenchCommOpts& o) {
       "# nccl-tests' definitions: algbw = size / time; busbw = algbw * {} ({}); time is the "
       "median\n# over {} repetitions of the slowest rank's mean; GB/s = 1e9 bytes/s\n",
       factor,
-      o.op == "allreduce"   ? "2(n-1)/n"
-      : o.op == "broadcast" ? "1"
-                            : "(n-1)/n",
+      o.op == "allreduce"                         ? "2(n-1)/n"
+      : o.op == "broadcast" || o.op == "sendrecv" ? "1"
+                                                  : "(n-1)/n",
       o.reps);
   fmt::print(
       "# memory: every rank adding one 64 MiB array into another at once moves {:.2f} GB/s per "
@@ -487,7 +483,9 @@ void register_bench(CLI::App& app) {
   auto* comm = bench->add_subcommand(
       "comm", "nccl-tests-style table of one collective: kiln's shared-memory engine vs MPI");
   auto co = std::make_shared<BenchCommOpts>();
-  comm->add_option("--op", co->op, "allreduce, reduce_scatter, allgather or broadcast")
+  comm->add_option("--op", co->op,
+                   "allreduce, reduce_scatter, allgather, broadcast or sendrecv (each rank sends "
+                   "to the next and receives from the previous)")
       ->capture_default_str();
   comm->add_option("-n,--ranks", co->ranks, "ranks (runs itself under mpirun)")
       ->capture_default_str();

@@ -123,6 +123,7 @@ double memory_traffic(const std::string& op, int ranks, bool shared) {
   if (op == "reduce_scatter") return 1 + 2 / P;           // read n, write n/P (+ RFO)
   if (op == "allgather") return 1 / P + 2 * (P - 1) / P;  // read n/P, write the rest (+ RFO)
   if (op == "broadcast") return 2;                        // a non-root writes n (+ RFO)
+  if (op == "sendrecv") return 3;  // the receiver reads the sender's n and writes n (+ RFO)
   // All-reduce in place. Staged: read n, write n (the slots stay in cache). In place from the
   // peers' buffers: own slice read and written, the peers' pieces of it read, the other slices
   // read from their owners and written here (+ RFO): (2 + 4(P-1)) / P.
@@ -137,8 +138,9 @@ double bus_factor(const std::string& op, int ranks) {
 }
 
 std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
-  if (o.op != "allreduce" && o.op != "reduce_scatter" && o.op != "allgather" && o.op != "broadcast")
-    fail("--op {}: expected allreduce, reduce_scatter, allgather or broadcast", o.op);
+  if (o.op != "allreduce" && o.op != "reduce_scatter" && o.op != "allgather" &&
+      o.op != "broadcast" && o.op != "sendrecv")
+    fail("--op {}: expected allreduce, reduce_scatter, allgather, broadcast or sendrecv", o.op);
   if (o.dtype == DType::F64) fail("bench comm: the dtype must be float or bf16");
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     fail("bench comm: need 1 <= --min <= --max (got {} and {})", o.min_bytes, o.max_bytes);
@@ -160,6 +162,8 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
   const int64_t es = static_cast<int64_t>(dtype_bytes(o.dtype));
   const MPI_Datatype mt = detail::mpi_type(o.dtype);
   const bool sliced = o.op == "reduce_scatter" || o.op == "allgather";
+  const bool p2p = o.op == "sendrecv";  // to the next rank, from the previous (nccl-tests')
+  const int next = (me + 1) % R, prev = (me + R - 1) % R;
   std::vector<CommBenchRow> rows;
   int64_t last = 0;
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
@@ -169,7 +173,9 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
     last = count;
     const int64_t slice = count / R;
     // 64-byte aligned, as the trainer's gradient buffers are; both sides get the same buffers.
-    const int64_t a_words = (count * es + 7) / 8, b_words = sliced ? (slice * es + 7) / 8 : 1;
+    const int64_t a_words = (count * es + 7) / 8, b_words = sliced ? (slice * es + 7) / 8
+                                                            : p2p  ? a_words
+                                                                   : 1;
     Words a(a_words, o.shared ? shared_by : nullptr), b(b_words, o.shared ? shared_by : nullptr);
     Elems x{a.data(), o.dtype}, y{b.data(), o.dtype};
     std::vector<int64_t> counts(R, slice);
@@ -183,6 +189,12 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
         ops[k] = [&, engine] { engine->reduce_scatter(a.data(), b.data(), counts, o.dtype); };
       else if (o.op == "allgather")
         ops[k] = [&, engine] { engine->all_gather(a.data(), counts, o.dtype); };
+      else if (p2p)
+        ops[k] = [&, engine] {
+          auto s = engine->send_async(a.data(), count, o.dtype, next, 0);
+          engine->recv(b.data(), count, o.dtype, prev, 0);
+          s->wait();
+        };
       else
         ops[k] = [&, engine] { engine->broadcast(a.data(), count, o.dtype, 0); };
     }
@@ -200,6 +212,11 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
       ops[E] = [&] {
         MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a.data(), static_cast<int>(slice), mt,
                       MPI_COMM_WORLD);
+      };
+    } else if (p2p) {
+      ops[E] = [&] {
+        MPI_Sendrecv(a.data(), static_cast<int>(count), mt, next, 0, b.data(),
+                     static_cast<int>(count), mt, prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       };
     } else {
       ops[E] = [&] { MPI_Bcast(a.data(), static_cast<int>(count), mt, 0, MPI_COMM_WORLD); };
@@ -220,6 +237,7 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
         x.set(i, o.op == "broadcast"   ? (me == 0 ? value(0, i) : 0.0f)
                  : o.op == "allgather" ? (mine ? value(me, i) : -1.0f)
                                        : value(me, i));
+        if (p2p) y.set(i, -1.0f);
       }
       ops[impl]();
       int64_t wrong = 0;
@@ -230,7 +248,9 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchOptions& o) {
         for (int r = 0; r < R; r++) s += value(r, i);
         return s;
       };
-      if (o.op == "reduce_scatter") {
+      if (p2p) {
+        for (int64_t i = 0; i < count; i++) wrong += y.get(i) != value(prev, i);
+      } else if (o.op == "reduce_scatter") {
         for (int64_t i = 0; i < slice; i++) wrong += y.get(i) != expect(me * slice + i);
       } else {
         for (int64_t i = 0; i < count; i++) wrong += x.get(i) != expect(i);

@@ -1,6 +1,7 @@
-// `kiln bench comm`: times one collective over a range of sizes on the shared-memory engine and
-// on plain MPI (the blocking MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast
-// on MPI_COMM_WORLD) in the same run, the way nccl-tests does, and counts wrong results.
+// `kiln bench comm`: times one collective (or a ring of point-to-point messages) over a range of
+// sizes on the shared-memory engine and on plain MPI (the blocking MPI_Allreduce,
+// MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Sendrecv on MPI_COMM_WORLD) in the same
+// run, the way nccl-tests does, and counts wrong results.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,7 +12,7 @@
 namespace kiln {
 
 struct CommBenchOptions {
-  std::string op = "allreduce";  // allreduce, reduce_scatter, allgather, broadcast
+  std::string op = "allreduce";  // allreduce, reduce_scatter, allgather, broadcast, sendrecv
   DType dtype = DType::F32;
   int64_t min_bytes = 4, max_bytes = 256ll << 20;
   int reps = 5;               // timed repetitions per size (the median is reported)

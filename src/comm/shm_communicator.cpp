@@ -7,6 +7,7 @@
 //   shm_tuner.{h,cpp}      which algorithm runs an operation; the table of algorithms
 //   shm_kernels.h          the reduction kernels (fixed summation orders: the same bits each run)
 //   shm_shared.h           the registry of alloc_shared memory
+//   shm_p2p.{h,cpp}        point-to-point messages (one copy, by the receiver)
 // This file: the queue and the engine thread, and alloc_shared.
 //
 // Operations run in issue order on one engine thread; a caller that waits for an operation that
@@ -36,6 +37,7 @@
 #include "comm/mpi_internal.h"
 #include "comm/op_desc.h"
 #include "comm/shm_engine.h"
+#include "comm/shm_p2p.h"
 #include "comm/shm_shared.h"
 #include "comm/shm_tuner.h"
 #include "core/error.h"
@@ -67,6 +69,7 @@ class ShmCommunicator : public Communicator {
         size_(mpi_->size()),
         tuner_(o.algorithm),
         engine_(std::make_unique<ShmEngine>(*mpi_, o)) {
+    if (engine_->peers_readable() && o.shm.p2p) p2p_ = std::make_unique<ShmP2p>(*engine_);
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -134,14 +137,17 @@ class ShmCommunicator : public Communicator {
   void barrier() override {
     run_now({"barrier", -1}, [&] { engine_->barrier(); });
   }
-  // Point-to-point messages go through MPI (on its own thread, so they never wait behind a
-  // collective of this engine).
+  // Point-to-point messages: through the window, one copy by the receiver (shm_p2p.h), never
+  // behind a collective of this engine; through MPI when the ranks cannot read each other's
+  // memory or shm.p2p is off.
   std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
                                    int tag) override {
-    return mpi_->send_async(buf, n, t, peer, tag);
+    if (!p2p_) return mpi_->send_async(buf, n, t, peer, tag);
+    return p2p_->send(buf, n * static_cast<int64_t>(dtype_bytes(t)), n, peer, tag);
   }
   std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) override {
-    return mpi_->recv_async(buf, n, t, peer, tag);
+    if (!p2p_) return mpi_->recv_async(buf, n, t, peer, tag);
+    return p2p_->recv(buf, n * static_cast<int64_t>(dtype_bytes(t)), n, peer, tag);
   }
   std::shared_ptr<Work> barrier_async() override {
     return issue({"barrier", -1}, [this] { engine_->barrier(); });
@@ -310,6 +316,10 @@ class ShmCommunicator : public Communicator {
   // Runs one operation (the caller holds the running_ flag); returns its error, if any.
   template <class F>
   std::string execute(const OpDesc& desc, F& body) {
+    if (!broken_ && p2p_ && p2p_->broken()) {
+      broken_ = true;
+      broken_reason_ = p2p_->broken_reason();
+    }
     if (broken_)
       return fmt::format("rank {}: {} not run: an earlier operation failed ({})", rank_,
                          desc.text(), broken_reason_);
@@ -321,6 +331,7 @@ class ShmCommunicator : public Communicator {
       broken_ = true;
       broken_reason_ = e.what();
       err = e.what();
+      if (p2p_) p2p_->mark_broken(err);
     }
     engine_->set_current(nullptr);
     return err;
@@ -350,6 +361,7 @@ class ShmCommunicator : public Communicator {
   int rank_, size_;
   ShmTuner tuner_;                     // touched only by the running operation
   std::unique_ptr<ShmEngine> engine_;  // after mpi_: destroyed (the window freed) before it
+  std::unique_ptr<ShmP2p> p2p_;        // after engine_: destroyed before it
   // Successful alloc_shared calls so far: collective and agreed, so the same on every rank.
   std::atomic<int> shared_allocs_{0};
 

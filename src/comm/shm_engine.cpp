@@ -45,7 +45,8 @@ ShmEngine::ShmEngine(Communicator& mpi, const CommOptions& o)
   const int64_t lines = align_page(int64_t{size_} * kInlineSlots * kInlineLines * sizeof(Line));
   const int64_t staging = int64_t{size_} * slots_ * chunk_;
   const int64_t result = int64_t{slots_} * chunk_;
-  const int64_t total = control + lines + staging + result + kPage;
+  const int64_t mail = align_page(int64_t{size_} * size_ * kMailSlots * kLine);
+  const int64_t total = control + lines + staging + result + mail + kPage;
   window_bytes_ = total;
   run_on_mpi_thread(mpi_, "allocation of the shared-memory window", [&](MPI_Comm comm) {
     MPI_Info info;
@@ -69,6 +70,12 @@ ShmEngine::ShmEngine(Communicator& mpi, const CommOptions& o)
       auto* l = reinterpret_cast<Line*>(static_cast<char*>(base_) + control);
       for (int64_t i = 0; i < lines / static_cast<int64_t>(sizeof(Line)); i++)
         new (&l[i].tag) std::atomic<uint64_t>(0);
+      auto* m =
+          reinterpret_cast<Mail*>(static_cast<char*>(base_) + control + lines + staging + result);
+      for (int64_t i = 0; i < int64_t{size_} * size_ * kMailSlots; i++) {
+        new (&m[i].posted) std::atomic<uint64_t>(0);
+        new (&m[i].taken) std::atomic<uint64_t>(0);
+      }
     }
     rc = MPI_Barrier(comm);
     if (rc != MPI_SUCCESS) return rc;
@@ -86,13 +93,15 @@ ShmEngine::ShmEngine(Communicator& mpi, const CommOptions& o)
              got == probe;
     int all_ok = 0;
     rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-    direct_ = all_ok == 1 && o.shm.direct_bytes > 0;
+    readable_ = all_ok == 1;
+    direct_ = readable_ && o.shm.direct_bytes > 0;
     return rc;
   });
   control_ = static_cast<Counter*>(base_);
   lines_ = reinterpret_cast<Line*>(static_cast<char*>(base_) + control);
   staging_ = static_cast<char*>(base_) + control + lines;
   result_ = staging_ + staging;
+  mail_ = reinterpret_cast<Mail*>(result_ + result);
   oversubscribed_ = node_ranks_exceed_cores(size_);
   // What this launch decided at start-up (issue 15, item 8: is a launch's speed decided here?).
   if (std::getenv("KILN_SHM_DEBUG"))

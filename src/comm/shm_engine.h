@@ -9,6 +9,7 @@
 //   lines[r][i]:  rank r's small-message line sets (32; 8 lines of tag + 56 bytes each)
 //   staging[r][s]: rank r's staging slot s (chunk_bytes each, `slots` of them)
 //   result[s]:    the reduced chunk of step s, each owner writing its part (direct all-reduce)
+//   mail[a][b][i]: point-to-point descriptors from rank a to rank b (shm_p2p.h), kMailSlots each
 //
 // Every operation is a sequence of steps numbered identically on every rank (step_). A step uses
 // slot step % slots (a small step: line set step % 32); before writing into it a rank waits
@@ -61,6 +62,23 @@ constexpr int kInlineLines = 8;
 constexpr int kInlineSlots = 32;
 constexpr int64_t kInlineBytes = kInlineLines * sizeof(Line::data);  // 448
 
+// A point-to-point message's descriptor (shm_p2p.h): the sender fills it and then stores its
+// sequence number in `posted`; the receiver copies the data and stores it in `taken`, which
+// completes the send and frees the descriptor. Up to kMailInline bytes travel in it.
+constexpr int kMailSlots = 16;  // messages a rank may have posted to one peer and not yet taken
+constexpr int64_t kMailInline = 80;
+struct alignas(kLine) Mail {
+  std::atomic<uint64_t> posted;
+  std::atomic<uint64_t> taken;
+  int32_t tag;
+  uint32_t region;  // the sender's alloc_shared region holding the buffer (0: none)
+  int64_t bytes;
+  uint64_t addr;   // the buffer in the sender's process
+  int64_t offset;  // its offset in `region`
+  char data[kMailInline];
+};
+static_assert(sizeof(Mail) == kLine, "a descriptor is two cache lines");
+
 // Per rank: three progress counters, the closing flag, what a direct copy needs to know of
 // this rank's buffer (its address and the process id), and for an all-reduce of shared buffers
 // where this rank's buffer lies, whether it can read every peer's, and the chunks it has summed.
@@ -96,6 +114,14 @@ class ShmEngine {
   bool oversubscribed() const { return oversubscribed_; }
   // Every rank may read its peers' memory (process_vm_readv) and shm.direct_bytes > 0.
   bool direct_ok() const { return direct_; }
+  // Every rank may read its peers' memory, whatever shm.direct_bytes says.
+  bool peers_readable() const { return readable_; }
+  pid_t pid_of(int r) { return static_cast<pid_t>(counter(r, kPid).load()); }
+  // The descriptor of message `seq` (1, 2, ...) from rank `from` to rank `to`.
+  Mail& mail(int from, int to, uint64_t seq) {
+    return mail_[(int64_t{from} * size_ + to) * kMailSlots +
+                 static_cast<int64_t>(seq % kMailSlots)];
+  }
   int64_t window_bytes() const { return window_bytes_; }
   int64_t bytes_sent() const { return sent_.load(std::memory_order_relaxed); }
   // Where the parts start (for the start-up report, KILN_SHM_DEBUG).
@@ -293,6 +319,8 @@ class ShmEngine {
   uint64_t known_done_ = 0;  // every rank's done counter was at least this when last read
   char* staging_ = nullptr;
   char* result_ = nullptr;
+  Mail* mail_ = nullptr;
+  bool readable_ = false;
   bool oversubscribed_ = false;
   int long_waits_ = 0;  // recent waits that outlasted the spin (see backoff)
   int64_t inline_max_ = 0;

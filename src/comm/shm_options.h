@@ -38,6 +38,9 @@ struct ShmOptions {
   // Broadcasts read the root's buffer directly from this size on, however many ranks: the staged
   // broadcast's speed varied 5-fold from run to run at 16-512 KiB (docs/performance.md).
   int64_t direct_broadcast_bytes = 16 << 10;
+  // Point-to-point messages through the window, copied once by the receiver (shm_p2p.h);
+  // false: through MPI's own shared-memory transport.
+  bool p2p = true;
 };
 
 }  // namespace kiln

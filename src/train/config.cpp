@@ -174,6 +174,9 @@ std::vector<Key> schema(TrainConfig& c) {
       {"comm.algorithm", &c.comm_algorithm,
        "the shared-memory engine's all-reduce: \"auto\" (chosen by size), \"one_shot\", "
        "\"direct\", \"ring\" or \"halving_doubling\""},
+      {"comm.p2p", &c.comm_p2p,
+       "pipeline sends and receives: \"auto\" (inside a node through the shared-memory "
+       "engine, copied once by the receiver) or \"mpi\""},
   };
 }
 
@@ -371,6 +374,15 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     fail("config file {} is {}, not a TOML file; give one such as configs/tiny.toml", path, kind);
   if (read_errno) fail("config file {}: read error: {}", path, std::strerror(read_errno));
   return parse_train_config(text, path, overrides);
+}
+
+CommOptions TrainConfig::comm_options() const {
+  CommOptions co;
+  co.backend = comm_backend;
+  co.compress = comm_compress;
+  co.algorithm = comm_algorithm;
+  co.shm.p2p = comm_p2p != "mpi";
+  return co;
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -614,6 +626,8 @@ void TrainConfig::validate() const {
          comm_backend);
   if (comm_compress != "none" && comm_compress != "bf16")
     fail("{}: comm.compress must be \"none\" or \"bf16\", got '{}'", source, comm_compress);
+  if (comm_p2p != "auto" && comm_p2p != "mpi")
+    fail("{}: comm.p2p must be \"auto\" or \"mpi\", got '{}'", source, comm_p2p);
   if (!is_shm_algorithm(comm_algorithm))
     fail("{}: comm.algorithm must be {}, got '{}'", source, kShmAlgorithmChoices, comm_algorithm);
   // Paths with a newline or another control character are never meant (and break the lines

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator.h"
 #include "model/model.h"
 #include "parallel/grid.h"
 
@@ -94,6 +95,11 @@ struct TrainConfig {
   // The engine's all-reduce/reduce-scatter algorithm: "auto" (by size), "one_shot", "direct",
   // "ring", "halving_doubling" (docs/collectives.md).
   std::string comm_algorithm = "auto";
+  // Point-to-point (pipeline) messages: "auto" (through the shared-memory engine's window when
+  // it runs the group, docs/collectives.md) or "mpi".
+  std::string comm_p2p = "auto";
+  // The communicator options the [comm] keys give (backend, compression, algorithm, p2p).
+  CommOptions comm_options() const;
 
   // Resolved form, every key with its value.
   nlohmann::json to_json() const;

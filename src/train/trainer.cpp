@@ -67,11 +67,7 @@ Trainer::Trainer(TrainConfig cfg, TrainerOptions opts, std::unique_ptr<Communica
   cfg_.validate();
   observe_communicators();  // the watchdog reads what the communicators report
   if (!comm) {
-    CommOptions co;
-    co.backend = cfg_.comm_backend;
-    co.compress = cfg_.comm_compress;
-    co.algorithm = cfg_.comm_algorithm;
-    comm = make_world_communicator(co);
+    comm = make_world_communicator(cfg_.comm_options());
   }
   GridShape shape;
   refused_as_bad_input([&] { shape = cfg_.grid_shape(comm->size()); });

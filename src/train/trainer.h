@@ -264,7 +264,10 @@ class Trainer {
   std::vector<std::unique_ptr<Model>> later_models_;      // chunks 1.. (chunk 0 is model_)
   std::vector<std::unique_ptr<DataParallel>> later_dps_;  // their data parallelism
   Buffer<int32_t> micro_inputs_, micro_targets_;
-  Buffer<float> act_in_, grad_in_, grad_out_[2], tied_grad_;
+  Buffer<float> act_in_, grad_in_, tied_grad_;
+  // The two input-gradient send buffers, in the pipeline group's shared memory: the previous
+  // stage copies them straight out (memcpy, comm/shm_p2p.h) rather than through the kernel.
+  std::unique_ptr<SharedMemory> grad_out_[2];
   double run_start_ = 0;
   int64_t run_first_step_ = 0;
   std::optional<MetricsLog> metrics_;

@@ -124,10 +124,11 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
   const int64_t BT = static_cast<int64_t>(cfg_.batch_size) * cfg_.seq_len;
   // A stage's input or output (this rank's rows of it under sequence parallelism).
   const int64_t x_numel = model_->stage_io_numel();
-  if (act_in_.size() != static_cast<size_t>(x_numel)) {
+  // (Validation may have sized act_in_ already: the step's buffers go by grad_in_.)
+  if (grad_in_.size() != static_cast<size_t>(x_numel)) {
     act_in_.resize(x_numel);
     grad_in_.resize(x_numel);
-    for (auto& b : grad_out_) b.resize(x_numel);
+    for (auto& b : grad_out_) b = pp.alloc_shared(x_numel * static_cast<int64_t>(sizeof(float)));
     micro_inputs_.resize(BT * m);
     micro_targets_.resize(BT * m);
   }
@@ -237,9 +238,10 @@ double Trainer::pipeline_forward_backward(StepResult& r, float dloss) {
     if (!st.embedding) {  // input_grad() is overwritten by the next backward: send a copy
       const int k = sent_grads++ % 2;
       if (grad_send[k]) grad_send[k]->wait();
-      std::copy(model.input_grad(), model.input_grad() + x_numel, grad_out_[k].data());
-      grad_send[k] = pp.send_async(grad_out_[k].data(), x_numel, DType::F32, (g + S - 1) % P,
-                                   transfer_tag(g - 1, S, i, true));
+      float* out = static_cast<float*>(grad_out_[k]->data());
+      std::copy(model.input_grad(), model.input_grad() + x_numel, out);
+      grad_send[k] =
+          pp.send_async(out, x_numel, DType::F32, (g + S - 1) % P, transfer_tag(g - 1, S, i, true));
     }
     if (split) continue;  // the slot is held until its weight part
     ch.free_slots.push_back(s);
