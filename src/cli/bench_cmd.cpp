@@ -368,6 +368,7 @@ void bench_comm(const BenchCommOpts& o) {
   if (b.algorithms.empty()) b.algorithms = {"auto"};
   std::vector<CommBenchRow> rows = run_comm_bench(b);
   const double stream_rate = concurrent_stream_rate();
+  const double barrier = shm_barrier_seconds();
   int rank = 0, world = 1;
   {
     auto c = make_world_communicator();
@@ -387,6 +388,7 @@ void bench_comm(const BenchCommOpts& o) {
                         {"chunk_bytes", o.chunk},
                         {"shared", o.shared},
                         {"memory_gbs", stream_rate / 1e9},
+                        {"barrier_us", barrier * 1e6},
                         {"traffic_per_byte", traffic},
                         {"bound_algbw_gbs", bound}};
     for (auto& r : rows) {
@@ -422,6 +424,10 @@ void bench_comm(const BenchCommOpts& o) {
       "rank;\n# the op needs {:.2f} bytes of traffic per byte of buffer{}, so large buffers' "
       "algbw <= {:.2f} GB/s\n# (docs/collectives.md, \"The memory-traffic bound\")\n",
       stream_rate / 1e9, traffic, o.shared ? " (shared buffers)" : "", bound);
+  fmt::print(
+      "# cores: an engine barrier (a cache line each way between the ranks' cores) takes {:.2f} "
+      "us\n",
+      barrier * 1e6);
   if (b.algorithms.size() > 1) {
     // Side by side: time and busbw of each algorithm, then MPI's, then the fastest.
     fmt::print("#{:>12} {:>11} {:>6}", "", "", "");

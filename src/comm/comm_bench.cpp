@@ -116,6 +116,21 @@ double concurrent_stream_rate() {
   return 3.0 * n * sizeof(float) / median(times);  // read a and b, write a
 }
 
+double shm_barrier_seconds() {
+  CommOptions o;
+  o.backend = "shm";
+  auto c = make_world_communicator(o);
+  std::vector<double> times;
+  for (int r = 0; r < 6; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now_seconds();
+    for (int i = 0; i < 2000; i++) c->barrier();
+    const double t = max_over_ranks((now_seconds() - t0) / 2000);
+    if (r > 0) times.push_back(t);  // the first warms up
+  }
+  return median(times);
+}
+
 // Per rank and byte of the buffer, the bytes the algorithm reads and writes in memory that is
 // not cache-resident; a written line not read before is read too, for ownership.
 double memory_traffic(const std::string& op, int ranks, bool shared) {

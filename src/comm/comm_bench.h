@@ -41,6 +41,11 @@ struct CommBenchRow {
 // once (read 2, write 1: an in-place reduction's pattern): median of 5, the slowest rank each time.
 double concurrent_stream_rate();
 
+// The time of one barrier of a shared-memory engine over every rank (a counter each rank sets
+// and every other reads: about one cache-line transfer between cores each way), the median of
+// 5 repetitions of 2000: how far apart the ranks' cores are in this launch.
+double shm_barrier_seconds();
+
 // Bytes of memory traffic per byte of buffer and rank that the op needs at least, for large
 // buffers (docs/collectives.md, "The memory-traffic bound"); `shared`: an all-reduce of
 // alloc_shared buffers, read in place. The bound on algbw is the stream rate divided by this.
