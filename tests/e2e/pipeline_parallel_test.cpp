@@ -35,6 +35,7 @@ using kiln::testing::TempDir;
 class PipelineRun : public LayoutRun {
  protected:
   void SetUp() override { ASSERT_EQ(write_config("n_layer = 4\nn_head = 2\nn_embd = 32\n"), ""); }
+  void expect_restart_after_kill(int ranks, const std::string& sets);
 };
 
 TEST_F(PipelineRun, EveryScheduleAndStageCountAgreesWithOneProcessAndRepeatsToTheBit) {
@@ -151,19 +152,19 @@ TEST_F(PipelineRun, CheckpointFromOneLayoutResumesOnAnother) {
   expect_resumes("interleaved", "from_interleaved", 2, "--set train.batch_size=2");
 }
 
-// A stage's process killed mid-run: kiln launch restarts the pipeline from the newest complete
-// checkpoint and it ends with the bits of a run that was never interrupted.
-TEST_F(PipelineRun, LaunchRestartsAPipelineAfterKillNineAndEndsWithTheSameBits) {
-  const std::string common =
-      config_ + " --set parallel.pp=2 --set train.steps=120 --set train.grad_accum=2";
-  auto full = run_kiln("launch -n 2 " + common + " --set train.out_dir=" + (dir_ / "full"));
+// A rank killed mid-run: kiln launch restarts the job from the newest complete checkpoint and it
+// ends with the bits of a run that was never interrupted.
+void PipelineRun::expect_restart_after_kill(int ranks, const std::string& sets) {
+  const std::string common = config_ + " --set train.steps=120 --set train.grad_accum=2 " + sets;
+  const std::string launch = "launch -n " + std::to_string(ranks) + " ";
+  auto full = run_kiln(launch + common + " --set train.out_dir=" + (dir_ / "full"));
   ASSERT_EQ(full.exit_code, 0) << full.output;
   std::mt19937 gen(std::random_device{}());
-  const int victim = static_cast<int>(gen() % 2);
+  const int victim = static_cast<int>(gen() % ranks);
   const int at = 10 * static_cast<int>(2 + gen() % 8);
-  SCOPED_TRACE("killing stage " + std::to_string(victim) + " after step " + std::to_string(at));
+  SCOPED_TRACE("killing rank " + std::to_string(victim) + " after step " + std::to_string(at));
   std::string out = dir_ / "killed";
-  pid_t pid = spawn_kiln("launch -n 2 --max-restarts 1 " + common + " --set train.out_dir=" + out,
+  pid_t pid = spawn_kiln(launch + "--max-restarts 1 " + common + " --set train.out_dir=" + out,
                          out + ".log");
   ASSERT_GE(pid, 0);
   ASSERT_EQ(kiln::testing::kill_rank_after_checkpoint(pid, out, victim, at, 60), "")
@@ -176,6 +177,15 @@ TEST_F(PipelineRun, LaunchRestartsAPipelineAfterKillNineAndEndsWithTheSameBits) 
   EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
   EXPECT_TRUE(bytes_of(dir_ / "full/checkpoints/step_00000120/model.safetensors") ==
               bytes_of(out + "/checkpoints/step_00000120/model.safetensors"));
+}
+
+TEST_F(PipelineRun, LaunchRestartsAPipelineAfterKillNineAndEndsWithTheSameBits) {
+  expect_restart_after_kill(2, "--set parallel.pp=2");
+}
+
+// The same for a 3D layout, tp 2 x pp 2 (the stages' messages through the shared-memory engine).
+TEST_F(PipelineRun, LaunchRestartsA3DJobAfterKillNineAndEndsWithTheSameBits) {
+  expect_restart_after_kill(4, "--set parallel.tp=2 --set parallel.pp=2");
 }
 
 TEST_F(PipelineRun, LayoutsThatCannotRunAreRefusedNamingTheKeys) {
