@@ -49,32 +49,20 @@ void ShmP2p::mark_broken(const std::string& why) {
 
 std::shared_ptr<Work> ShmP2p::send(const void* buf, int64_t bytes, int64_t count, int peer,
                                    int tag) {
-  KILN_CHECK(peer >= 0 && peer < size_ && bytes >= 0);
-  auto m = std::make_shared<Message>();
-  m->owner = this;
-  m->sending = true;
-  m->buf = const_cast<void*>(buf);
-  m->bytes = bytes;
-  m->count = count;
-  m->peer = peer;
-  m->tag = tag;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (broken()) {
-    m->done = true;
-    m->error = fmt::format("rank {}: {} not run: an earlier operation failed ({})", me_,
-                           m->desc().text(), reason_);
-  } else if (queued_[peer].empty() && try_post(*m)) {
-    sending_.push_back(m);
-  } else {
-    queued_[peer].push_back(m);
-  }
-  return m;
+  return start(true, const_cast<void*>(buf), bytes, count, peer, tag);
 }
 
 std::shared_ptr<Work> ShmP2p::recv(void* buf, int64_t bytes, int64_t count, int peer, int tag) {
+  return start(false, buf, bytes, count, peer, tag);
+}
+
+// A send is posted (or queued behind earlier sends to its peer); a receive waits in line.
+std::shared_ptr<Work> ShmP2p::start(bool sending, void* buf, int64_t bytes, int64_t count, int peer,
+                                    int tag) {
   KILN_CHECK(peer >= 0 && peer < size_ && bytes >= 0);
   auto m = std::make_shared<Message>();
   m->owner = this;
+  m->sending = sending;
   m->buf = buf;
   m->bytes = bytes;
   m->count = count;
@@ -85,8 +73,12 @@ std::shared_ptr<Work> ShmP2p::recv(void* buf, int64_t bytes, int64_t count, int 
     m->done = true;
     m->error = fmt::format("rank {}: {} not run: an earlier operation failed ({})", me_,
                            m->desc().text(), reason_);
-  } else {
+  } else if (!sending) {
     receiving_.push_back(m);
+  } else if (queued_[peer].empty() && try_post(*m)) {
+    sending_.push_back(m);
+  } else {
+    queued_[peer].push_back(m);
   }
   return m;
 }

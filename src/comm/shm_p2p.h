@@ -50,6 +50,8 @@ class ShmP2p {
 
  private:
   friend struct Message;
+  std::shared_ptr<Work> start(bool sending, void* buf, int64_t bytes, int64_t count, int peer,
+                              int tag);
   // Posts queued sends whose descriptors are free, completes sends whose message was taken and
   // receives whose message arrived (copying it). Called with mu_ held.
   void progress();
