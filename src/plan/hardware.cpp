@@ -16,7 +16,8 @@ Dtype parse_dtype(const std::string& s) {
   if (s == "fp32") return Dtype::fp32;
   if (s == "bf16") return Dtype::bf16;
   if (s == "fp16") return Dtype::fp16;
-  fail("unknown precision '{}': use bf16, fp16 (16-bit mixed precision) or fp32", s);
+  if (s == "fp8") return Dtype::fp8;
+  fail("unknown precision '{}': use bf16, fp16 (16-bit mixed precision), fp8 or fp32", s);
 }
 
 const char* dtype_name(Dtype d) {
@@ -27,6 +28,8 @@ const char* dtype_name(Dtype d) {
       return "bf16";
     case Dtype::fp16:
       return "fp16";
+    case Dtype::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -65,6 +68,7 @@ const std::vector<DeviceSpec>& device_catalog() {
     // 6.5 kW max):
     // https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf
     DeviceSpec a100;
+    a100.arch = "ampere";
     a100.peak_tflops_16 = 312;
     a100.peak_tflops_32 = 19.5;
     a100.matmul_efficiency = 0.859 * kSustained;
@@ -99,7 +103,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "h100-sxm";
       d.description = "NVIDIA H100 SXM5 80 GB";
+      d.arch = "hopper";
       d.peak_tflops_16 = 989;
+      d.peak_tflops_8 = 1979;  // 3,958 with sparsity
       d.peak_tflops_32 = 67;
       d.memory_gib = 80e9 / (1 << 30);
       d.mem_bw_gbs = 3350;
@@ -115,6 +121,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.name = "h100-pcie";
       d.description = "NVIDIA H100 PCIe 80 GB";
       d.peak_tflops_16 = 756;
+      d.peak_tflops_8 = 1513;  // 3,026 with sparsity
       d.peak_tflops_32 = 51;
       d.mem_bw_gbs = 2000;
       d.tdp_w = 350;
@@ -133,7 +140,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "h200";
       d.description = "NVIDIA H200 SXM 141 GB";
+      d.arch = "hopper";
       d.peak_tflops_16 = 989;
+      d.peak_tflops_8 = 1979;
       d.peak_tflops_32 = 67;
       d.memory_gib = 141e9 / (1 << 30);
       d.mem_bw_gbs = 4800;
@@ -157,7 +166,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "b200";
       d.description = "NVIDIA B200 (HGX, 1,000 W) 180 GB";
+      d.arch = "blackwell";
       d.peak_tflops_16 = 2250;
+      d.peak_tflops_8 = 4500;  // 9 PFLOP/s with sparsity
       d.peak_tflops_32 = 80;
       d.memory_gib = 180e9 / (1 << 30);
       d.mem_bw_gbs = 8000;
@@ -183,7 +194,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "l40s";
       d.description = "NVIDIA L40S 48 GB (PCIe)";
+      d.arch = "ada";
       d.peak_tflops_16 = 362;
+      d.peak_tflops_8 = 733;  // 1,466 with sparsity
       d.peak_tflops_32 = 91.6;
       d.memory_gib = 48e9 / (1 << 30);
       d.mem_bw_gbs = 864;
@@ -200,6 +213,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.name = "rtx4090";
       d.description = "NVIDIA GeForce RTX 4090 24 GB (PCIe)";
       d.peak_tflops_16 = 165.2;
+      d.peak_tflops_8 = 330.3;  // FP32 accumulate, dense (whitepaper: 660.6 with sparsity)
       d.peak_tflops_32 = 82.6;
       d.memory_gib = 24e9 / (1 << 30);
       d.mem_bw_gbs = 1008;
@@ -229,6 +243,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "mi250x";
       d.description = "AMD Instinct MI250X, one GCD (half a package)";
+      d.arch = "cdna2";
       d.peak_tflops_16 = 191.5;
       d.peak_tflops_32 = 47.9;
       d.memory_gib = 64e9 / (1 << 30);
@@ -253,7 +268,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "mi300x";
       d.description = "AMD Instinct MI300X 192 GB";
+      d.arch = "cdna3";
       d.peak_tflops_16 = 1307;
+      d.peak_tflops_8 = 2614.9;  // 5,229.8 with sparsity
       d.peak_tflops_32 = 163.4;
       d.memory_gib = 192e9 / (1 << 30);
       d.mem_bw_gbs = 5300;
@@ -280,6 +297,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.description =
           "this machine's CPU (2 cores, one kiln process), as docs/performance.md measured";
       d.cpu = true;
+      d.arch = "cpu";
       d.peak_tflops_16 = 0;
       d.peak_tflops_32 = 0.2;
       d.memory_gib = 24;
@@ -333,6 +351,7 @@ void DeviceSpec::validate(const std::string& where) const {
     fail("{}: device '{}': efficiencies are fractions of the peak, at most 1", where, name);
   if (reserved_gib < 0 || reserved_gib >= memory_gib)
     fail("{}: device '{}': reserved_gib must be in [0, memory_gib)", where, name);
+  if (peak_tflops_8 < 0) fail("{}: device '{}': peak_tflops_fp8 must not be negative", where, name);
   if (kernel_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 || tdp_w < 0 ||
       node_overhead_w < 0)
     fail("{}: device '{}': overheads, cache and power must not be negative", where, name);
@@ -538,7 +557,9 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
          if (!v.is_boolean()) fail("{}: hardware key '{}' must be true or false", source, k);
          d.cpu = *v.value<bool>();
        }},
+      {"device.arch", str(&d.arch)},
       {"device.peak_tflops_bf16", num(&d.peak_tflops_16)},
+      {"device.peak_tflops_fp8", num(&d.peak_tflops_8)},
       {"device.peak_tflops_fp32", num(&d.peak_tflops_32)},
       {"device.memory_gib", num(&d.memory_gib)},
       {"device.reserved_gib", num(&d.reserved_gib)},
@@ -640,6 +661,8 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   // A peak of 0 means "not supported": the key is left out rather than written as 0.
   if (d.peak_tflops_16 > 0) out += fmt::format("peak_tflops_bf16 = {:.6g}\n", d.peak_tflops_16);
   if (d.peak_tflops_32 > 0) out += fmt::format("peak_tflops_fp32 = {:.6g}\n", d.peak_tflops_32);
+  if (d.peak_tflops_8 > 0) out += fmt::format("peak_tflops_fp8 = {:.6g}\n", d.peak_tflops_8);
+  if (!d.arch.empty()) out += fmt::format("arch = {}\n", q(d.arch));
   out += fmt::format("memory_gib = {:.6g}\n", d.memory_gib);
   out += fmt::format("reserved_gib = {:.6g}\n", d.reserved_gib);
   out += fmt::format("mem_bw_gbs = {:.6g}\n", d.mem_bw_gbs);

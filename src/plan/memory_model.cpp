@@ -6,9 +6,10 @@
 
 namespace kiln::plan {
 
-StateBytes state_bytes(Dtype d) {
-  if (d == Dtype::fp32) return {4, 4, 8};
-  return {2, 2, 12};
+StateBytes state_bytes(const JobSpec& j) {
+  if (j.dtype == Dtype::fp32) return {4, 4, 8, 4};
+  const double fp8_copy = j.dtype == Dtype::fp8 ? 1 : 0;
+  return {2 + fp8_copy, j.software.grad_bytes(j.dtype), 12, 2};
 }
 
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {
@@ -31,7 +32,7 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
 
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                const Layout& l, int64_t micro_batches) {
-  const StateBytes sb = state_bytes(j.dtype);
+  const StateBytes sb = state_bytes(j);
   const double e = activation_bytes(j.dtype);
   const double n = double(l.mb) * j.seq_len;
   const double rep = l.sp ? 1.0 / l.tp : 1.0;
@@ -60,7 +61,7 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     // 16-bit weights of the running layer and the next one, and one layer's gradients.
     mb.transient = act_layer_full;
     if (l.recompute == Recompute::full) mb.transient += act_layer_full;
-    if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.weights + sb.grads);
+    if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
     const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
     mb.allowance = counted * j.mem_allowance;
     mb.reserved = c.device.reserved_gib * double(1 << 30);

@@ -78,6 +78,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
       {"global_batch_tokens", j.global_batch_tokens},
       {"train_tokens", j.train_tokens},
       {"dtype", dtype_name(j.dtype)},
+      {"software", j.software.name},
       {"attention", j.flash_attention ? "flash" : "unfused"},
       {"overlap_dp", j.overlap_dp},
       {"mem_allowance", j.mem_allowance},
@@ -190,10 +191,11 @@ std::string inputs_text(const PlanInputs& in) {
       m.ffn == FfnKind::swiglu ? "SwiGLU" : "GELU", m.ffn_hidden, m.vocab);
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
-      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention\n",
+      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
+      "software {}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
       si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
-      j.flash_attention ? "flash" : "unfused");
+      j.flash_attention ? "flash" : "unfused", j.software.name);
   return s;
 }
 

@@ -9,13 +9,19 @@
 namespace kiln::plan {
 namespace {
 
-// What one device sustains, in FLOP/s, bytes/s and seconds.
+// What one device sustains under the job's software, in FLOP/s, bytes/s and seconds.
 struct Rates {
-  double flops = 0, attn_flops = 0, bw = 0, cache_bytes = 0, cache_bw = 0, overhead = 0, e = 2;
+  double flops = 0, attn_flops = 0, flash_flops = 0, bw = 0, cache_bytes = 0, cache_bw = 0;
+  double overhead = 0, e = 2;
 
-  Rates(const DeviceSpec& d, Dtype dt) {
+  Rates(const DeviceSpec& d, const JobSpec& j) {
+    const Dtype dt = j.dtype;
     flops = d.peak_tflops(dt) * 1e12 * d.matmul_efficiency;
+    // Unfused attention runs batched GEMMs; a flash kernel runs at the software's published
+    // rate on the device's architecture, or (no figure) at the unfused rate.
     attn_flops = flops * d.attention_efficiency;
+    flash_flops = j.software.flash_flops(d);
+    if (flash_flops <= 0) flash_flops = attn_flops;
     bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency;
     cache_bytes = d.cache_mib * double(1 << 20);
     cache_bw = d.cache_bw_gbs * 1e9;
@@ -68,8 +74,8 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     // Causal: the kernel skips the masked half. Backward runs 5 products of s·s·d per head
     // against forward's 2 (it recomputes the scores), so 2.5 × forward.
     const double fl = heads * 0.5 * 4 * s * s * d;
-    lt.attn_fwd = r.overhead + fl / r.attn_flops;
-    lt.bwd += r.overhead + 2.5 * fl / r.attn_flops;
+    lt.attn_fwd = r.overhead + fl / r.flash_flops;
+    lt.bwd += r.overhead + 2.5 * fl / r.flash_flops;
   } else {
     // Scores S = Q·Kᵀ (s×d · d×s) and O = P·V (s×s · s×d) per head; backward dP = dO·Vᵀ,
     // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q. Softmax (and dropout) read and write the s×s matrix.
@@ -84,15 +90,20 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     }
   }
   lt.fwd += lt.attn_fwd;
-  // Element-wise kernels: two norms, two residual adds (with dropout), rotary, the activation.
-  auto ew = [&](double bytes, double count) {
-    lt.fwd += r.elementwise(bytes, count);
-    lt.bwd += r.elementwise(2 * bytes, count);
+  // Element-wise kernels: two norms, two residual adds (with dropout), rotary, the activation;
+  // `bytes` is what one fused kernel moves, and eager composites move more in more kernels.
+  auto ew = [&](double bytes, double count, Composite c = {}) {
+    lt.fwd += r.elementwise(bytes * c.traffic / c.kernels, count * c.kernels);
+    lt.bwd += r.elementwise(2 * bytes * c.traffic / c.kernels, count * c.kernels);
   };
-  ew(2 * n * h * e * rep, 2);
+  const SoftwareProfile& sw = j.software;
+  ew(2 * n * h * e * rep, 2, m.norm == NormKind::rmsnorm ? sw.rmsnorm : Composite{});
   ew((3 * n * h * e + drop * n * h) * rep, 2);
-  if (!m.learned_positions) ew(2 * n * (q + kv) / t * e, 1);
-  ew((m.ffn == FfnKind::swiglu ? 3 : 2) * n * f / t * e, 1);
+  if (!m.learned_positions) ew(2 * n * (q + kv) / t * e, 1, sw.rotary);
+  if (m.ffn == FfnKind::swiglu)
+    ew(3 * n * f / t * e, 1, sw.swiglu);
+  else
+    ew(2 * n * f / t * e, 1);
   return lt;
 }
 
@@ -105,8 +116,8 @@ struct StageTimes {
 
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,
                         int64_t micro_batches) {
-  const Rates r(c.device, j.dtype);
-  const StateBytes sb = state_bytes(j.dtype);
+  const Rates r(c.device, j);
+  const StateBytes sb = state_bytes(j);
   const double n = double(l.mb) * j.seq_len, e = r.e, t = l.tp;
   const double rep = l.sp ? 1.0 / t : 1.0;
   const LayerTimes lt = layer_times(m, j, l, r);
@@ -133,8 +144,10 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double embed = r.elementwise(n * m.hidden * e, 1) + r.elementwise(2 * n * m.hidden * e, 1);
 
   // Pipeline sends: the boundary activation and its gradient, split over the tp ranks (sequence
-  // parallelism, or Megatron-LM's scatter-gather), once per virtual stage.
-  const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(act / t, c, l) : 0.0;
+  // parallelism, or Megatron-LM's scatter-gather) unless the software sends every rank's copy,
+  // once per virtual stage.
+  const double p2p_bytes = j.software.p2p_split_tp ? act / t : act;
+  const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(p2p_bytes, c, l) : 0.0;
 
   const GroupPath dpg = group_path(c, l, Dim::dp);
   const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
@@ -173,7 +186,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       const size_t n_units = units.size();
       std::vector<double> ag(n_units), rs(n_units);
       for (size_t k = 0; k < n_units; k++) {
-        ag[k] = z3 ? all_gather_s(units[k].params * sb.weights, dpg) : 0.0;
+        ag[k] = z3 ? all_gather_s(units[k].params * sb.gathered, dpg) : 0.0;
         rs[k] = reduce_scatter_s(units[k].params * sb.grads, dpg);
       }
       const double gathers_bwd = z3 && rec_full ? 2 : 1;        // a full recompute gathers again
@@ -218,7 +231,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // forward k stage-forwards after it, which is time its collectives can hide in.
   for (size_t i = 0; i < stages.size(); i++) {
     if (l.dp <= 1) break;
-    const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.weights;
+    const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.gathered;
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
     if (l.zero == 1) after_bwd = reduce_scatter_s(grads, dpg);

@@ -27,8 +27,11 @@ Planned planned(const std::string& model, const std::string& gpu, int nodes, Dty
 // Mixed-precision Adam keeps 16 bytes per parameter (ZeRO paper, section 3.1: 2 + 2 + 12):
 // a 7B model needs 16 × 6.74e9 bytes of model state on one device, and ZeRO-3 over 8 devices
 // divides all of it by 8; ZeRO-1 only the 12 optimizer bytes, ZeRO-2 also the 2 gradient bytes.
+// (Software that keeps 16-bit gradients, as FSDP does; Megatron-LM's bf16 runs keep fp32 ones,
+// below.)
 TEST(PlanMemoryModel, MixedPrecisionAdamIs16BytesPerParameterAndZeroDividesIt) {
   Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  s.job.software = find_software("fsdp");
   const double P = double(count_params(s.model).total);
   Layout l;
   l.dp = 1;
@@ -46,6 +49,27 @@ TEST(PlanMemoryModel, MixedPrecisionAdamIs16BytesPerParameterAndZeroDividesIt) {
   const MemoryBreakdown m = memory_per_gpu(s.model, s.cluster, s.job, l, 1);
   EXPECT_DOUBLE_EQ(m.weights, 4 * P);
   EXPECT_DOUBLE_EQ(m.optimizer, 8 * P);
+}
+
+// Megatron-LM accumulates and reduces bf16 runs' gradients in fp32 (arguments.py sets
+// accumulate_allreduce_grads_in_fp32): 18 bytes per parameter; fp16 runs keep 16-bit gradients.
+// fp8 adds the weights' fp8 copy to bf16 mixed precision.
+TEST(PlanMemoryModel, SoftwareSetsTheGradientBytesAndFp8AddsAWeightCopy) {
+  Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  s.job.software = find_software("megatron");
+  const double P = double(count_params(s.model).total);
+  Layout l;
+  l.dp = 1;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(s.model, s.cluster, s.job, l, 1).model_state(), 18 * P);
+  s.job.dtype = Dtype::fp16;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(s.model, s.cluster, s.job, l, 1).model_state(), 16 * P);
+  s.job.software = find_software("torchtitan");  // FSDP2 reduces in fp32 by default
+  s.job.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(state_bytes(s.job).grads, 4);
+  s.job.dtype = Dtype::fp8;
+  const StateBytes sb = state_bytes(s.job);
+  EXPECT_DOUBLE_EQ(sb.weights, 3);
+  EXPECT_DOUBLE_EQ(sb.gathered, 2);  // ZeRO-3 gathers the bf16 weights
 }
 
 // Korthikanti et al. 2022, section 4 (GPT-3 175B shapes, 16-bit activations, dropout, attention

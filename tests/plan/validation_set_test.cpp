@@ -119,6 +119,7 @@ PublishedRun run_of(const json& r) {
   run.job.global_batch_tokens = j["global_batch_seqs"].get<int64_t>() * run.job.seq_len;
   run.job.train_tokens = j.value("train_tokens", 1e12);
   run.job.dtype = parse_dtype(j["dtype"]);
+  run.job.software = find_software(r["software"]);
   run.job.flash_attention = j["flash_attention"];
   run.job.overlap_dp = j["overlap_dp"];
   run.job.validate();
@@ -352,6 +353,7 @@ TEST(PlanValidationSet, EveryRunParsesAndKeepsItsCommittedHalf) {
     EXPECT_EQ(r["split"], half_of(id)) << id;
     EXPECT_NO_THROW(run_of(r)) << id;
     EXPECT_FALSE(r["source"].get<std::string>().empty()) << id;
+    EXPECT_NO_THROW(find_software(r["software"])) << id << " names its software profile";
     if (!r["supported"].get<bool>()) {
       EXPECT_FALSE(r.value("unsupported_reason", "").empty()) << id << " needs its reason";
     }
