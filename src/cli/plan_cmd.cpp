@@ -452,9 +452,7 @@ void plan(const PlanOpts& o, const Given& g) {
   if (cluster.device.cpu && !g.software->count()) job.software = find_software("kiln");
   if (cluster.device.cpu && !g.dtype->count()) job.dtype = Dtype::fp32;
   if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
-  if (cluster.device.peak_tflops(job.dtype) <= 0)
-    fail("{} has no {} peak in its description; plan with --dtype {}", cluster.device.name,
-         dtype_name(job.dtype), job.dtype == Dtype::fp32 ? "bf16" : "fp32");
+  if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
   const PlanInputs in{model, cluster, job};
 
   if (g.days->count()) {
@@ -614,8 +612,10 @@ void register_plan(CLI::App& app) {
                         ->group(J);
   g->tokens =
       cmd->add_option("--tokens", o->tokens, "training tokens (e.g. 2T, 300B, 1.5e12)")->group(J);
-  g->dtype = cmd->add_option("--dtype", o->dtype,
-                             "bf16 or fp16 (mixed precision with fp32 master weights) or fp32")
+  g->dtype = cmd->add_option(
+                    "--dtype", o->dtype,
+                    "bf16 or fp16 (mixed precision with fp32 master weights), fp8 (linear layers' "
+                    "matmuls in fp8, the rest bf16) or fp32")
                  ->group(J);
   g->attention =
       cmd->add_option("--attention", o->attention, "flash (no score matrix kept) or unfused")

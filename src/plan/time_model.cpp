@@ -11,12 +11,17 @@ namespace {
 
 // What one device sustains under the job's software, in FLOP/s, bytes/s and seconds.
 struct Rates {
-  double flops = 0, attn_flops = 0, flash_flops = 0, bw = 0, cache_bytes = 0, cache_bw = 0;
-  double overhead = 0, e = 2;
+  double flops = 0, linear_flops = 0, attn_flops = 0, flash_flops = 0, bw = 0, cache_bytes = 0;
+  double cache_bw = 0, overhead = 0, e = 2;
+  // fp8: the block's linear layers run at the fp8 rate, each of their tensors cast first.
+  bool fp8 = false;
+  double cast_bytes = 0;  // per element cast
+  int cast_kernels = 1;
 
   Rates(const DeviceSpec& d, const JobSpec& j) {
     const Dtype dt = j.dtype;
     flops = d.peak_tflops(dt) * 1e12 * d.matmul_efficiency;
+    linear_flops = d.linear_flops(dt);
     // Unfused attention runs batched GEMMs; a flash kernel runs at the software's published
     // rate on the device's architecture, or (no figure) at the unfused rate.
     attn_flops = flops * d.attention_efficiency;
@@ -27,12 +32,21 @@ struct Rates {
     cache_bw = d.cache_bw_gbs * 1e9;
     overhead = d.kernel_overhead_us * 1e-6;
     e = activation_bytes(dt);
+    fp8 = dt == Dtype::fp8;
+    cast_bytes = j.software.fp8_cast_bytes_per_e * e + j.software.fp8_cast_bytes_fixed;
+    cast_kernels = std::max(1, j.software.fp8_cast_kernels);
   }
 
   // `count` products C(M,N) = A(M,K)·B(K,N) of one shape in one (batched) kernel: at the
   // matmul rate, or at the attention kernels' rate, or at `rate`.
   double matmul(double M, double N, double K, double count = 1) const {
     return product(M, N, K, count, flops);
+  }
+  // A transformer block's linear layer: fp8 when the job is.
+  double linear(double M, double N, double K) const { return product(M, N, K, 1, linear_flops); }
+  // Casting `elements` of a 16-bit tensor to fp8 for a matmul (amax, cast, transposed copy).
+  double cast(double elements) const {
+    return fp8 ? elementwise(elements * cast_bytes / cast_kernels, cast_kernels) : 0.0;
   }
   double attention_matmul(double M, double N, double K, double count) const {
     return product(M, N, K, count, attn_flops);
@@ -60,10 +74,11 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   const double kv = double(m.n_kv_head) * d, f = m.ffn_hidden;
   const double rep = l.sp ? 1.0 / t : 1.0, drop = m.dropout ? 1.0 : 0.0;
   LayerTimes lt;
-  // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy.
+  // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy. In fp8 all three run
+  // on fp8 operands: x and W are cast in forward, dy in backward.
   auto linear = [&](double K, double N) {
-    lt.fwd += r.matmul(n, N, K);
-    lt.bwd += r.matmul(n, K, N) + r.matmul(K, N, n);
+    lt.fwd += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
+    lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + r.cast(n * N);
   };
   linear(h, (q + 2 * kv) / t);                            // QKV
   linear(q / t, h);                                       // attention output
