@@ -12,10 +12,16 @@
 
 namespace kiln::plan {
 
+std::string Layout::recompute_text() const {
+  if (recompute_op) return "op";
+  if (recompute == Recompute::full && full_every > 1) return fmt::format("full/{}", full_every);
+  return recompute_name(recompute);
+}
+
 std::string Layout::to_string() const {
   std::string s = fmt::format("tp={},pp={},", tp, pp);
   if (dp > 0) s += fmt::format("dp={},", dp);  // 0: not chosen yet
-  s += fmt::format("mb={},zero={},recompute={}", mb, zero, recompute_name(recompute));
+  s += fmt::format("mb={},zero={},recompute={}", mb, zero, recompute_text());
   if (vpp > 1) s += fmt::format(",vpp={}", vpp);
   if (tp > 1 && !sp) s += ",sp=0";
   return s;
@@ -29,7 +35,7 @@ std::string LayoutKeys::given(const Layout& l) const {
   if (mb) parts.push_back(fmt::format("mb={}", l.mb));
   if (vpp) parts.push_back(fmt::format("vpp={}", l.vpp));
   if (zero) parts.push_back(fmt::format("zero={}", l.zero));
-  if (recompute) parts.push_back(fmt::format("recompute={}", recompute_name(l.recompute)));
+  if (recompute) parts.push_back(fmt::format("recompute={}", l.recompute_text()));
   if (sp) parts.push_back(fmt::format("sp={:d}", l.sp));
   std::string s;
   for (size_t i = 0; i < parts.size(); i++) s += (i ? "," : "") + parts[i];
@@ -86,7 +92,27 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
                                       : &keys_given.sp;
     *flag = true;
     if (key == "recompute") {
-      l.recompute = parse_recompute(value, "--layout: recompute");
+      // torchtitan's selective checkpointing (plan/recompute.h), then the trainer's names.
+      if (value == "op") {
+        l.recompute_op = true;
+      } else if (value.rfind("full/", 0) == 0) {
+        const std::string n = value.substr(5);
+        auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), l.full_every);
+        if (ec != std::errc() || p != n.data() + n.size() || l.full_every < 1)
+          fail(
+              "--layout: recompute=full/N recomputes one block in N; N must be a whole number "
+              "of at least 1, got '{}'",
+              n);
+        l.recompute = Recompute::full;
+      } else if (value == "none" || value == "attention" || value == "selective" ||
+                 value == "full") {
+        l.recompute = parse_recompute(value, "--layout: recompute");
+      } else {
+        fail(
+            "--layout: recompute must be none, attention (also called selective), full, op or "
+            "full/N (torchtitan's per-op and every-N-th-block checkpointing), got '{}'",
+            value);
+      }
       continue;
     }
     int v = 0;

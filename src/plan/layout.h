@@ -10,7 +10,9 @@
 //   zero ZeRO stage over the dp group (Rajbhandari et al. 2020): 1 shards optimizer state,
 //        2 also gradients, 3 also weights
 //   recompute none | attention (the attention core; "selective" is accepted too) | full (each
-//             layer from its input): the trainer's train.recompute names (model/spec.h)
+//             layer from its input): the trainer's train.recompute names (model/spec.h); and
+//             torchtitan's selective checkpointing: op (per op: every second matmul and the
+//             element-wise ops) and full/N (every N-th block in full), plan/recompute.h
 #pragma once
 #include <string>
 
@@ -29,7 +31,14 @@ struct Layout {
   int vpp = 1;
   int zero = 0;
   Recompute recompute = Recompute::none;
+  bool recompute_op = false;  // recompute=op (recompute is none)
+  int full_every = 1;         // recompute=full/N: one block in N (recompute is full)
   bool sp = false;
+
+  // "none", "attention", "full", "op" or "full/2".
+  std::string recompute_text() const;
+  // Blocks recomputed in full, as a share of all (full/N: 1/N).
+  double full_share() const { return recompute == Recompute::full ? 1.0 / full_every : 0.0; }
 
   // "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention" (+ ",vpp=2" and ",sp=1" when set).
   std::string to_string() const;
@@ -53,7 +62,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given = nullptr);
 // The same layout apart from the ZeRO stage (search tables list one of each).
 inline bool same_but_zero(const Layout& a, const Layout& b) {
   return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.mb == b.mb && a.vpp == b.vpp &&
-         a.recompute == b.recompute && a.sp == b.sp;
+         a.recompute_text() == b.recompute_text() && a.sp == b.sp;
 }
 
 }  // namespace kiln::plan

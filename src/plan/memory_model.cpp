@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "plan/recompute.h"
 #include "plan/stages.h"
 
 namespace kiln::plan {
@@ -30,6 +31,15 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   return n * (replicated * rep + split / t);
 }
 
+double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l) {
+  if (l.recompute_op)
+    return op_policy_bytes(m, l, double(l.mb) * j.seq_len, activation_bytes(j.dtype));
+  const double share = l.full_share();
+  if (share <= 0 || share >= 1) return layer_activation_bytes(m, j, l, l.recompute);
+  return share * layer_activation_bytes(m, j, l, Recompute::full) +
+         (1 - share) * layer_activation_bytes(m, j, l, Recompute::none);
+}
+
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                const Layout& l, int64_t micro_batches) {
   const StateBytes sb = state_bytes(j);
@@ -38,7 +48,7 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
   const double rep = l.sp ? 1.0 / l.tp : 1.0;
   const double dp = l.dp;
   const double per_layer_slice = double(count_params(m).per_layer) / l.tp;
-  const double act_layer = layer_activation_bytes(m, j, l, l.recompute);
+  const double act_layer = kept_activation_bytes(m, j, l);
   const double act_layer_full = layer_activation_bytes(m, j, l, Recompute::none);
   MemoryBreakdown best;
   best.total = -1;
@@ -60,7 +70,7 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     // activations); full recompute also rebuilds one layer's activations; ZeRO-3 gathers the
     // 16-bit weights of the running layer and the next one, and one layer's gradients.
     mb.transient = act_layer_full;
-    if (l.recompute == Recompute::full) mb.transient += act_layer_full;
+    if (l.recompute == Recompute::full || l.recompute_op) mb.transient += act_layer_full;
     if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
     const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
     mb.allowance = counted * j.mem_allowance;

@@ -31,6 +31,9 @@ namespace kiln::plan {
 
 // Bytes of activations one layer keeps for backward, for one micro-batch.
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r);
+// The same under the layout's whole policy, averaged over the layers: torchtitan's "op" policy
+// (plan/recompute.h), or full/N's one block in N.
+double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l);
 
 struct MemoryBreakdown {  // bytes on one device of the stage that needs the most
   int stage = 0;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/recompute.h"
 
 namespace kiln::plan {
 namespace {
@@ -81,6 +82,13 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
   }
   if (l.pp > m.n_layer)
     return fmt::format("pp={} is more stages than the {} layers of {}", l.pp, m.n_layer, m.name);
+  if (l.recompute_op && !j.flash_attention)
+    return "recompute=op (torchtitan's per-op checkpointing) keeps the flash-attention kernel's "
+           "output; it needs --attention flash";
+  if (l.full_every > m.n_layer)
+    return fmt::format(
+        "recompute=full/{} checkpoints one block in {}, more than the {} layers of {}",
+        l.full_every, l.full_every, m.n_layer, m.name);
   const int64_t seqs = j.global_batch_seqs();
   if (seqs % (int64_t(l.dp) * l.mb) != 0) {
     std::vector<int> mbs;
@@ -147,10 +155,7 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   e.tokens_per_step = double(seqs) * j.seq_len;
   e.tokens_per_s = e.tokens_per_step / e.time.step;
   const double fpt = model_flops_per_token(m, j.seq_len);
-  double hw = fpt;
-  if (l.recompute == Recompute::full) hw += block_forward_flops_per_token(m, j.seq_len);
-  if (l.recompute == Recompute::attention && !j.flash_attention)
-    hw += attention_core_forward_flops_per_token(m, j.seq_len);
+  const double hw = fpt + recompute_flops_per_token(m, j.seq_len, l, j.flash_attention);
   e.tflops_per_gpu_model = fpt * e.tokens_per_s / N * 1e-12;
   e.tflops_per_gpu_hw = hw * e.tokens_per_s / N * 1e-12;
   const double peak = c.device.peak_tflops(j.dtype);
@@ -177,9 +182,19 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   const int64_t seqs = j.global_batch_seqs();
   const LayoutKeys& k = fixed.keys;
   const Layout& v = fixed.values;
-  std::vector<Recompute> recomputes = {Recompute::none, Recompute::full};
-  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::attention);
-  if (k.recompute) recomputes = {v.recompute};
+  // The recompute policies the software runs: the trainer's modes, and torchtitan's per-op and
+  // every-second-block checkpointing with torchtitan (plan/recompute.h).
+  std::vector<Layout> recomputes(2);
+  recomputes[1].recompute = Recompute::full;
+  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Layout{});
+  if (!j.flash_attention) recomputes[1].recompute = Recompute::attention;
+  if (j.software.name.rfind("torchtitan", 0) == 0 && j.flash_attention) {
+    recomputes.push_back(Layout{});
+    recomputes.back().recompute_op = true;
+    recomputes.push_back(recomputes[1]);
+    recomputes.back().full_every = 2;
+  }
+  if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
   for (int tp : tps) {
     for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
@@ -202,10 +217,12 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
         if (k.zero) zeros = {v.zero};
         for (int vpp : vpps)
           for (int zero : zeros)
-            for (Recompute rc : recomputes) {
+            for (const Layout& rc : recomputes) {
               Layout l;
               l.tp = tp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
-              l.recompute = rc;
+              l.recompute = rc.recompute;
+              l.recompute_op = rc.recompute_op;
+              l.full_every = rc.full_every;
               l.sp = tp > 1 && (!k.sp || v.sp);
               Estimate e = evaluate(m, c, j, l);
               if (!e.valid()) continue;

@@ -100,7 +100,7 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
                         {"mb", l.mb},
                         {"vpp", l.vpp},
                         {"zero", l.zero},
-                        {"recompute", recompute_name(l.recompute)},
+                        {"recompute", l.recompute_text()},
                         {"sp", l.sp}}}};
   if (!e.valid()) {
     j["invalid"] = e.invalid;
@@ -218,7 +218,7 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over dp={})", l.zero, l.dp)
                      : std::string("optimizer state"),
           m.optimizer);
-  mem_row(fmt::format("activations (recompute {})", recompute_name(l.recompute)), m.activations);
+  mem_row(fmt::format("activations (recompute {})", l.recompute_text()), m.activations);
   mem_row("backward working set, ZeRO-3 gathers", m.transient);
   mem_row(fmt::format("allowance ({:.0f}% of the above)", 100 * j.mem_allowance), m.allowance);
   mem_row("reserved (runtime, libraries)", m.reserved);

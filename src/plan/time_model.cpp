@@ -4,6 +4,7 @@
 
 #include "plan/collectives.h"
 #include "plan/memory_model.h"
+#include "plan/recompute.h"
 #include "plan/stages.h"
 
 namespace kiln::plan {
@@ -65,6 +66,8 @@ struct Rates {
 struct LayerTimes {
   double fwd = 0, bwd = 0;
   double attn_fwd = 0;  // the attention core's share of fwd (what selective recompute repeats)
+  double ew_fwd = 0;    // the element-wise kernels' share of fwd
+  double op_rec = 0;    // what torchtitan's "op" policy runs again (plan/recompute.h)
 };
 
 // One transformer layer, one micro-batch, on one device.
@@ -108,7 +111,7 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   // Element-wise kernels: two norms, two residual adds (with dropout), rotary, the activation;
   // `bytes` is what one fused kernel moves, and eager composites move more in more kernels.
   auto ew = [&](double bytes, double count, Composite c = {}) {
-    lt.fwd += r.elementwise(bytes * c.traffic / c.kernels, count * c.kernels);
+    lt.ew_fwd += r.elementwise(bytes * c.traffic / c.kernels, count * c.kernels);
     lt.bwd += r.elementwise(2 * bytes * c.traffic / c.kernels, count * c.kernels);
   };
   const SoftwareProfile& sw = j.software;
@@ -119,6 +122,14 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     ew(3 * n * f / t * e, 1, sw.swiglu);
   else
     ew(2 * n * f / t * e, 1);
+  lt.fwd += lt.ew_fwd;
+  // The "op" policy: the element-wise kernels and every second matmul again (with their casts).
+  lt.op_rec = lt.ew_fwd;
+  for (const BlockMatmul& mm : op_policy_matmuls(m)) {
+    if (!mm.recomputed) continue;
+    const double K = mm.row_parallel ? mm.K / t : mm.K, N = mm.row_parallel ? mm.N : mm.N / t;
+    lt.op_rec += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
+  }
   return lt;
 }
 
@@ -136,9 +147,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double n = double(l.mb) * j.seq_len, e = r.e, t = l.tp;
   const double rep = l.sp ? 1.0 / t : 1.0;
   const LayerTimes lt = layer_times(m, j, l, r);
+  // Per layer, averaged over the layers (full/N recomputes one block in N).
   double rec = 0;
-  if (l.recompute == Recompute::full)
-    rec = lt.fwd;
+  if (l.recompute_op)
+    rec = lt.op_rec;
+  else if (l.recompute == Recompute::full)
+    rec = lt.fwd * l.full_share();
   else if (l.recompute == Recompute::attention && !j.flash_attention)
     rec = lt.attn_fwd;
 
@@ -148,7 +162,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double tp_one = l.tp <= 1 ? 0.0
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
-  const double tp_layer = tp_one * (l.recompute == Recompute::full ? 6 : 4);
+  const double tp_layer = tp_one * (4 + 2 * l.full_share());
 
   // The LM head and loss on the last stage; the embedding on the first.
   const double V = double(m.vocab);
@@ -197,14 +211,14 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                               double(pc.final_norm) / t;
         units.push_back({head_p, head_fwd, head_bwd});
       }
-      const bool z3 = l.zero >= 3, rec_full = l.recompute == Recompute::full;
+      const bool z3 = l.zero >= 3;
       const size_t n_units = units.size();
       std::vector<double> ag(n_units), rs(n_units);
       for (size_t k = 0; k < n_units; k++) {
         ag[k] = z3 ? all_gather_s(units[k].params * sb.gathered, dpg) : 0.0;
         rs[k] = reduce_scatter_s(units[k].params * sb.grads, dpg);
       }
-      const double gathers_bwd = z3 && rec_full ? 2 : 1;        // a full recompute gathers again
+      const double gathers_bwd = 1 + l.full_share();            // a full recompute gathers again
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
       for (size_t k = 0; k < n_units; k++) {
         serial += ag[k] + gathers_bwd * ag[k] + rs[k];

@@ -166,7 +166,7 @@ TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of([&] {
               parse_layout("recompute=most");
-            }).find("none, attention (also called selective) or full"),
+            }).find("none, attention (also called selective), full, op or full/N"),
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_layout("zero=4"); }).find("ZeRO stage 0..3"), std::string::npos);
   EXPECT_NE(error_of([&] {

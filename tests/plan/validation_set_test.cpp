@@ -22,6 +22,7 @@
 #include "core/file.h"
 #include "core/sha256.h"
 #include "plan/planner.h"
+#include "plan/recompute.h"
 
 namespace kiln::plan {
 namespace {
@@ -123,11 +124,14 @@ PublishedRun run_of(const json& r) {
   run.job.flash_attention = j["flash_attention"];
   run.job.overlap_dp = j["overlap_dp"];
   run.job.validate();
+  // The layout as --layout reads it (recompute names include torchtitan's op and full/N).
   const json& l = r["layout"];
-  run.layout.tp = l["tp"], run.layout.pp = l["pp"], run.layout.dp = l["dp"];
-  run.layout.mb = l["mb"], run.layout.vpp = l["vpp"], run.layout.zero = l["zero"];
-  run.layout.recompute = parse_recompute(l["recompute"]);
-  run.layout.sp = l["sp"];
+  std::string text = fmt::format("tp={},pp={},dp={},mb={},vpp={},zero={},recompute={},sp={}",
+                                 l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(),
+                                 l["mb"].get<int>(), l["vpp"].get<int>(), l["zero"].get<int>(),
+                                 l["recompute"].get<std::string>(), l["sp"].get<bool>() ? 1 : 0);
+  if (l.contains("cp")) text += fmt::format(",cp={}", l["cp"].get<int>());
+  run.layout = parse_layout(text);
   return run;
 }
 
@@ -155,10 +159,7 @@ double trivial_of(const PublishedRun& r) {
   const double peak = r.cluster.device.peak_tflops(r.job.dtype) * 1e12;
   const int s = r.job.seq_len;
   const double fpt = model_flops_per_token(r.model, s);
-  double hw = fpt;
-  if (r.layout.recompute == Recompute::full) hw += block_forward_flops_per_token(r.model, s);
-  if (r.layout.recompute == Recompute::attention && !r.job.flash_attention)
-    hw += attention_core_forward_flops_per_token(r.model, s);
+  const double hw = fpt + recompute_flops_per_token(r.model, s, r.layout, r.job.flash_attention);
   const double tokens_per_s_per_gpu = 0.5 * peak / fpt;
   if (r.kind == "tflops_hw") return 0.5 * peak * hw / fpt * 1e-12;
   if (r.kind == "tflops_model") return 0.5 * peak * 1e-12;
