@@ -23,6 +23,7 @@ std::string Layout::to_string() const {
   if (dp > 0) s += fmt::format("dp={},", dp);  // 0: not chosen yet
   s += fmt::format("mb={},zero={},recompute={}", mb, zero, recompute_text());
   if (vpp > 1) s += fmt::format(",vpp={}", vpp);
+  if (cp > 1) s += fmt::format(",cp={}", cp);
   if (tp > 1 && !sp) s += ",sp=0";
   return s;
 }
@@ -30,6 +31,7 @@ std::string Layout::to_string() const {
 std::string LayoutKeys::given(const Layout& l) const {
   std::vector<std::string> parts;
   if (tp) parts.push_back(fmt::format("tp={}", l.tp));
+  if (cp) parts.push_back(fmt::format("cp={}", l.cp));
   if (pp) parts.push_back(fmt::format("pp={}", l.pp));
   if (dp) parts.push_back(fmt::format("dp={}", l.dp));
   if (mb) parts.push_back(fmt::format("mb={}", l.mb));
@@ -61,7 +63,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
   Layout l;
   l.dp = 0;
   bool sp_given = false;
-  const std::vector<std::string> keys = {"tp", "pp", "dp", "mb", "vpp", "zero", "recompute", "sp"};
+  const std::vector<std::string> keys = {"tp",  "cp",   "pp",        "dp", "mb",
+                                         "vpp", "zero", "recompute", "sp"};
   std::set<std::string> seen;
   size_t pos = 0;
   if (text.empty())
@@ -83,6 +86,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
     }
     if (!seen.insert(key).second) fail("--layout: '{}' is given twice", key);
     bool* flag = key == "tp"          ? &keys_given.tp
+                 : key == "cp"        ? &keys_given.cp
                  : key == "pp"        ? &keys_given.pp
                  : key == "dp"        ? &keys_given.dp
                  : key == "mb"        ? &keys_given.mb
@@ -133,6 +137,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
     if (v < 1) fail("--layout: {} must be at least 1, got {}", key, v);
     if (key == "tp")
       l.tp = v;
+    else if (key == "cp")
+      l.cp = v;
     else if (key == "pp")
       l.pp = v;
     else if (key == "dp")

@@ -14,7 +14,7 @@ StateBytes state_bytes(const JobSpec& j) {
 }
 
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {
-  const double n = double(l.mb) * j.seq_len;  // tokens of one micro-batch
+  const double n = rank_tokens(j, l);
   const double e = activation_bytes(j.dtype);
   const double h = m.hidden, d = m.head_dim(), a = m.n_head, g = m.n_kv_head;
   const double f = m.ffn_hidden, s = j.seq_len, t = l.tp;
@@ -32,8 +32,7 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
 }
 
 double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l) {
-  if (l.recompute_op)
-    return op_policy_bytes(m, l, double(l.mb) * j.seq_len, activation_bytes(j.dtype));
+  if (l.recompute_op) return op_policy_bytes(m, l, rank_tokens(j, l), activation_bytes(j.dtype));
   const double share = l.full_share();
   if (share <= 0 || share >= 1) return layer_activation_bytes(m, j, l, l.recompute);
   return share * layer_activation_bytes(m, j, l, Recompute::full) +
@@ -44,9 +43,9 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
                                const Layout& l, int64_t micro_batches) {
   const StateBytes sb = state_bytes(j);
   const double e = activation_bytes(j.dtype);
-  const double n = double(l.mb) * j.seq_len;
+  const double n = rank_tokens(j, l);
   const double rep = l.sp ? 1.0 / l.tp : 1.0;
-  const double dp = l.dp;
+  const double dp = l.dp_cp();  // ZeRO shards over the ranks holding the same weights
   const double per_layer_slice = double(count_params(m).per_layer) / l.tp;
   const double act_layer = kept_activation_bytes(m, j, l);
   const double act_layer_full = layer_activation_bytes(m, j, l, Recompute::none);
@@ -72,6 +71,8 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     mb.transient = act_layer_full;
     if (l.recompute == Recompute::full || l.recompute_op) mb.transient += act_layer_full;
     if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
+    // Context parallelism's ring: the key/value chunk being used and the one arriving.
+    if (l.cp > 1) mb.transient += 2 * n * 2 * double(m.n_kv_head) * m.head_dim() / l.tp * e;
     const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
     mb.allowance = counted * j.mem_allowance;
     mb.reserved = c.device.reserved_gib * double(1 << 30);

@@ -29,6 +29,11 @@
 
 namespace kiln::plan {
 
+// Tokens of one micro-batch on one rank: context parallelism splits each sequence over cp ranks.
+inline double rank_tokens(const JobSpec& j, const Layout& l) {
+  return double(l.mb) * j.seq_len / l.cp;
+}
+
 // Bytes of activations one layer keeps for backward, for one micro-batch.
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r);
 // The same under the layout's whole policy, averaged over the layers: torchtitan's "op" policy

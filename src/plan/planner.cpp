@@ -74,12 +74,22 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) return tp;
   const int total = c.total_gpus();
-  if (int64_t(l.tp) * l.pp * l.dp != total) {
-    if (total % (l.tp * l.pp) == 0)
-      return fmt::format("tp×pp×dp = {} but the cluster has {} devices ({}); use dp={}",
-                         int64_t(l.tp) * l.pp * l.dp, total, c.describe(), total / (l.tp * l.pp));
-    return fmt::format("tp×pp = {} does not divide the cluster's {} devices", l.tp * l.pp, total);
+  const int model_ranks = l.tp * l.cp * l.pp;  // one data-parallel replica
+  const std::string mr = l.cp > 1 ? "tp×cp×pp" : "tp×pp";
+  if (int64_t(model_ranks) * l.dp != total) {
+    if (total % model_ranks == 0)
+      return fmt::format("{}×dp = {} but the cluster has {} devices ({}); use dp={}", mr,
+                         int64_t(model_ranks) * l.dp, total, c.describe(), total / model_ranks);
+    return fmt::format("{} = {} does not divide the cluster's {} devices", mr, model_ranks, total);
   }
+  if (l.cp > 1 && !j.flash_attention)
+    return "context parallelism (cp > 1) passes keys and values round a ring of flash-attention "
+           "kernels; it needs --attention flash";
+  if (l.cp > 1 && j.seq_len % (2 * l.cp) != 0)
+    return fmt::format(
+        "cp={} splits each sequence into 2·cp = {} chunks (two per rank, to balance the causal "
+        "mask); --seq-len {} is not a multiple of {}",
+        l.cp, 2 * l.cp, j.seq_len, 2 * l.cp);
   if (l.pp > m.n_layer)
     return fmt::format("pp={} is more stages than the {} layers of {}", l.pp, m.n_layer, m.name);
   if (l.recompute_op && !j.flash_attention)
@@ -120,11 +130,11 @@ Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) fail("--layout {}: {}", l.to_string(), tp);
   if (l.dp == 0) {
-    const int total = c.total_gpus();
-    if (total % (l.tp * l.pp) != 0)
-      fail("--layout: tp×pp = {} does not divide the {} devices of {}", l.tp * l.pp, total,
-           c.describe());
-    l.dp = total / (l.tp * l.pp);
+    const int total = c.total_gpus(), model_ranks = l.tp * l.cp * l.pp;
+    if (total % model_ranks != 0)
+      fail("--layout: {} = {} does not divide the {} devices of {}",
+           l.cp > 1 ? "tp×cp×pp" : "tp×pp", model_ranks, total, c.describe());
+    l.dp = total / model_ranks;
   }
   if (l.tp == 1) l.sp = false;
   std::string problem = layout_problem(m, c, j, l);
@@ -145,7 +155,7 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
     e.notes.push_back(
         "attention recompute does nothing with flash attention, which keeps no "
         "attention scores");
-  if (l.zero > 0 && l.dp == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
+  if (l.zero > 0 && l.dp_cp() == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
   if (l.tp > 1 && !l.sp)
     e.notes.push_back(
         "without sequence parallelism norms and dropout keep full activations on "
@@ -196,10 +206,11 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   }
   if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
+  const int cp = k.cp ? v.cp : 1;  // context parallelism only when given
   for (int tp : tps) {
     for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
-      if (N % (tp * pp) != 0) continue;
-      const int dp = N / (tp * pp);
+      if (N % (tp * cp * pp) != 0) continue;
+      const int dp = N / (tp * cp * pp);
       if (k.dp && dp != v.dp) continue;
       if (seqs % dp != 0) continue;
       const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
@@ -213,13 +224,13 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
           if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
         if (k.vpp) vpps = {v.vpp};
         std::vector<int> zeros;
-        for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) zeros.push_back(z);
+        for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
         if (k.zero) zeros = {v.zero};
         for (int vpp : vpps)
           for (int zero : zeros)
             for (const Layout& rc : recomputes) {
               Layout l;
-              l.tp = tp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
+              l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
               l.recompute = rc.recompute;
               l.recompute_op = rc.recompute_op;
               l.full_every = rc.full_every;
@@ -402,9 +413,9 @@ std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, 
 std::string limiter(const Estimate& e) {
   const TimeBreakdown& t = e.time;
   std::vector<std::pair<double, const char*>> parts = {
-      {t.bubble, "bubble"},       {t.tp_comm, "TP comm"},        {t.pp_p2p, "PP sends"},
-      {t.dp_exposed, "DP comm"},  {t.zero_exposed, "ZeRO comm"}, {t.recompute, "recompute"},
-      {t.optimizer, "optimizer"},
+      {t.bubble, "bubble"},       {t.tp_comm, "TP comm"},     {t.cp_comm, "CP comm"},
+      {t.pp_p2p, "PP sends"},     {t.dp_exposed, "DP comm"},  {t.zero_exposed, "ZeRO comm"},
+      {t.recompute, "recompute"}, {t.optimizer, "optimizer"},
   };
   std::sort(parts.begin(), parts.end(), [](auto& a, auto& b) { return a.first > b.first; });
   std::string s;

@@ -95,6 +95,7 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
   nlohmann::json j = {{"layout",
                        {{"text", l.to_string()},
                         {"tp", l.tp},
+                        {"cp", l.cp},
                         {"pp", l.pp},
                         {"dp", l.dp},
                         {"mb", l.mb},
@@ -125,6 +126,7 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
                  {"compute", t.compute},
                  {"recompute", t.recompute},
                  {"tp_comm", t.tp_comm},
+                 {"cp_comm", t.cp_comm},
                  {"pp_p2p", t.pp_p2p},
                  {"pp_bubble", t.bubble},
                  {"zero_exposed", t.zero_exposed},
@@ -215,7 +217,8 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   };
   mem_row("weights", m.weights);
   mem_row("gradients", m.grads);
-  mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over dp={})", l.zero, l.dp)
+  mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over {}={})", l.zero,
+                                   l.cp > 1 ? "dp×cp" : "dp", l.dp_cp())
                      : std::string("optimizer state"),
           m.optimizer);
   mem_row(fmt::format("activations (recompute {})", l.recompute_text()), m.activations);
@@ -235,6 +238,7 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   time_row("compute", t.compute);
   if (t.recompute > 0) time_row("  of which recompute", t.recompute);
   if (l.tp > 1) time_row("tensor-parallel collectives", t.tp_comm);
+  if (l.cp > 1) time_row("context-parallel key/value passes (exposed)", t.cp_comm);
   if (l.pp > 1) {
     time_row("pipeline sends", t.pp_p2p);
     time_row(fmt::format("pipeline bubble ((p-1)/v of a stage's m)"), t.bubble);

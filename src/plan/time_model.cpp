@@ -72,7 +72,7 @@ struct LayerTimes {
 
 // One transformer layer, one micro-batch, on one device.
 LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, const Rates& r) {
-  const double n = double(l.mb) * j.seq_len, s = j.seq_len, t = l.tp, e = r.e;
+  const double n = rank_tokens(j, l), s = j.seq_len, t = l.tp, e = r.e;
   const double h = m.hidden, d = m.head_dim(), q = double(m.n_head) * d;
   const double kv = double(m.n_kv_head) * d, f = m.ffn_hidden;
   const double rep = l.sp ? 1.0 / t : 1.0, drop = m.dropout ? 1.0 : 0.0;
@@ -90,8 +90,9 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   const double heads = l.mb * m.n_head / t;
   if (j.flash_attention) {
     // Causal: the kernel skips the masked half. Backward runs 5 products of s·s·d per head
-    // against forward's 2 (it recomputes the scores), so 2.5 × forward.
-    const double fl = heads * 0.5 * 4 * s * s * d;
+    // against forward's 2 (it recomputes the scores), so 2.5 × forward. Context parallelism:
+    // each rank's s/cp queries meet all s keys, the causal work balanced over the ranks.
+    const double fl = heads * 0.5 * 4 * s * s * d / l.cp;
     lt.attn_fwd = r.overhead + fl / r.flash_flops;
     lt.bwd += r.overhead + 2.5 * fl / r.flash_flops;
   } else {
@@ -134,8 +135,8 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
 }
 
 struct StageTimes {
-  double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, p2p = 0, zero = 0;
-  double total() const { return compute + tp + p2p + zero; }
+  double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, cp = 0, p2p = 0, zero = 0;
+  double total() const { return compute + tp + cp + p2p + zero; }
 };
 
 }  // namespace
@@ -144,7 +145,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                         int64_t micro_batches) {
   const Rates r(c.device, j);
   const StateBytes sb = state_bytes(j);
-  const double n = double(l.mb) * j.seq_len, e = r.e, t = l.tp;
+  const double n = rank_tokens(j, l), e = r.e, t = l.tp;
   const double rep = l.sp ? 1.0 / t : 1.0;
   const LayerTimes lt = layer_times(m, j, l, r);
   // Per layer, averaged over the layers (full/N recomputes one block in N).
@@ -178,6 +179,21 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double p2p_bytes = j.software.p2p_split_tp ? act / t : act;
   const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(p2p_bytes, c, l) : 0.0;
 
+  // Context parallelism: a ring of cp ranks passes each key/value chunk (n tokens' K and V on a
+  // tp rank) cp − 1 times per layer, each pass during one chunk's attention (Megatron-Core and
+  // Transformer Engine's ring attention); backward passes the chunk again and its gradient.
+  double cp_layer = 0;
+  if (l.cp > 1) {
+    const GroupPath cpg = group_path(c, l, Dim::cp);
+    const double chunk = n * 2 * double(m.n_kv_head) * m.head_dim() / t * e;
+    const double pass =
+        cpg.nodes > 1 ? cpg.net_lat + chunk / cpg.net_bw : cpg.intra_lat + chunk / cpg.intra_bw;
+    const double attn_step = lt.attn_fwd / l.cp;
+    const double fwd = (l.cp - 1) * std::max(0.0, pass - attn_step);
+    const double bwd = (l.cp - 1) * std::max(0.0, 2 * pass - 2.5 * attn_step);
+    cp_layer = fwd * (1 + l.full_share()) + bwd;
+  }
+
   const GroupPath dpg = group_path(c, l, Dim::dp);
   const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
   std::vector<StageTimes> st(stages.size());
@@ -189,8 +205,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     x.recompute = s.layers * rec;
     x.compute = x.fwd + x.bwd + x.recompute;
     x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
+    x.cp = s.layers * cp_layer;
     x.p2p = p2p_mb;
-    if (l.dp > 1 && l.zero >= 2) {
+    if (l.dp_cp() > 1 && l.zero >= 2) {
       // ZeRO-2/3 (FSDP) work unit by unit: a layer, or the embedding / the head with their
       // tables. Each unit's weights are gathered just before its forward and again before its
       // backward (ZeRO-3), the next unit's gather running during this one's compute (prefetch
@@ -250,6 +267,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   tb.compute = mbs * st[crit].compute;
   tb.recompute = mbs * st[crit].recompute;
   tb.tp_comm = mbs * st[crit].tp;
+  tb.cp_comm = mbs * st[crit].cp;
   tb.pp_p2p = mbs * st[crit].p2p;
   tb.zero_exposed = mbs * st[crit].zero;
   tb.bubble = double(l.pp - 1) / l.vpp * mean;
@@ -259,7 +277,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // Stage k finishes its last backward k stage-backwards before stage 0 and starts its first
   // forward k stage-forwards after it, which is time its collectives can hide in.
   for (size_t i = 0; i < stages.size(); i++) {
-    if (l.dp <= 1) break;
+    if (l.dp_cp() <= 1) break;
     const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.gathered;
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
@@ -279,7 +297,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // fp32 master, m, v read and written, 16-bit weights written, gradients read), plus the
   // gradient-norm read and the zeroing write of the gradients.
   for (const Stage& s : stages) {
-    const double shard = s.params / (l.zero >= 1 ? l.dp : 1);
+    const double shard = s.params / (l.zero >= 1 ? l.dp_cp() : 1);
     const double per_param =
         2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
