@@ -24,6 +24,7 @@ std::string Layout::to_string() const {
   s += fmt::format("mb={},zero={},recompute={}", mb, zero, recompute_text());
   if (vpp > 1) s += fmt::format(",vpp={}", vpp);
   if (cp > 1) s += fmt::format(",cp={}", cp);
+  if (async_tp) s += ",asynctp=1";
   if (tp > 1 && !sp) s += ",sp=0";
   return s;
 }
@@ -39,6 +40,7 @@ std::string LayoutKeys::given(const Layout& l) const {
   if (zero) parts.push_back(fmt::format("zero={}", l.zero));
   if (recompute) parts.push_back(fmt::format("recompute={}", l.recompute_text()));
   if (sp) parts.push_back(fmt::format("sp={:d}", l.sp));
+  if (async_tp) parts.push_back(fmt::format("asynctp={:d}", l.async_tp));
   std::string s;
   for (size_t i = 0; i < parts.size(); i++) s += (i ? "," : "") + parts[i];
   return s;
@@ -64,7 +66,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
   l.dp = 0;
   bool sp_given = false;
   const std::vector<std::string> keys = {"tp",  "cp",   "pp",        "dp", "mb",
-                                         "vpp", "zero", "recompute", "sp"};
+                                         "vpp", "zero", "recompute", "sp", "asynctp"};
   std::set<std::string> seen;
   size_t pos = 0;
   if (text.empty())
@@ -93,6 +95,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
                  : key == "vpp"       ? &keys_given.vpp
                  : key == "zero"      ? &keys_given.zero
                  : key == "recompute" ? &keys_given.recompute
+                 : key == "asynctp"   ? &keys_given.async_tp
                                       : &keys_given.sp;
     *flag = true;
     if (key == "recompute") {
@@ -123,6 +126,11 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
     auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     if (ec != std::errc() || p != value.data() + value.size())
       fail("--layout: {} must be a whole number, got '{}'", key, value);
+    if (key == "asynctp") {
+      if (v != 0 && v != 1) fail("--layout: asynctp is 0 or 1, got {}", v);
+      l.async_tp = v == 1;
+      continue;
+    }
     if (key == "sp") {
       if (v != 0 && v != 1) fail("--layout: sp is 0 or 1, got {}", v);
       l.sp = v == 1;

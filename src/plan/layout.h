@@ -3,6 +3,9 @@
 //   tp   tensor parallel: each layer's matmuls split over tp devices of one node (Megatron-LM)
 //   sp   sequence parallelism on top of tp: norms, dropout and residuals split too
 //        (Korthikanti et al. 2022); the activations they keep shrink by tp
+//   asynctp  asynchronous tensor parallelism (torchtitan's micro-pipelined TP): each sequence-
+//        parallel all-gather and reduce-scatter split into tp steps that overlap the matmul
+//        they feed or drain (Wang et al. 2023); needs sp
 //   pp   pipeline stages, each holding a contiguous run of layers
 //   vpp  virtual stages per device (the interleaved 1F1B schedule; 1 = plain 1F1B)
 //   cp   context parallelism: each sequence's tokens split over cp devices, attention's keys and
@@ -38,6 +41,7 @@ struct Layout {
   bool recompute_op = false;  // recompute=op (recompute is none)
   int full_every = 1;         // recompute=full/N: one block in N (recompute is full)
   bool sp = false;
+  bool async_tp = false;
 
   // The ranks holding the same weights, over which gradients are reduced and ZeRO shards.
   int dp_cp() const { return dp * cp; }
@@ -53,7 +57,7 @@ struct Layout {
 // Which keys a --layout gave. The planner searches the keys left out, the given ones fixed.
 struct LayoutKeys {
   bool tp = false, pp = false, dp = false, mb = false, vpp = false, zero = false, recompute = false,
-       sp = false, cp = false;
+       sp = false, cp = false, async_tp = false;
   // Every key the search varies is given (dp follows from tp and pp; sp defaults to tp > 1).
   bool all() const { return tp && pp && mb && vpp && zero && recompute; }
   std::string given(const Layout& l) const;  // "tp=8,mb=4": the given keys with their values
@@ -69,7 +73,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given = nullptr);
 // The same layout apart from the ZeRO stage (search tables list one of each).
 inline bool same_but_zero(const Layout& a, const Layout& b) {
   return a.tp == b.tp && a.cp == b.cp && a.pp == b.pp && a.dp == b.dp && a.mb == b.mb &&
-         a.vpp == b.vpp && a.recompute_text() == b.recompute_text() && a.sp == b.sp;
+         a.vpp == b.vpp && a.async_tp == b.async_tp && a.recompute_text() == b.recompute_text() &&
+         a.sp == b.sp;
 }
 
 }  // namespace kiln::plan

@@ -82,6 +82,9 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
                          int64_t(model_ranks) * l.dp, total, c.describe(), total / model_ranks);
     return fmt::format("{} = {} does not divide the cluster's {} devices", mr, model_ranks, total);
   }
+  if (l.async_tp && (l.tp == 1 || !l.sp))
+    return "asynctp=1 overlaps sequence parallelism's all-gathers and reduce-scatters with the "
+           "matmuls; it needs tp > 1 with sp";
   if (l.cp > 1 && !j.flash_attention)
     return "context parallelism (cp > 1) passes keys and values round a ring of flash-attention "
            "kernels; it needs --attention flash";
@@ -235,6 +238,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
               l.recompute_op = rc.recompute_op;
               l.full_every = rc.full_every;
               l.sp = tp > 1 && (!k.sp || v.sp);
+              l.async_tp = k.async_tp && v.async_tp && l.sp;
               Estimate e = evaluate(m, c, j, l);
               if (!e.valid()) continue;
               out.considered++;

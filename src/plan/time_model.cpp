@@ -1,6 +1,7 @@
 #include "plan/time_model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "plan/collectives.h"
 #include "plan/memory_model.h"
@@ -68,6 +69,9 @@ struct LayerTimes {
   double attn_fwd = 0;  // the attention core's share of fwd (what selective recompute repeats)
   double ew_fwd = 0;    // the element-wise kernels' share of fwd
   double op_rec = 0;    // what torchtitan's "op" policy runs again (plan/recompute.h)
+  // Forward time of each linear layer (QKV, attention output, MLP up, MLP down): what an
+  // asynchronous-TP collective overlaps.
+  std::vector<double> linear_fwd;
 };
 
 // One transformer layer, one micro-batch, on one device.
@@ -80,6 +84,7 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy. In fp8 all three run
   // on fp8 operands: x and W are cast in forward, dy in backward.
   auto linear = [&](double K, double N) {
+    lt.linear_fwd.push_back(r.linear(n, N, K));
     lt.fwd += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
     lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + r.cast(n * N);
   };
@@ -163,7 +168,24 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double tp_one = l.tp <= 1 ? 0.0
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
-  const double tp_layer = tp_one * (4 + 2 * l.full_share());
+  double tp_layer = tp_one * (4 + 2 * l.full_share());
+  if (l.async_tp && l.tp > 1 && l.sp) {
+    // Asynchronous TP (torchtitan's micro-pipelined all-gather + matmul and matmul +
+    // reduce-scatter): each collective goes in tp steps, one chunk's transfer during the
+    // previous chunk's matmul, so it exposes its first step and what the rest takes beyond its
+    // matmul. Forward: all-gathers before QKV and MLP up, reduce-scatters after the attention
+    // output and MLP down; backward the reverse, on the input-gradient matmuls (the same size).
+    const double ag = all_gather_s(act, tpg), rs = reduce_scatter_s(act, tpg);
+    auto exposed = [&](double coll, double mm) {
+      return coll / t + std::max(0.0, coll * (t - 1) / t - mm);
+    };
+    const std::vector<double>& mm = lt.linear_fwd;
+    const double fwd =
+        exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
+    const double bwd =
+        exposed(rs, mm[0]) + exposed(ag, mm[1]) + exposed(rs, mm[2]) + exposed(ag, mm[3]);
+    tp_layer = fwd * (1 + l.full_share()) + bwd;
+  }
 
   // The LM head and loss on the last stage; the embedding on the first.
   const double V = double(m.vocab);

@@ -131,6 +131,7 @@ PublishedRun run_of(const json& r) {
                                  l["mb"].get<int>(), l["vpp"].get<int>(), l["zero"].get<int>(),
                                  l["recompute"].get<std::string>(), l["sp"].get<bool>() ? 1 : 0);
   if (l.contains("cp")) text += fmt::format(",cp={}", l["cp"].get<int>());
+  if (l.contains("asynctp")) text += fmt::format(",asynctp={}", l["asynctp"].get<int>());
   run.layout = parse_layout(text);
   return run;
 }
