@@ -16,13 +16,15 @@ StateBytes state_bytes(const JobSpec& j) {
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {
   const double n = rank_tokens(j, l);
   const double e = activation_bytes(j.dtype);
-  const double h = m.hidden, d = m.head_dim(), a = m.n_head, g = m.n_kv_head;
+  const double h = m.hidden, d = m.head_dim(), a = m.n_head;
+  const double g_rank = kv_heads_per_rank(m, l.tp);  // key/value heads on this rank
   const double f = m.ffn_hidden, s = j.seq_len, t = l.tp;
   const double rep = l.sp ? 1.0 / t : 1.0;
   const double drop = m.dropout ? 1.0 : 0.0;
   if (r == Recompute::full) return n * h * e * rep;
   double replicated = 4 * h * e + 2 * h * drop;
-  double split = (a + g) * d * e + g * d * e + a * d * e;
+  // Q and K, V and the attention output (K and V of replicated heads are whole on every rank).
+  double split = (a * d * e + a * d * e) + t * (2 * g_rank * d * e);
   split += (m.ffn == FfnKind::swiglu ? 3 : 2) * f * e;
   if (j.flash_attention)
     split += a * 4;  // the fp32 log-sum-exp per query head and token
@@ -72,7 +74,7 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     if (l.recompute == Recompute::full || l.recompute_op) mb.transient += act_layer_full;
     if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
     // Context parallelism's ring: the key/value chunk being used and the one arriving.
-    if (l.cp > 1) mb.transient += 2 * n * 2 * double(m.n_kv_head) * m.head_dim() / l.tp * e;
+    if (l.cp > 1) mb.transient += 2 * n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
     const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
     mb.allowance = counted * j.mem_allowance;
     mb.reserved = c.device.reserved_gib * double(1 << 30);

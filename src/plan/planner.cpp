@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "plan/recompute.h"
+#include "plan/stages.h"
 
 namespace kiln::plan {
 namespace {
@@ -31,7 +32,7 @@ std::string list_ints(const std::vector<int>& v) {
 std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
   std::vector<int> out;
   for (int t : divisors(c.gpus_per_node, c.gpus_per_node))
-    if (m.n_head % t == 0 && m.n_kv_head % t == 0 && m.ffn_hidden % t == 0) out.push_back(t);
+    if (m.n_head % t == 0 && kv_heads_per_rank(m, t) > 0 && m.ffn_hidden % t == 0) out.push_back(t);
   return out;
 }
 
@@ -49,9 +50,11 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
   if (m.n_head % l.tp != 0)
     return fmt::format("tp={} does not divide the {} attention heads of {}; tp can be {}", l.tp,
                        m.n_head, m.name, list_ints(tps));
-  if (m.n_kv_head % l.tp != 0)
-    return fmt::format("tp={} does not divide the {} key/value heads of {}; tp can be {}", l.tp,
-                       m.n_kv_head, m.name, list_ints(tps));
+  if (kv_heads_per_rank(m, l.tp) == 0)
+    return fmt::format(
+        "tp={} neither divides the {} key/value heads of {} nor is a multiple of them (each rank "
+        "would hold part of a head); tp can be {}",
+        l.tp, m.n_kv_head, m.name, list_ints(tps));
   if (m.ffn_hidden % l.tp != 0)
     return fmt::format("tp={} does not divide the MLP width {} of {}; tp can be {}", l.tp,
                        m.ffn_hidden, m.name, list_ints(tps));

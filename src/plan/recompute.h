@@ -25,6 +25,7 @@ namespace kiln::plan {
 struct BlockMatmul {
   double K = 0, N = 0;
   bool row_parallel = false;
+  bool kv = false;          // wk or wv: the rank's key/value heads (replicated when tp > heads)
   bool recomputed = false;  // under the "op" policy
 };
 std::vector<BlockMatmul> op_policy_matmuls(const ModelSpec& m);

@@ -78,7 +78,7 @@ struct LayerTimes {
 LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, const Rates& r) {
   const double n = rank_tokens(j, l), s = j.seq_len, t = l.tp, e = r.e;
   const double h = m.hidden, d = m.head_dim(), q = double(m.n_head) * d;
-  const double kv = double(m.n_kv_head) * d, f = m.ffn_hidden;
+  const double kv = kv_heads_per_rank(m, l.tp) * d, f = m.ffn_hidden;  // kv: per rank
   const double rep = l.sp ? 1.0 / t : 1.0, drop = m.dropout ? 1.0 : 0.0;
   LayerTimes lt;
   // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy. In fp8 all three run
@@ -88,7 +88,7 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     lt.fwd += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
     lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + r.cast(n * N);
   };
-  linear(h, (q + 2 * kv) / t);                            // QKV
+  linear(h, q / t + 2 * kv);                              // QKV
   linear(q / t, h);                                       // attention output
   linear(h, f * (m.ffn == FfnKind::swiglu ? 2 : 1) / t);  // MLP up (gate and up together)
   linear(f / t, h);                                       // MLP down
@@ -123,7 +123,7 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   const SoftwareProfile& sw = j.software;
   ew(2 * n * h * e * rep, 2, m.norm == NormKind::rmsnorm ? sw.rmsnorm : Composite{});
   ew((3 * n * h * e + drop * n * h) * rep, 2);
-  if (!m.learned_positions) ew(2 * n * (q + kv) / t * e, 1, sw.rotary);
+  if (!m.learned_positions) ew(2 * n * (q / t + kv) * e, 1, sw.rotary);
   if (m.ffn == FfnKind::swiglu)
     ew(3 * n * f / t * e, 1, sw.swiglu);
   else
@@ -133,7 +133,8 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   lt.op_rec = lt.ew_fwd;
   for (const BlockMatmul& mm : op_policy_matmuls(m)) {
     if (!mm.recomputed) continue;
-    const double K = mm.row_parallel ? mm.K / t : mm.K, N = mm.row_parallel ? mm.N : mm.N / t;
+    const double K = mm.row_parallel ? mm.K / t : mm.K;
+    const double N = mm.row_parallel ? mm.N : mm.kv ? kv : mm.N / t;
     lt.op_rec += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
   }
   return lt;
@@ -207,7 +208,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   double cp_layer = 0;
   if (l.cp > 1) {
     const GroupPath cpg = group_path(c, l, Dim::cp);
-    const double chunk = n * 2 * double(m.n_kv_head) * m.head_dim() / t * e;
+    const double chunk = n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
     const double pass =
         cpg.nodes > 1 ? cpg.net_lat + chunk / cpg.net_bw : cpg.intra_lat + chunk / cpg.intra_bw;
     const double attn_step = lt.attn_fwd / l.cp;

@@ -15,8 +15,8 @@ JobSpec job(int seq, int64_t seqs) {
 }
 
 // With large matmuls every step after the first hides: a layer's tensor-parallel time falls
-// towards the collectives' first steps, 1/tp of the synchronous time. It never exceeds the synchronous
-// time, and without sequence parallelism or tp there is nothing to overlap.
+// towards the collectives' first steps, 1/tp of the synchronous time. It never exceeds the
+// synchronous time, and without sequence parallelism or tp there is nothing to overlap.
 TEST(PlanAsyncTp, CollectivesHideBehindTheirMatmulsButTheirFirstStep) {
   const ModelSpec m = find_preset("llama3-70b").model;
   const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);

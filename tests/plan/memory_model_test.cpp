@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/planner.h"
 #include "plan/stages.h"
 
 namespace kiln::plan {
@@ -133,6 +134,36 @@ TEST(PlanMemoryModel, AllowanceAndReservationAreAddedAsStated) {
   EXPECT_DOUBLE_EQ(m.reserved, 2.0 * (1 << 30));
   EXPECT_DOUBLE_EQ(m.total, counted * 1.25 + m.reserved);
   EXPECT_DOUBLE_EQ(m.capacity, 80e9);
+}
+
+// Multi-query attention under tensor parallelism (StarCoder: 1 key/value head, tp = 4): every
+// rank holds the whole K and V projection, as BigCode's Megatron-LM replicates the head, so its
+// weights and its K and V activations are not divided by tp.
+TEST(PlanMemoryModel, MultiQueryAttentionReplicatesTheHeadUnderTp) {
+  ModelSpec m = find_preset("gpt2-1.5b").model;
+  m.n_head = 24, m.hidden = 1536, m.n_kv_head = 1, m.dropout = false;
+  EXPECT_DOUBLE_EQ(kv_heads_per_rank(m, 4), 1);
+  m.n_kv_head = 8;
+  EXPECT_DOUBLE_EQ(kv_heads_per_rank(m, 4), 2);
+  m.n_kv_head = 3;
+  EXPECT_DOUBLE_EQ(kv_heads_per_rank(m, 4), 0);  // neither divides the other: refused
+  m.n_kv_head = 1;
+  JobSpec j;
+  j.seq_len = 1024, j.global_batch_tokens = 8 * 1024, j.train_tokens = 1e12;
+  Layout one = parse_layout("tp=1,dp=1,mb=1"), four = parse_layout("tp=4,dp=1,mb=1,sp=0");
+  const double d = 64, kv_w = 2 * d * (m.hidden + 1);  // K and V projections with biases
+  const double p1 = pipeline_stages(m, one, 1)[0].params,
+               p4 = pipeline_stages(m, four, 1)[0].params;
+  EXPECT_NEAR(p4, p1 / 4 + m.n_layer * kv_w * 3 / 4, 1.0);
+  // K and V activations: 2·d·e per token on every rank, not 2·d·e/4.
+  Layout four_sp = four;
+  const double a1 = layer_activation_bytes(m, j, one, Recompute::none);
+  const double a4 = layer_activation_bytes(m, j, four_sp, Recompute::none);
+  const double n = 1024, e = 2, h = m.hidden;
+  const double rep = n * (4 * h * e), kv_bytes = n * 2 * d * e;
+  EXPECT_NEAR(a4, rep + (a1 - rep - kv_bytes) / 4 + kv_bytes, 1.0);
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  EXPECT_EQ(layout_problem(m, c, j, parse_layout("tp=4,dp=2,mb=1")), "");
 }
 
 }  // namespace
