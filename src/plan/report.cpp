@@ -409,8 +409,8 @@ std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s) 
 nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& s) {
   nlohmann::json peaks = nlohmann::json::object();
   for (const auto& p : s.peaks)
-    peaks[p.dtype == "fp32" ? "fp32" : "bf16"] = {{"per_gpu_tflops", p.per_gpu},
-                                                  {"total_pflops", p.total}};
+    peaks[p.dtype == "bf16/fp16" ? "bf16" : p.dtype] = {{"per_gpu_tflops", p.per_gpu},
+                                                        {"total_pflops", p.total}};
   nlohmann::json j = {{"cluster", c.describe()},
                       {"device", c.device.name},
                       {"description", c.device.description},
