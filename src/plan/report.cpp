@@ -102,7 +102,8 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
                         {"vpp", l.vpp},
                         {"zero", l.zero},
                         {"recompute", l.recompute_text()},
-                        {"sp", l.sp}}}};
+                        {"sp", l.sp},
+                        {"asynctp", l.async_tp}}}};
   if (!e.valid()) {
     j["invalid"] = e.invalid;
     return j;
