@@ -51,7 +51,7 @@ struct PlanOpts {
   // job
   int seq_len = 0;
   std::string batch_tokens, tokens;
-  std::string dtype = "bf16", attention = "flash";
+  std::string dtype = "bf16", attention = "flash", software;
   bool no_overlap = false;
   double mem_allowance = 0.10, usd = 0, gpu_power_w = 0, node_overhead_w = -1, pue = 1.2;
   double gco2 = 480;
@@ -64,7 +64,7 @@ struct PlanOpts {
   std::string layout;
   int top = 5;
   double days = 0, budget = 0;  // --days, --budget
-  bool json = false, list_models = false, list_gpus = false;
+  bool json = false, list_models = false, list_gpus = false, list_software = false;
   // calibration
   bool calibrate = false;
   std::string output = "configs/hardware/this-cpu.toml";
@@ -77,7 +77,7 @@ struct PlanOpts {
 struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
-      *batch_tokens, *tokens, *dtype, *attention, *days, *budget;
+      *batch_tokens, *tokens, *dtype, *attention, *software, *days, *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -98,15 +98,23 @@ void list_models() {
 }
 
 void list_gpus() {
-  fmt::print("{:<10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "bf16 TF", "fp32 TF", "GiB",
-             "HBM GB/s", "matmul", "TDP W", "description");
+  fmt::print("{:<10} {:>9} {:>8} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "bf16 TF", "fp8 TF",
+             "fp32 TF", "GiB", "HBM GB/s", "matmul", "TDP W", "description");
   for (const auto& d : device_catalog())
-    fmt::print("{:<10} {:>9.4g} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
-               d.peak_tflops_16, d.peak_tflops_32, d.memory_gib, d.mem_bw_gbs,
-               100 * d.matmul_efficiency, d.tdp_w, d.description);
+    fmt::print("{:<10} {:>9.4g} {:>8} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
+               d.peak_tflops_16, d.peak_tflops_8 > 0 ? fmt::format("{:.4g}", d.peak_tflops_8) : "–",
+               d.peak_tflops_32, d.memory_gib, d.mem_bw_gbs, 100 * d.matmul_efficiency, d.tdp_w,
+               d.description);
   fmt::print(
       "\nmatmul: the fraction of the dense peak the time model uses (sustained "
       "matmul rate; see docs/planner.md)\n");
+}
+
+void list_software() {
+  fmt::print("{:<19} {}\n", "software", "what it sets");
+  for (const SoftwareProfile& s : software_catalog())
+    fmt::print("{:<19} {}\n{:<19} source: {}\n", s.name, s.description, "", s.source);
+  fmt::print("\nthe numbers and their sources: docs/planner.md, \"Software profiles\"\n");
 }
 
 // --gpus N as whole nodes of the cluster's server; with --nodes as well, the two must agree.
@@ -244,7 +252,8 @@ void summarize(const PlanOpts& o, const Given& g) {
                            {g.budget, "--budget"},
                            {g.seq_len, "--seq-len"},
                            {g.batch_tokens, "--global-batch-tokens"},
-                           {g.tokens, "--tokens"}})
+                           {g.tokens, "--tokens"},
+                           {g.software, "--software"}})
     if (opt->count())
       fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
   if (!o.layout.empty())
@@ -364,6 +373,7 @@ void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e) {
 void plan(const PlanOpts& o, const Given& g) {
   if (o.list_models) return list_models();
   if (o.list_gpus) return list_gpus();
+  if (o.list_software) return list_software();
   if (o.config.empty() && o.model.empty()) return summarize(o, g);
   if (!o.config.empty() && !o.model.empty())
     fail("give the model with --model NAME (see --list-models) or --config FILE (a kiln config)");
@@ -410,6 +420,10 @@ void plan(const PlanOpts& o, const Given& g) {
       fail("--attention must be flash or unfused, got '{}'", o.attention);
     job.flash_attention = o.attention == "flash";
   }
+  // kiln's own trainer runs a --config; a preset is planned on Megatron-LM unless told otherwise.
+  job.software = find_software(g.software->count() ? o.software
+                               : from_config       ? "kiln"
+                                                   : "megatron");
   job.overlap_dp = !o.no_overlap;
   job.mem_allowance = o.mem_allowance;
   job.usd_per_gpu_hour = o.usd;
@@ -436,12 +450,11 @@ void plan(const PlanOpts& o, const Given& g) {
          job.seq_len, model.max_seq, model.name);
 
   ClusterSpec cluster = cluster_from(o, g);
-  // A CPU trains in fp32 with kiln's unfused attention unless told otherwise.
+  // A CPU trains in fp32 with kiln's unfused attention and kernels unless told otherwise.
+  if (cluster.device.cpu && !g.software->count()) job.software = find_software("kiln");
   if (cluster.device.cpu && !g.dtype->count()) job.dtype = Dtype::fp32;
   if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
-  if (cluster.device.peak_tflops(job.dtype) <= 0)
-    fail("{} has no {} peak in its description; plan with --dtype {}", cluster.device.name,
-         dtype_name(job.dtype), job.dtype == Dtype::fp32 ? "bf16" : "fp32");
+  if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
   const PlanInputs in{model, cluster, job};
 
   if (g.days->count()) {
@@ -601,12 +614,21 @@ void register_plan(CLI::App& app) {
                         ->group(J);
   g->tokens =
       cmd->add_option("--tokens", o->tokens, "training tokens (e.g. 2T, 300B, 1.5e12)")->group(J);
-  g->dtype = cmd->add_option("--dtype", o->dtype,
-                             "bf16 or fp16 (mixed precision with fp32 master weights) or fp32")
+  g->dtype = cmd->add_option(
+                    "--dtype", o->dtype,
+                    "bf16 or fp16 (mixed precision with fp32 master weights), fp8 (linear layers' "
+                    "matmuls in fp8, the rest bf16) or fp32")
                  ->group(J);
   g->attention =
       cmd->add_option("--attention", o->attention, "flash (no score matrix kept) or unfused")
           ->group(J);
+  g->software = cmd->add_option("--software", o->software,
+                                "what runs the job: megatron (default), nemo, deepspeed, fsdp, "
+                                "fsdp-compile, torchtitan, torchtitan-compile, kiln (default with "
+                                "--config); see --list-software")
+                    ->group(J);
+  cmd->add_flag("--list-software", o->list_software, "list the software profiles and exit")
+      ->group(J);
   cmd->add_flag("--no-overlap", o->no_overlap,
                 "data-parallel collectives run after backward instead of during it")
       ->group(J);

@@ -17,6 +17,8 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
     s.peaks.push_back({"bf16/fp16", d.peak_tflops_16, d.peak_tflops_16 * s.gpus / 1e3});
   if (d.peak_tflops_32 > 0)
     s.peaks.push_back({"fp32", d.peak_tflops_32, d.peak_tflops_32 * s.gpus / 1e3});
+  if (d.peak_tflops_8 > 0)
+    s.peaks.push_back({"fp8", d.peak_tflops_8, d.peak_tflops_8 * s.gpus / 1e3});
 
   s.intra_link = c.intra_link;
   if (c.gpus_per_node > 1) {

@@ -18,7 +18,7 @@ struct PowerInputs {
 };
 
 struct PeakRate {
-  std::string dtype;   // "bf16/fp16" (dense) or "fp32"
+  std::string dtype;   // "bf16/fp16" (dense), "fp32" or "fp8" (dense)
   double per_gpu = 0;  // TFLOP/s
   double total = 0;    // PFLOP/s
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 
@@ -22,19 +23,27 @@ double step_latency(const GroupPath& g) {
   return g.nodes > 1 ? g.net_lat : g.intra_lat;
 }
 
+// Ranks in a group and the rank distance between neighbours; a group of two dimensions (dp × cp)
+// has an outer level of `size2` blocks `stride2` apart.
 struct Placement {
-  int size = 1, stride = 1;  // ranks in a group, rank distance between neighbours
+  int size = 1, stride = 1;
+  int size2 = 1, stride2 = 0;
 };
 
+// Context parallelism sits next to tp (Megatron-LM: tp, cp, dp, pp; Llama 3: tp, cp, pp, dp).
 Placement placement(const ClusterSpec& c, const Layout& l, Dim dim) {
   const bool dp_inner = c.order == RankOrder::tp_dp_pp;
+  const int tc = l.tp * l.cp;
   switch (dim) {
     case Dim::tp:
       return {l.tp, 1};
+    case Dim::cp:
+      return {l.cp, l.tp};
     case Dim::dp:
+      if (l.cp > 1) return {l.cp, l.tp, l.dp, dp_inner ? tc : tc * l.pp};
       return {l.dp, dp_inner ? l.tp : l.tp * l.pp};
     case Dim::pp:
-      return {l.pp, dp_inner ? l.tp * l.dp : l.tp};
+      return {l.pp, dp_inner ? tc * l.dp : tc};
   }
   return {};
 }
@@ -158,13 +167,23 @@ GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim) {
   const Placement p = placement(c, l, dim);
   const int gpn = c.gpus_per_node;
   GroupPath g;
-  g.size = p.size;
+  g.size = p.size * p.size2;
   g.intra_bw = c.intra_bw();
   g.intra_lat = c.intra_latency();
   g.net_bw = c.inter_bw_per_gpu();
   g.net_lat = c.inter_latency();
   int node_stride = 1;
-  if (p.size <= 1) {
+  if (p.size2 > 1) {
+    // Two levels: count the nodes the group's members sit on and the most on one node.
+    std::map<int, int> on_node;
+    for (int i = 0; i < p.size2; i++)
+      for (int k = 0; k < p.size; k++) on_node[(i * p.stride2 + k * p.stride) / gpn]++;
+    g.nodes = int(on_node.size());
+    g.per_node = 0;
+    for (const auto& [node, count] : on_node) g.per_node = std::max(g.per_node, count);
+    const int span = on_node.rbegin()->first - on_node.begin()->first + 1;
+    node_stride = g.nodes > 1 ? std::max(1, (span - 1) / (g.nodes - 1)) : 1;
+  } else if (p.size <= 1) {
     g.per_node = 1;
     g.nodes = 1;
   } else if (p.stride >= gpn) {

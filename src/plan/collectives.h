@@ -55,8 +55,9 @@ double all_reduce_s(double bytes, const GroupPath& g);
 double reduce_scatter_s(double bytes, const GroupPath& g);
 double all_gather_s(double bytes, const GroupPath& g);
 
-// Which parallel dimension a group belongs to.
-enum class Dim { tp, pp, dp };
+// Which parallel dimension a group belongs to: dp is the group gradients are reduced over and
+// ZeRO shards over, the dp × cp ranks holding the same weights.
+enum class Dim { tp, cp, pp, dp };
 
 // How the groups of one dimension lie on the cluster for `l` (placing ranks in the cluster's
 // rank order), with the slowdown the topology puts on their traffic between nodes:

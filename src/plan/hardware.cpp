@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -16,7 +17,8 @@ Dtype parse_dtype(const std::string& s) {
   if (s == "fp32") return Dtype::fp32;
   if (s == "bf16") return Dtype::bf16;
   if (s == "fp16") return Dtype::fp16;
-  fail("unknown precision '{}': use bf16, fp16 (16-bit mixed precision) or fp32", s);
+  if (s == "fp8") return Dtype::fp8;
+  fail("unknown precision '{}': use bf16, fp16 (16-bit mixed precision), fp8 or fp32", s);
 }
 
 const char* dtype_name(Dtype d) {
@@ -27,6 +29,8 @@ const char* dtype_name(Dtype d) {
       return "bf16";
     case Dtype::fp16:
       return "fp16";
+    case Dtype::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -48,6 +52,13 @@ const char* dtype_name(Dtype d) {
 // the datasheet on NVIDIA HBM, 80% on AMD's. Kernel overhead: about 4 µs per kernel launch.
 // Reserved memory: CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL buffers, ~2 GiB.
 constexpr double kSustained = 0.845;
+// fp8: tilelang's FP8 GEMM benchmark (benchmark/matmul_fp8/README.md, H800 SXM, whose tensor
+// cores are the H100 SXM's: 1,979 TFLOP/s dense fp8) reaches 1,461 and 1,507 TFLOP/s at
+// M = N = K = 8192 in its two runs, 0.75 of the fp8 peak, against the bf16 MAMF's 0.801: fp8
+// matmuls sustain 0.75 × 0.845 of the fp8 peak on H100/H200, and other devices with fp8 are
+// taken at their bf16 efficiency × 0.75/0.801 (no fp8 MAMF published for them).
+constexpr double kFp8Burst = 1484.0 / 1979;
+constexpr double kFp8OverBf16 = kFp8Burst / 0.801;
 
 const std::vector<DeviceSpec>& device_catalog() {
   static const std::vector<DeviceSpec> cat = [] {
@@ -65,6 +76,7 @@ const std::vector<DeviceSpec>& device_catalog() {
     // 6.5 kW max):
     // https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf
     DeviceSpec a100;
+    a100.arch = "ampere";
     a100.peak_tflops_16 = 312;
     a100.peak_tflops_32 = 19.5;
     a100.matmul_efficiency = 0.859 * kSustained;
@@ -99,7 +111,10 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "h100-sxm";
       d.description = "NVIDIA H100 SXM5 80 GB";
+      d.arch = "hopper";
       d.peak_tflops_16 = 989;
+      d.peak_tflops_8 = 1979;  // 3,958 with sparsity
+      d.matmul_efficiency_fp8 = kFp8Burst * kSustained;
       d.peak_tflops_32 = 67;
       d.memory_gib = 80e9 / (1 << 30);
       d.mem_bw_gbs = 3350;
@@ -115,6 +130,8 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.name = "h100-pcie";
       d.description = "NVIDIA H100 PCIe 80 GB";
       d.peak_tflops_16 = 756;
+      d.peak_tflops_8 = 1513;       // 3,026 with sparsity
+      d.matmul_efficiency_fp8 = 0;  // no benchmark of the PCIe part: the rule
       d.peak_tflops_32 = 51;
       d.mem_bw_gbs = 2000;
       d.tdp_w = 350;
@@ -133,7 +150,10 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "h200";
       d.description = "NVIDIA H200 SXM 141 GB";
+      d.arch = "hopper";
       d.peak_tflops_16 = 989;
+      d.peak_tflops_8 = 1979;
+      d.matmul_efficiency_fp8 = kFp8Burst * kSustained;
       d.peak_tflops_32 = 67;
       d.memory_gib = 141e9 / (1 << 30);
       d.mem_bw_gbs = 4800;
@@ -157,7 +177,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "b200";
       d.description = "NVIDIA B200 (HGX, 1,000 W) 180 GB";
+      d.arch = "blackwell";
       d.peak_tflops_16 = 2250;
+      d.peak_tflops_8 = 4500;  // 9 PFLOP/s with sparsity
       d.peak_tflops_32 = 80;
       d.memory_gib = 180e9 / (1 << 30);
       d.mem_bw_gbs = 8000;
@@ -183,7 +205,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "l40s";
       d.description = "NVIDIA L40S 48 GB (PCIe)";
+      d.arch = "ada";
       d.peak_tflops_16 = 362;
+      d.peak_tflops_8 = 733;  // 1,466 with sparsity
       d.peak_tflops_32 = 91.6;
       d.memory_gib = 48e9 / (1 << 30);
       d.mem_bw_gbs = 864;
@@ -200,6 +224,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.name = "rtx4090";
       d.description = "NVIDIA GeForce RTX 4090 24 GB (PCIe)";
       d.peak_tflops_16 = 165.2;
+      d.peak_tflops_8 = 330.3;  // FP32 accumulate, dense (whitepaper: 660.6 with sparsity)
       d.peak_tflops_32 = 82.6;
       d.memory_gib = 24e9 / (1 << 30);
       d.mem_bw_gbs = 1008;
@@ -229,6 +254,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "mi250x";
       d.description = "AMD Instinct MI250X, one GCD (half a package)";
+      d.arch = "cdna2";
       d.peak_tflops_16 = 191.5;
       d.peak_tflops_32 = 47.9;
       d.memory_gib = 64e9 / (1 << 30);
@@ -253,7 +279,9 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d;
       d.name = "mi300x";
       d.description = "AMD Instinct MI300X 192 GB";
+      d.arch = "cdna3";
       d.peak_tflops_16 = 1307;
+      d.peak_tflops_8 = 2614.9;  // 5,229.8 with sparsity
       d.peak_tflops_32 = 163.4;
       d.memory_gib = 192e9 / (1 << 30);
       d.mem_bw_gbs = 5300;
@@ -280,6 +308,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.description =
           "this machine's CPU (2 cores, one kiln process), as docs/performance.md measured";
       d.cpu = true;
+      d.arch = "cpu";
       d.peak_tflops_16 = 0;
       d.peak_tflops_32 = 0.2;
       d.memory_gib = 24;
@@ -302,6 +331,25 @@ const std::vector<DeviceSpec>& device_catalog() {
     return c;
   }();
   return cat;
+}
+
+std::string precision_problem(const DeviceSpec& d, Dtype dt) {
+  if (dt == Dtype::fp8 && d.peak_tflops_8 <= 0)
+    return fmt::format(
+        "{} has no fp8 tensor cores (fp8 needs Hopper, Ada or Blackwell, or an MI300X: h100-sxm, "
+        "h100-pcie, h200, b200, l40s, rtx4090, mi300x); plan with --dtype bf16",
+        d.name);
+  if (d.peak_tflops(dt) <= 0)
+    return fmt::format("{} has no {} peak in its description; plan with --dtype {}", d.name,
+                       dtype_name(dt), dt == Dtype::fp32 ? "bf16" : "fp32");
+  return "";
+}
+
+double DeviceSpec::linear_flops(Dtype d) const {
+  if (d != Dtype::fp8) return peak_tflops(d) * 1e12 * matmul_efficiency;
+  const double eff = matmul_efficiency_fp8 > 0 ? matmul_efficiency_fp8
+                                               : std::min(1.0, matmul_efficiency * kFp8OverBf16);
+  return peak_tflops_8 * 1e12 * eff;
 }
 
 const DeviceSpec& find_device(const std::string& name) {
@@ -333,6 +381,11 @@ void DeviceSpec::validate(const std::string& where) const {
     fail("{}: device '{}': efficiencies are fractions of the peak, at most 1", where, name);
   if (reserved_gib < 0 || reserved_gib >= memory_gib)
     fail("{}: device '{}': reserved_gib must be in [0, memory_gib)", where, name);
+  if (peak_tflops_8 < 0 || matmul_efficiency_fp8 < 0 || matmul_efficiency_fp8 > 1)
+    fail(
+        "{}: device '{}': peak_tflops_fp8 must not be negative and matmul_efficiency_fp8 is a "
+        "fraction in [0, 1]",
+        where, name);
   if (kernel_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 || tdp_w < 0 ||
       node_overhead_w < 0)
     fail("{}: device '{}': overheads, cache and power must not be negative", where, name);
@@ -538,12 +591,15 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
          if (!v.is_boolean()) fail("{}: hardware key '{}' must be true or false", source, k);
          d.cpu = *v.value<bool>();
        }},
+      {"device.arch", str(&d.arch)},
       {"device.peak_tflops_bf16", num(&d.peak_tflops_16)},
+      {"device.peak_tflops_fp8", num(&d.peak_tflops_8)},
       {"device.peak_tflops_fp32", num(&d.peak_tflops_32)},
       {"device.memory_gib", num(&d.memory_gib)},
       {"device.reserved_gib", num(&d.reserved_gib)},
       {"device.mem_bw_gbs", num(&d.mem_bw_gbs)},
       {"device.matmul_efficiency", num(&d.matmul_efficiency)},
+      {"device.matmul_efficiency_fp8", num(&d.matmul_efficiency_fp8)},
       {"device.attention_efficiency", num(&d.attention_efficiency)},
       {"device.mem_bw_efficiency", num(&d.mem_bw_efficiency)},
       {"device.kernel_overhead_us", num(&d.kernel_overhead_us)},
@@ -640,10 +696,14 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   // A peak of 0 means "not supported": the key is left out rather than written as 0.
   if (d.peak_tflops_16 > 0) out += fmt::format("peak_tflops_bf16 = {:.6g}\n", d.peak_tflops_16);
   if (d.peak_tflops_32 > 0) out += fmt::format("peak_tflops_fp32 = {:.6g}\n", d.peak_tflops_32);
+  if (d.peak_tflops_8 > 0) out += fmt::format("peak_tflops_fp8 = {:.6g}\n", d.peak_tflops_8);
+  if (!d.arch.empty()) out += fmt::format("arch = {}\n", q(d.arch));
   out += fmt::format("memory_gib = {:.6g}\n", d.memory_gib);
   out += fmt::format("reserved_gib = {:.6g}\n", d.reserved_gib);
   out += fmt::format("mem_bw_gbs = {:.6g}\n", d.mem_bw_gbs);
   out += fmt::format("matmul_efficiency = {:.4g}\n", d.matmul_efficiency);
+  if (d.matmul_efficiency_fp8 > 0)
+    out += fmt::format("matmul_efficiency_fp8 = {:.4g}\n", d.matmul_efficiency_fp8);
   out += fmt::format("attention_efficiency = {:.4g}\n", d.attention_efficiency);
   out += fmt::format("mem_bw_efficiency = {:.4g}\n", d.mem_bw_efficiency);
   out += fmt::format("kernel_overhead_us = {:.4g}\n", d.kernel_overhead_us);

@@ -8,7 +8,9 @@
 
 namespace kiln::plan {
 
-enum class Dtype { fp32, bf16, fp16 };  // training precision: fp32, or 16-bit mixed precision
+// Training precision: fp32, 16-bit mixed precision, or fp8 (linear layers' matmuls in fp8 with
+// per-tensor scales, everything else as bf16 mixed precision: Transformer Engine, torchao).
+enum class Dtype { fp32, bf16, fp16, fp8 };
 Dtype parse_dtype(const std::string& s);
 const char* dtype_name(Dtype d);
 inline int activation_bytes(Dtype d) {
@@ -21,12 +23,19 @@ struct DeviceSpec {
   std::string description;
   std::string source;  // where the numbers come from
   bool cpu = false;
+  // Architecture: ampere, hopper, blackwell, ada, cdna2, cdna3, cpu (software profiles give
+  // kernel rates per architecture; "" for none known).
+  std::string arch;
   double peak_tflops_16 = 0;     // dense bf16/fp16 matrix peak (0: not supported)
+  double peak_tflops_8 = 0;      // dense fp8 matrix peak (0: no fp8 tensor cores)
   double peak_tflops_32 = 0;     // fp32 peak
   double memory_gib = 0;         // capacity
   double reserved_gib = 0;       // taken before training: runtime, library workspaces, buffers
   double mem_bw_gbs = 0;         // memory bandwidth
   double matmul_efficiency = 0;  // fraction of the peak a large matmul sustains
+  // The same for fp8 matmuls (of peak_tflops_8); 0: matmul_efficiency × the H100's fp8/bf16
+  // burst ratio (docs/planner.md, "fp8").
+  double matmul_efficiency_fp8 = 0;
   // The attention core's products (score and value, or a flash kernel) relative to the matmul
   // rate; 1 on GPUs (batched GEMMs), measured for kiln's own attention loops on CPUs.
   double attention_efficiency = 1;
@@ -44,9 +53,18 @@ struct DeviceSpec {
   int nics_per_node = 8;
   double nic_gbps = 400;  // Gb/s per NIC
 
+  // The dense peak MFU is quoted against: fp32's, or the 16-bit one (fp8 runs too, as torchtitan
+  // and Meta report them; the fp8 peak is peak_tflops_8).
   double peak_tflops(Dtype d) const { return d == Dtype::fp32 ? peak_tflops_32 : peak_tflops_16; }
+  // FLOP/s a large matmul of a linear layer sustains in training: fp8 runs them on the fp8
+  // tensor cores, every other precision at its own peak.
+  double linear_flops(Dtype d) const;
   void validate(const std::string& where) const;
 };
+
+// Why `d` cannot train in `dt` ("" when it can): no peak for the precision, or no fp8 tensor
+// cores for fp8, naming what to plan with instead.
+std::string precision_problem(const DeviceSpec& d, Dtype dt);
 
 const std::vector<DeviceSpec>& device_catalog();
 // Throws kiln::Error listing the catalog (and the closest name) when `name` is unknown.

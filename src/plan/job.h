@@ -5,6 +5,7 @@
 #include <string>
 
 #include "plan/hardware.h"
+#include "plan/software.h"
 
 namespace kiln::plan {
 
@@ -13,6 +14,8 @@ struct JobSpec {
   int64_t global_batch_tokens = 0;  // tokens per optimizer step
   double train_tokens = 0;          // tokens of the whole run
   Dtype dtype = Dtype::bf16;
+  // What runs the job (--software): kernel rates, fusion, gradient dtype (plan/software.h).
+  SoftwareProfile software = find_software("megatron");
   // Flash attention (Dao et al. 2022) keeps no (s, s) score matrix and skips the masked half of
   // a causal product; unfused attention materialises scores and probabilities (kiln's CPU
   // trainer, Megatron-LM in 2021).

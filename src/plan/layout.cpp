@@ -12,11 +12,19 @@
 
 namespace kiln::plan {
 
+std::string Layout::recompute_text() const {
+  if (recompute_op) return "op";
+  if (recompute == Recompute::full && full_every > 1) return fmt::format("full/{}", full_every);
+  return recompute_name(recompute);
+}
+
 std::string Layout::to_string() const {
   std::string s = fmt::format("tp={},pp={},", tp, pp);
   if (dp > 0) s += fmt::format("dp={},", dp);  // 0: not chosen yet
-  s += fmt::format("mb={},zero={},recompute={}", mb, zero, recompute_name(recompute));
+  s += fmt::format("mb={},zero={},recompute={}", mb, zero, recompute_text());
   if (vpp > 1) s += fmt::format(",vpp={}", vpp);
+  if (cp > 1) s += fmt::format(",cp={}", cp);
+  if (async_tp) s += ",asynctp=1";
   if (tp > 1 && !sp) s += ",sp=0";
   return s;
 }
@@ -24,13 +32,15 @@ std::string Layout::to_string() const {
 std::string LayoutKeys::given(const Layout& l) const {
   std::vector<std::string> parts;
   if (tp) parts.push_back(fmt::format("tp={}", l.tp));
+  if (cp) parts.push_back(fmt::format("cp={}", l.cp));
   if (pp) parts.push_back(fmt::format("pp={}", l.pp));
   if (dp) parts.push_back(fmt::format("dp={}", l.dp));
   if (mb) parts.push_back(fmt::format("mb={}", l.mb));
   if (vpp) parts.push_back(fmt::format("vpp={}", l.vpp));
   if (zero) parts.push_back(fmt::format("zero={}", l.zero));
-  if (recompute) parts.push_back(fmt::format("recompute={}", recompute_name(l.recompute)));
+  if (recompute) parts.push_back(fmt::format("recompute={}", l.recompute_text()));
   if (sp) parts.push_back(fmt::format("sp={:d}", l.sp));
+  if (async_tp) parts.push_back(fmt::format("asynctp={:d}", l.async_tp));
   std::string s;
   for (size_t i = 0; i < parts.size(); i++) s += (i ? "," : "") + parts[i];
   return s;
@@ -55,7 +65,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
   Layout l;
   l.dp = 0;
   bool sp_given = false;
-  const std::vector<std::string> keys = {"tp", "pp", "dp", "mb", "vpp", "zero", "recompute", "sp"};
+  const std::vector<std::string> keys = {"tp",  "cp",   "pp",        "dp", "mb",
+                                         "vpp", "zero", "recompute", "sp", "asynctp"};
   std::set<std::string> seen;
   size_t pos = 0;
   if (text.empty())
@@ -77,22 +88,49 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
     }
     if (!seen.insert(key).second) fail("--layout: '{}' is given twice", key);
     bool* flag = key == "tp"          ? &keys_given.tp
+                 : key == "cp"        ? &keys_given.cp
                  : key == "pp"        ? &keys_given.pp
                  : key == "dp"        ? &keys_given.dp
                  : key == "mb"        ? &keys_given.mb
                  : key == "vpp"       ? &keys_given.vpp
                  : key == "zero"      ? &keys_given.zero
                  : key == "recompute" ? &keys_given.recompute
+                 : key == "asynctp"   ? &keys_given.async_tp
                                       : &keys_given.sp;
     *flag = true;
     if (key == "recompute") {
-      l.recompute = parse_recompute(value, "--layout: recompute");
+      // torchtitan's selective checkpointing (plan/recompute.h), then the trainer's names.
+      if (value == "op") {
+        l.recompute_op = true;
+      } else if (value.rfind("full/", 0) == 0) {
+        const std::string n = value.substr(5);
+        auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), l.full_every);
+        if (ec != std::errc() || p != n.data() + n.size() || l.full_every < 1)
+          fail(
+              "--layout: recompute=full/N recomputes one block in N; N must be a whole number "
+              "of at least 1, got '{}'",
+              n);
+        l.recompute = Recompute::full;
+      } else if (value == "none" || value == "attention" || value == "selective" ||
+                 value == "full") {
+        l.recompute = parse_recompute(value, "--layout: recompute");
+      } else {
+        fail(
+            "--layout: recompute must be none, attention (also called selective), full, op or "
+            "full/N (torchtitan's per-op and every-N-th-block checkpointing), got '{}'",
+            value);
+      }
       continue;
     }
     int v = 0;
     auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     if (ec != std::errc() || p != value.data() + value.size())
       fail("--layout: {} must be a whole number, got '{}'", key, value);
+    if (key == "asynctp") {
+      if (v != 0 && v != 1) fail("--layout: asynctp is 0 or 1, got {}", v);
+      l.async_tp = v == 1;
+      continue;
+    }
     if (key == "sp") {
       if (v != 0 && v != 1) fail("--layout: sp is 0 or 1, got {}", v);
       l.sp = v == 1;
@@ -107,6 +145,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
     if (v < 1) fail("--layout: {} must be at least 1, got {}", key, v);
     if (key == "tp")
       l.tp = v;
+    else if (key == "cp")
+      l.cp = v;
     else if (key == "pp")
       l.pp = v;
     else if (key == "dp")

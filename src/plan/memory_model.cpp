@@ -2,25 +2,29 @@
 
 #include <algorithm>
 
+#include "plan/recompute.h"
 #include "plan/stages.h"
 
 namespace kiln::plan {
 
-StateBytes state_bytes(Dtype d) {
-  if (d == Dtype::fp32) return {4, 4, 8};
-  return {2, 2, 12};
+StateBytes state_bytes(const JobSpec& j) {
+  if (j.dtype == Dtype::fp32) return {4, 4, 8, 4};
+  const double fp8_copy = j.dtype == Dtype::fp8 ? 1 : 0;
+  return {2 + fp8_copy, j.software.grad_bytes(j.dtype), 12, 2};
 }
 
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {
-  const double n = double(l.mb) * j.seq_len;  // tokens of one micro-batch
+  const double n = rank_tokens(j, l);
   const double e = activation_bytes(j.dtype);
-  const double h = m.hidden, d = m.head_dim(), a = m.n_head, g = m.n_kv_head;
+  const double h = m.hidden, d = m.head_dim(), a = m.n_head;
+  const double g_rank = kv_heads_per_rank(m, l.tp);  // key/value heads on this rank
   const double f = m.ffn_hidden, s = j.seq_len, t = l.tp;
   const double rep = l.sp ? 1.0 / t : 1.0;
   const double drop = m.dropout ? 1.0 : 0.0;
   if (r == Recompute::full) return n * h * e * rep;
   double replicated = 4 * h * e + 2 * h * drop;
-  double split = (a + g) * d * e + g * d * e + a * d * e;
+  // Q and K, V and the attention output (K and V of replicated heads are whole on every rank).
+  double split = (a * d * e + a * d * e) + t * (2 * g_rank * d * e);
   split += (m.ffn == FfnKind::swiglu ? 3 : 2) * f * e;
   if (j.flash_attention)
     split += a * 4;  // the fp32 log-sum-exp per query head and token
@@ -29,15 +33,23 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   return n * (replicated * rep + split / t);
 }
 
+double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l) {
+  if (l.recompute_op) return op_policy_bytes(m, l, rank_tokens(j, l), activation_bytes(j.dtype));
+  const double share = l.full_share();
+  if (share <= 0 || share >= 1) return layer_activation_bytes(m, j, l, l.recompute);
+  return share * layer_activation_bytes(m, j, l, Recompute::full) +
+         (1 - share) * layer_activation_bytes(m, j, l, Recompute::none);
+}
+
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                const Layout& l, int64_t micro_batches) {
-  const StateBytes sb = state_bytes(j.dtype);
+  const StateBytes sb = state_bytes(j);
   const double e = activation_bytes(j.dtype);
-  const double n = double(l.mb) * j.seq_len;
+  const double n = rank_tokens(j, l);
   const double rep = l.sp ? 1.0 / l.tp : 1.0;
-  const double dp = l.dp;
+  const double dp = l.dp_cp();  // ZeRO shards over the ranks holding the same weights
   const double per_layer_slice = double(count_params(m).per_layer) / l.tp;
-  const double act_layer = layer_activation_bytes(m, j, l, l.recompute);
+  const double act_layer = kept_activation_bytes(m, j, l);
   const double act_layer_full = layer_activation_bytes(m, j, l, Recompute::none);
   MemoryBreakdown best;
   best.total = -1;
@@ -59,8 +71,10 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     // activations); full recompute also rebuilds one layer's activations; ZeRO-3 gathers the
     // 16-bit weights of the running layer and the next one, and one layer's gradients.
     mb.transient = act_layer_full;
-    if (l.recompute == Recompute::full) mb.transient += act_layer_full;
-    if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.weights + sb.grads);
+    if (l.recompute == Recompute::full || l.recompute_op) mb.transient += act_layer_full;
+    if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
+    // Context parallelism's ring: the key/value chunk being used and the one arriving.
+    if (l.cp > 1) mb.transient += 2 * n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
     const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
     mb.allowance = counted * j.mem_allowance;
     mb.reserved = c.device.reserved_gib * double(1 << 30);

@@ -5,6 +5,8 @@
 // the parts the ZeRO stage shards:
 //   16-bit mixed precision: weights 2, gradients 2, optimizer 12 (fp32 master, Adam m and v)
 //   fp32:                   weights 4, gradients 4, optimizer 8 (Adam m and v)
+// Gradients are 4 bytes where the software keeps them in fp32 (Megatron-LM's bf16 runs,
+// torchtitan); fp8 adds the weights' fp8 copy (1 byte) to bf16 mixed precision.
 //
 // Activations of one layer and micro-batch, in bytes, generalising Korthikanti et al. 2022
 // ("Reducing Activation Recomputation in Large Transformer Models", section 4) to grouped-query
@@ -27,8 +29,16 @@
 
 namespace kiln::plan {
 
+// Tokens of one micro-batch on one rank: context parallelism splits each sequence over cp ranks.
+inline double rank_tokens(const JobSpec& j, const Layout& l) {
+  return double(l.mb) * j.seq_len / l.cp;
+}
+
 // Bytes of activations one layer keeps for backward, for one micro-batch.
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r);
+// The same under the layout's whole policy, averaged over the layers: torchtitan's "op" policy
+// (plan/recompute.h), or full/N's one block in N.
+double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l);
 
 struct MemoryBreakdown {  // bytes on one device of the stage that needs the most
   int stage = 0;
@@ -46,10 +56,11 @@ struct MemoryBreakdown {  // bytes on one device of the stage that needs the mos
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                const Layout& l, int64_t micro_batches);
 
-// Bytes per parameter of weights, gradients and optimizer state for a precision.
+// Bytes per parameter of weights, gradients and optimizer state held for a job (its precision
+// and the software's gradient dtype), and of the weights a ZeRO-3 all-gather moves.
 struct StateBytes {
-  double weights, grads, optimizer;
+  double weights, grads, optimizer, gathered;
 };
-StateBytes state_bytes(Dtype d);
+StateBytes state_bytes(const JobSpec& j);
 
 }  // namespace kiln::plan

@@ -8,6 +8,8 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/recompute.h"
+#include "plan/stages.h"
 
 namespace kiln::plan {
 namespace {
@@ -30,7 +32,7 @@ std::string list_ints(const std::vector<int>& v) {
 std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
   std::vector<int> out;
   for (int t : divisors(c.gpus_per_node, c.gpus_per_node))
-    if (m.n_head % t == 0 && m.n_kv_head % t == 0 && m.ffn_hidden % t == 0) out.push_back(t);
+    if (m.n_head % t == 0 && kv_heads_per_rank(m, t) > 0 && m.ffn_hidden % t == 0) out.push_back(t);
   return out;
 }
 
@@ -48,9 +50,11 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
   if (m.n_head % l.tp != 0)
     return fmt::format("tp={} does not divide the {} attention heads of {}; tp can be {}", l.tp,
                        m.n_head, m.name, list_ints(tps));
-  if (m.n_kv_head % l.tp != 0)
-    return fmt::format("tp={} does not divide the {} key/value heads of {}; tp can be {}", l.tp,
-                       m.n_kv_head, m.name, list_ints(tps));
+  if (kv_heads_per_rank(m, l.tp) == 0)
+    return fmt::format(
+        "tp={} neither divides the {} key/value heads of {} nor is a multiple of them (each rank "
+        "would hold part of a head); tp can be {}",
+        l.tp, m.n_kv_head, m.name, list_ints(tps));
   if (m.ffn_hidden % l.tp != 0)
     return fmt::format("tp={} does not divide the MLP width {} of {}; tp can be {}", l.tp,
                        m.ffn_hidden, m.name, list_ints(tps));
@@ -69,17 +73,38 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
 
 std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                            const Layout& l) {
+  if (std::string p = precision_problem(c.device, j.dtype); !p.empty()) return p;
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) return tp;
   const int total = c.total_gpus();
-  if (int64_t(l.tp) * l.pp * l.dp != total) {
-    if (total % (l.tp * l.pp) == 0)
-      return fmt::format("tp×pp×dp = {} but the cluster has {} devices ({}); use dp={}",
-                         int64_t(l.tp) * l.pp * l.dp, total, c.describe(), total / (l.tp * l.pp));
-    return fmt::format("tp×pp = {} does not divide the cluster's {} devices", l.tp * l.pp, total);
+  const int model_ranks = l.tp * l.cp * l.pp;  // one data-parallel replica
+  const std::string mr = l.cp > 1 ? "tp×cp×pp" : "tp×pp";
+  if (int64_t(model_ranks) * l.dp != total) {
+    if (total % model_ranks == 0)
+      return fmt::format("{}×dp = {} but the cluster has {} devices ({}); use dp={}", mr,
+                         int64_t(model_ranks) * l.dp, total, c.describe(), total / model_ranks);
+    return fmt::format("{} = {} does not divide the cluster's {} devices", mr, model_ranks, total);
   }
+  if (l.async_tp && (l.tp == 1 || !l.sp))
+    return "asynctp=1 overlaps sequence parallelism's all-gathers and reduce-scatters with the "
+           "matmuls; it needs tp > 1 with sp";
+  if (l.cp > 1 && !j.flash_attention)
+    return "context parallelism (cp > 1) passes keys and values round a ring of flash-attention "
+           "kernels; it needs --attention flash";
+  if (l.cp > 1 && j.seq_len % (2 * l.cp) != 0)
+    return fmt::format(
+        "cp={} splits each sequence into 2·cp = {} chunks (two per rank, to balance the causal "
+        "mask); --seq-len {} is not a multiple of {}",
+        l.cp, 2 * l.cp, j.seq_len, 2 * l.cp);
   if (l.pp > m.n_layer)
     return fmt::format("pp={} is more stages than the {} layers of {}", l.pp, m.n_layer, m.name);
+  if (l.recompute_op && !j.flash_attention)
+    return "recompute=op (torchtitan's per-op checkpointing) keeps the flash-attention kernel's "
+           "output; it needs --attention flash";
+  if (l.full_every > m.n_layer)
+    return fmt::format(
+        "recompute=full/{} checkpoints one block in {}, more than the {} layers of {}",
+        l.full_every, l.full_every, m.n_layer, m.name);
   const int64_t seqs = j.global_batch_seqs();
   if (seqs % (int64_t(l.dp) * l.mb) != 0) {
     std::vector<int> mbs;
@@ -111,11 +136,11 @@ Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) fail("--layout {}: {}", l.to_string(), tp);
   if (l.dp == 0) {
-    const int total = c.total_gpus();
-    if (total % (l.tp * l.pp) != 0)
-      fail("--layout: tp×pp = {} does not divide the {} devices of {}", l.tp * l.pp, total,
-           c.describe());
-    l.dp = total / (l.tp * l.pp);
+    const int total = c.total_gpus(), model_ranks = l.tp * l.cp * l.pp;
+    if (total % model_ranks != 0)
+      fail("--layout: {} = {} does not divide the {} devices of {}",
+           l.cp > 1 ? "tp×cp×pp" : "tp×pp", model_ranks, total, c.describe());
+    l.dp = total / model_ranks;
   }
   if (l.tp == 1) l.sp = false;
   std::string problem = layout_problem(m, c, j, l);
@@ -136,7 +161,7 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
     e.notes.push_back(
         "attention recompute does nothing with flash attention, which keeps no "
         "attention scores");
-  if (l.zero > 0 && l.dp == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
+  if (l.zero > 0 && l.dp_cp() == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
   if (l.tp > 1 && !l.sp)
     e.notes.push_back(
         "without sequence parallelism norms and dropout keep full activations on "
@@ -146,10 +171,7 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   e.tokens_per_step = double(seqs) * j.seq_len;
   e.tokens_per_s = e.tokens_per_step / e.time.step;
   const double fpt = model_flops_per_token(m, j.seq_len);
-  double hw = fpt;
-  if (l.recompute == Recompute::full) hw += block_forward_flops_per_token(m, j.seq_len);
-  if (l.recompute == Recompute::attention && !j.flash_attention)
-    hw += attention_core_forward_flops_per_token(m, j.seq_len);
+  const double hw = fpt + recompute_flops_per_token(m, j.seq_len, l, j.flash_attention);
   e.tflops_per_gpu_model = fpt * e.tokens_per_s / N * 1e-12;
   e.tflops_per_gpu_hw = hw * e.tokens_per_s / N * 1e-12;
   const double peak = c.device.peak_tflops(j.dtype);
@@ -176,14 +198,25 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   const int64_t seqs = j.global_batch_seqs();
   const LayoutKeys& k = fixed.keys;
   const Layout& v = fixed.values;
-  std::vector<Recompute> recomputes = {Recompute::none, Recompute::full};
-  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Recompute::attention);
-  if (k.recompute) recomputes = {v.recompute};
+  // The recompute policies the software runs: the trainer's modes, and torchtitan's per-op and
+  // every-second-block checkpointing with torchtitan (plan/recompute.h).
+  std::vector<Layout> recomputes(2);
+  recomputes[1].recompute = Recompute::full;
+  if (!j.flash_attention) recomputes.insert(recomputes.begin() + 1, Layout{});
+  if (!j.flash_attention) recomputes[1].recompute = Recompute::attention;
+  if (j.software.name.rfind("torchtitan", 0) == 0 && j.flash_attention) {
+    recomputes.push_back(Layout{});
+    recomputes.back().recompute_op = true;
+    recomputes.push_back(recomputes[1]);
+    recomputes.back().full_every = 2;
+  }
+  if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
+  const int cp = k.cp ? v.cp : 1;  // context parallelism only when given
   for (int tp : tps) {
     for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
-      if (N % (tp * pp) != 0) continue;
-      const int dp = N / (tp * pp);
+      if (N % (tp * cp * pp) != 0) continue;
+      const int dp = N / (tp * cp * pp);
       if (k.dp && dp != v.dp) continue;
       if (seqs % dp != 0) continue;
       const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
@@ -197,15 +230,18 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
           if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
         if (k.vpp) vpps = {v.vpp};
         std::vector<int> zeros;
-        for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) zeros.push_back(z);
+        for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
         if (k.zero) zeros = {v.zero};
         for (int vpp : vpps)
           for (int zero : zeros)
-            for (Recompute rc : recomputes) {
+            for (const Layout& rc : recomputes) {
               Layout l;
-              l.tp = tp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
-              l.recompute = rc;
+              l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
+              l.recompute = rc.recompute;
+              l.recompute_op = rc.recompute_op;
+              l.full_every = rc.full_every;
               l.sp = tp > 1 && (!k.sp || v.sp);
+              l.async_tp = k.async_tp && v.async_tp && l.sp;
               Estimate e = evaluate(m, c, j, l);
               if (!e.valid()) continue;
               out.considered++;
@@ -384,9 +420,9 @@ std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, 
 std::string limiter(const Estimate& e) {
   const TimeBreakdown& t = e.time;
   std::vector<std::pair<double, const char*>> parts = {
-      {t.bubble, "bubble"},       {t.tp_comm, "TP comm"},        {t.pp_p2p, "PP sends"},
-      {t.dp_exposed, "DP comm"},  {t.zero_exposed, "ZeRO comm"}, {t.recompute, "recompute"},
-      {t.optimizer, "optimizer"},
+      {t.bubble, "bubble"},       {t.tp_comm, "TP comm"},     {t.cp_comm, "CP comm"},
+      {t.pp_p2p, "PP sends"},     {t.dp_exposed, "DP comm"},  {t.zero_exposed, "ZeRO comm"},
+      {t.recompute, "recompute"}, {t.optimizer, "optimizer"},
   };
   std::sort(parts.begin(), parts.end(), [](auto& a, auto& b) { return a.first > b.first; });
   std::string s;

@@ -78,6 +78,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
       {"global_batch_tokens", j.global_batch_tokens},
       {"train_tokens", j.train_tokens},
       {"dtype", dtype_name(j.dtype)},
+      {"software", j.software.name},
       {"attention", j.flash_attention ? "flash" : "unfused"},
       {"overlap_dp", j.overlap_dp},
       {"mem_allowance", j.mem_allowance},
@@ -94,13 +95,15 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
   nlohmann::json j = {{"layout",
                        {{"text", l.to_string()},
                         {"tp", l.tp},
+                        {"cp", l.cp},
                         {"pp", l.pp},
                         {"dp", l.dp},
                         {"mb", l.mb},
                         {"vpp", l.vpp},
                         {"zero", l.zero},
-                        {"recompute", recompute_name(l.recompute)},
-                        {"sp", l.sp}}}};
+                        {"recompute", l.recompute_text()},
+                        {"sp", l.sp},
+                        {"asynctp", l.async_tp}}}};
   if (!e.valid()) {
     j["invalid"] = e.invalid;
     return j;
@@ -124,6 +127,7 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
                  {"compute", t.compute},
                  {"recompute", t.recompute},
                  {"tp_comm", t.tp_comm},
+                 {"cp_comm", t.cp_comm},
                  {"pp_p2p", t.pp_p2p},
                  {"pp_bubble", t.bubble},
                  {"zero_exposed", t.zero_exposed},
@@ -190,10 +194,11 @@ std::string inputs_text(const PlanInputs& in) {
       m.ffn == FfnKind::swiglu ? "SwiGLU" : "GELU", m.ffn_hidden, m.vocab);
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
-      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention\n",
+      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
+      "software {}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
       si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
-      j.flash_attention ? "flash" : "unfused");
+      j.flash_attention ? "flash" : "unfused", j.software.name);
   return s;
 }
 
@@ -213,10 +218,11 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   };
   mem_row("weights", m.weights);
   mem_row("gradients", m.grads);
-  mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over dp={})", l.zero, l.dp)
+  mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over {}={})", l.zero,
+                                   l.cp > 1 ? "dp×cp" : "dp", l.dp_cp())
                      : std::string("optimizer state"),
           m.optimizer);
-  mem_row(fmt::format("activations (recompute {})", recompute_name(l.recompute)), m.activations);
+  mem_row(fmt::format("activations (recompute {})", l.recompute_text()), m.activations);
   mem_row("backward working set, ZeRO-3 gathers", m.transient);
   mem_row(fmt::format("allowance ({:.0f}% of the above)", 100 * j.mem_allowance), m.allowance);
   mem_row("reserved (runtime, libraries)", m.reserved);
@@ -233,6 +239,7 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   time_row("compute", t.compute);
   if (t.recompute > 0) time_row("  of which recompute", t.recompute);
   if (l.tp > 1) time_row("tensor-parallel collectives", t.tp_comm);
+  if (l.cp > 1) time_row("context-parallel key/value passes (exposed)", t.cp_comm);
   if (l.pp > 1) {
     time_row("pipeline sends", t.pp_p2p);
     time_row(fmt::format("pipeline bubble ((p-1)/v of a stage's m)"), t.bubble);
@@ -403,8 +410,8 @@ std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s) 
 nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& s) {
   nlohmann::json peaks = nlohmann::json::object();
   for (const auto& p : s.peaks)
-    peaks[p.dtype == "fp32" ? "fp32" : "bf16"] = {{"per_gpu_tflops", p.per_gpu},
-                                                  {"total_pflops", p.total}};
+    peaks[p.dtype == "bf16/fp16" ? "bf16" : p.dtype] = {{"per_gpu_tflops", p.per_gpu},
+                                                        {"total_pflops", p.total}};
   nlohmann::json j = {{"cluster", c.describe()},
                       {"device", c.device.name},
                       {"description", c.device.description},

@@ -13,7 +13,7 @@ int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpe
   const double matmul_weights = double(m.n_layer) * double(pc.per_layer_matmul) +
                                 double(m.vocab) * double(m.hidden);  // blocks and LM head
   const double flops = 6 * matmul_weights * double(j.steps()) * double(j.global_batch_tokens);
-  const double rate = c.device.peak_tflops(j.dtype) * 1e12 * c.device.matmul_efficiency;
+  const double rate = c.device.linear_flops(j.dtype);
   const double devices = flops / (rate * days * 86400);
   return std::max<int64_t>(1, int64_t(std::floor(devices / c.gpus_per_node)));
 }

@@ -4,6 +4,11 @@
 
 namespace kiln::plan {
 
+double kv_heads_per_rank(const ModelSpec& m, int tp) {
+  if (m.n_kv_head % tp == 0) return double(m.n_kv_head) / tp;
+  return tp % m.n_kv_head == 0 ? 1.0 : 0.0;
+}
+
 std::vector<int> split_layers(int n_layer, int pp, int vpp) {
   // Chunk c (of p·v) runs on stage c mod p; the extra layers of an uneven split go to the
   // middle chunks first, as the first and last stages carry the embedding and the LM head.
@@ -22,6 +27,10 @@ std::vector<Stage> pipeline_stages(const ModelSpec& m, const Layout& l, int64_t 
   const ParamCounts pc = count_params(m);
   const std::vector<int> layers = split_layers(m.n_layer, l.pp, l.vpp);
   const double tied_copy = m.tied_embeddings && l.pp > 1 ? double(m.vocab) * m.hidden : 0.0;
+  // Replicated key/value heads: each rank holds whole K and V projections of its head, not a
+  // 1/tp share of them (weights and, with biases, their biases).
+  const double kv_weights = 2.0 * m.n_kv_head * m.head_dim() * (m.hidden + (m.bias ? 1 : 0));
+  const double kv_extra = kv_weights * (kv_heads_per_rank(m, l.tp) * l.tp / m.n_kv_head - 1);
   std::vector<Stage> out(l.pp);
   for (int s = 0; s < l.pp; s++) {
     Stage& st = out[s];
@@ -29,7 +38,7 @@ std::vector<Stage> pipeline_stages(const ModelSpec& m, const Layout& l, int64_t 
     st.layers = layers[s];
     st.first = s == 0;
     st.last = s == l.pp - 1;
-    double p = double(st.layers) * pc.per_layer;
+    double p = double(st.layers) * (pc.per_layer + kv_extra);
     if (st.first) p += pc.embedding;
     // The last stage holds the final norm and the LM head; a tied head past the first stage is a
     // copy of the embedding whose gradient is summed with the first stage's (Megatron-LM).

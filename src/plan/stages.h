@@ -22,6 +22,11 @@ struct Stage {
   int in_flight_microbatches = 0;  // micro-batches whose first-stage extras are live
 };
 
+// Key/value heads one tensor-parallel rank holds: g/tp when tp divides them; when there are fewer
+// than tp (multi-query attention, or few groups) and they divide tp, each rank holds one,
+// replicated as Megatron-LM's GQA and BigCode's MQA do; 0 when neither divides the other.
+double kv_heads_per_rank(const ModelSpec& m, int tp);
+
 // Layers per stage: the L layers cut into p·v chunks as evenly as possible (the extra layers of
 // an uneven split going to the middle chunks first: the first stage also holds the embedding
 // and the last the LM head), chunk c running on stage c mod p.

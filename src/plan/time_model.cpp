@@ -1,32 +1,54 @@
 #include "plan/time_model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "plan/collectives.h"
 #include "plan/memory_model.h"
+#include "plan/recompute.h"
 #include "plan/stages.h"
 
 namespace kiln::plan {
 namespace {
 
-// What one device sustains, in FLOP/s, bytes/s and seconds.
+// What one device sustains under the job's software, in FLOP/s, bytes/s and seconds.
 struct Rates {
-  double flops = 0, attn_flops = 0, bw = 0, cache_bytes = 0, cache_bw = 0, overhead = 0, e = 2;
+  double flops = 0, linear_flops = 0, attn_flops = 0, flash_flops = 0, bw = 0, cache_bytes = 0;
+  double cache_bw = 0, overhead = 0, e = 2;
+  // fp8: the block's linear layers run at the fp8 rate, each of their tensors cast first.
+  bool fp8 = false;
+  double cast_bytes = 0;  // per element cast
+  int cast_kernels = 1;
 
-  Rates(const DeviceSpec& d, Dtype dt) {
+  Rates(const DeviceSpec& d, const JobSpec& j) {
+    const Dtype dt = j.dtype;
     flops = d.peak_tflops(dt) * 1e12 * d.matmul_efficiency;
+    linear_flops = d.linear_flops(dt);
+    // Unfused attention runs batched GEMMs; a flash kernel runs at the software's published
+    // rate on the device's architecture, or (no figure) at the unfused rate.
     attn_flops = flops * d.attention_efficiency;
+    flash_flops = j.software.flash_flops(d);
+    if (flash_flops <= 0) flash_flops = attn_flops;
     bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency;
     cache_bytes = d.cache_mib * double(1 << 20);
     cache_bw = d.cache_bw_gbs * 1e9;
     overhead = d.kernel_overhead_us * 1e-6;
     e = activation_bytes(dt);
+    fp8 = dt == Dtype::fp8;
+    cast_bytes = j.software.fp8_cast_bytes_per_e * e + j.software.fp8_cast_bytes_fixed;
+    cast_kernels = std::max(1, j.software.fp8_cast_kernels);
   }
 
   // `count` products C(M,N) = A(M,K)·B(K,N) of one shape in one (batched) kernel: at the
   // matmul rate, or at the attention kernels' rate, or at `rate`.
   double matmul(double M, double N, double K, double count = 1) const {
     return product(M, N, K, count, flops);
+  }
+  // A transformer block's linear layer: fp8 when the job is.
+  double linear(double M, double N, double K) const { return product(M, N, K, 1, linear_flops); }
+  // Casting `elements` of a 16-bit tensor to fp8 for a matmul (amax, cast, transposed copy).
+  double cast(double elements) const {
+    return fp8 ? elementwise(elements * cast_bytes / cast_kernels, cast_kernels) : 0.0;
   }
   double attention_matmul(double M, double N, double K, double count) const {
     return product(M, N, K, count, attn_flops);
@@ -45,31 +67,39 @@ struct Rates {
 struct LayerTimes {
   double fwd = 0, bwd = 0;
   double attn_fwd = 0;  // the attention core's share of fwd (what selective recompute repeats)
+  double ew_fwd = 0;    // the element-wise kernels' share of fwd
+  double op_rec = 0;    // what torchtitan's "op" policy runs again (plan/recompute.h)
+  // Forward time of each linear layer (QKV, attention output, MLP up, MLP down): what an
+  // asynchronous-TP collective overlaps.
+  std::vector<double> linear_fwd;
 };
 
 // One transformer layer, one micro-batch, on one device.
 LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, const Rates& r) {
-  const double n = double(l.mb) * j.seq_len, s = j.seq_len, t = l.tp, e = r.e;
+  const double n = rank_tokens(j, l), s = j.seq_len, t = l.tp, e = r.e;
   const double h = m.hidden, d = m.head_dim(), q = double(m.n_head) * d;
-  const double kv = double(m.n_kv_head) * d, f = m.ffn_hidden;
+  const double kv = kv_heads_per_rank(m, l.tp) * d, f = m.ffn_hidden;  // kv: per rank
   const double rep = l.sp ? 1.0 / t : 1.0, drop = m.dropout ? 1.0 : 0.0;
   LayerTimes lt;
-  // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy.
+  // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy. In fp8 all three run
+  // on fp8 operands: x and W are cast in forward, dy in backward.
   auto linear = [&](double K, double N) {
-    lt.fwd += r.matmul(n, N, K);
-    lt.bwd += r.matmul(n, K, N) + r.matmul(K, N, n);
+    lt.linear_fwd.push_back(r.linear(n, N, K));
+    lt.fwd += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
+    lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + r.cast(n * N);
   };
-  linear(h, (q + 2 * kv) / t);                            // QKV
+  linear(h, q / t + 2 * kv);                              // QKV
   linear(q / t, h);                                       // attention output
   linear(h, f * (m.ffn == FfnKind::swiglu ? 2 : 1) / t);  // MLP up (gate and up together)
   linear(f / t, h);                                       // MLP down
   const double heads = l.mb * m.n_head / t;
   if (j.flash_attention) {
     // Causal: the kernel skips the masked half. Backward runs 5 products of s·s·d per head
-    // against forward's 2 (it recomputes the scores), so 2.5 × forward.
-    const double fl = heads * 0.5 * 4 * s * s * d;
-    lt.attn_fwd = r.overhead + fl / r.attn_flops;
-    lt.bwd += r.overhead + 2.5 * fl / r.attn_flops;
+    // against forward's 2 (it recomputes the scores), so 2.5 × forward. Context parallelism:
+    // each rank's s/cp queries meet all s keys, the causal work balanced over the ranks.
+    const double fl = heads * 0.5 * 4 * s * s * d / l.cp;
+    lt.attn_fwd = r.overhead + fl / r.flash_flops;
+    lt.bwd += r.overhead + 2.5 * fl / r.flash_flops;
   } else {
     // Scores S = Q·Kᵀ (s×d · d×s) and O = P·V (s×s · s×d) per head; backward dP = dO·Vᵀ,
     // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q. Softmax (and dropout) read and write the s×s matrix.
@@ -84,35 +114,52 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     }
   }
   lt.fwd += lt.attn_fwd;
-  // Element-wise kernels: two norms, two residual adds (with dropout), rotary, the activation.
-  auto ew = [&](double bytes, double count) {
-    lt.fwd += r.elementwise(bytes, count);
-    lt.bwd += r.elementwise(2 * bytes, count);
+  // Element-wise kernels: two norms, two residual adds (with dropout), rotary, the activation;
+  // `bytes` is what one fused kernel moves, and eager composites move more in more kernels.
+  auto ew = [&](double bytes, double count, Composite c = {}) {
+    lt.ew_fwd += r.elementwise(bytes * c.traffic / c.kernels, count * c.kernels);
+    lt.bwd += r.elementwise(2 * bytes * c.traffic / c.kernels, count * c.kernels);
   };
-  ew(2 * n * h * e * rep, 2);
+  const SoftwareProfile& sw = j.software;
+  ew(2 * n * h * e * rep, 2, m.norm == NormKind::rmsnorm ? sw.rmsnorm : Composite{});
   ew((3 * n * h * e + drop * n * h) * rep, 2);
-  if (!m.learned_positions) ew(2 * n * (q + kv) / t * e, 1);
-  ew((m.ffn == FfnKind::swiglu ? 3 : 2) * n * f / t * e, 1);
+  if (!m.learned_positions) ew(2 * n * (q / t + kv) * e, 1, sw.rotary);
+  if (m.ffn == FfnKind::swiglu)
+    ew(3 * n * f / t * e, 1, sw.swiglu);
+  else
+    ew(2 * n * f / t * e, 1);
+  lt.fwd += lt.ew_fwd;
+  // The "op" policy: the element-wise kernels and every second matmul again (with their casts).
+  lt.op_rec = lt.ew_fwd;
+  for (const BlockMatmul& mm : op_policy_matmuls(m)) {
+    if (!mm.recomputed) continue;
+    const double K = mm.row_parallel ? mm.K / t : mm.K;
+    const double N = mm.row_parallel ? mm.N : mm.kv ? kv : mm.N / t;
+    lt.op_rec += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
+  }
   return lt;
 }
 
 struct StageTimes {
-  double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, p2p = 0, zero = 0;
-  double total() const { return compute + tp + p2p + zero; }
+  double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, cp = 0, p2p = 0, zero = 0;
+  double total() const { return compute + tp + cp + p2p + zero; }
 };
 
 }  // namespace
 
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,
                         int64_t micro_batches) {
-  const Rates r(c.device, j.dtype);
-  const StateBytes sb = state_bytes(j.dtype);
-  const double n = double(l.mb) * j.seq_len, e = r.e, t = l.tp;
+  const Rates r(c.device, j);
+  const StateBytes sb = state_bytes(j);
+  const double n = rank_tokens(j, l), e = r.e, t = l.tp;
   const double rep = l.sp ? 1.0 / t : 1.0;
   const LayerTimes lt = layer_times(m, j, l, r);
+  // Per layer, averaged over the layers (full/N recomputes one block in N).
   double rec = 0;
-  if (l.recompute == Recompute::full)
-    rec = lt.fwd;
+  if (l.recompute_op)
+    rec = lt.op_rec;
+  else if (l.recompute == Recompute::full)
+    rec = lt.fwd * l.full_share();
   else if (l.recompute == Recompute::attention && !j.flash_attention)
     rec = lt.attn_fwd;
 
@@ -122,7 +169,24 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double tp_one = l.tp <= 1 ? 0.0
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
-  const double tp_layer = tp_one * (l.recompute == Recompute::full ? 6 : 4);
+  double tp_layer = tp_one * (4 + 2 * l.full_share());
+  if (l.async_tp && l.tp > 1 && l.sp) {
+    // Asynchronous TP (torchtitan's micro-pipelined all-gather + matmul and matmul +
+    // reduce-scatter): each collective goes in tp steps, one chunk's transfer during the
+    // previous chunk's matmul, so it exposes its first step and what the rest takes beyond its
+    // matmul. Forward: all-gathers before QKV and MLP up, reduce-scatters after the attention
+    // output and MLP down; backward the reverse, on the input-gradient matmuls (the same size).
+    const double ag = all_gather_s(act, tpg), rs = reduce_scatter_s(act, tpg);
+    auto exposed = [&](double coll, double mm) {
+      return coll / t + std::max(0.0, coll * (t - 1) / t - mm);
+    };
+    const std::vector<double>& mm = lt.linear_fwd;
+    const double fwd =
+        exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
+    const double bwd =
+        exposed(rs, mm[0]) + exposed(ag, mm[1]) + exposed(rs, mm[2]) + exposed(ag, mm[3]);
+    tp_layer = fwd * (1 + l.full_share()) + bwd;
+  }
 
   // The LM head and loss on the last stage; the embedding on the first.
   const double V = double(m.vocab);
@@ -133,8 +197,25 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double embed = r.elementwise(n * m.hidden * e, 1) + r.elementwise(2 * n * m.hidden * e, 1);
 
   // Pipeline sends: the boundary activation and its gradient, split over the tp ranks (sequence
-  // parallelism, or Megatron-LM's scatter-gather), once per virtual stage.
-  const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(act / t, c, l) : 0.0;
+  // parallelism, or Megatron-LM's scatter-gather) unless the software sends every rank's copy,
+  // once per virtual stage.
+  const double p2p_bytes = j.software.p2p_split_tp ? act / t : act;
+  const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(p2p_bytes, c, l) : 0.0;
+
+  // Context parallelism: a ring of cp ranks passes each key/value chunk (n tokens' K and V on a
+  // tp rank) cp − 1 times per layer, each pass during one chunk's attention (Megatron-Core and
+  // Transformer Engine's ring attention); backward passes the chunk again and its gradient.
+  double cp_layer = 0;
+  if (l.cp > 1) {
+    const GroupPath cpg = group_path(c, l, Dim::cp);
+    const double chunk = n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
+    const double pass =
+        cpg.nodes > 1 ? cpg.net_lat + chunk / cpg.net_bw : cpg.intra_lat + chunk / cpg.intra_bw;
+    const double attn_step = lt.attn_fwd / l.cp;
+    const double fwd = (l.cp - 1) * std::max(0.0, pass - attn_step);
+    const double bwd = (l.cp - 1) * std::max(0.0, 2 * pass - 2.5 * attn_step);
+    cp_layer = fwd * (1 + l.full_share()) + bwd;
+  }
 
   const GroupPath dpg = group_path(c, l, Dim::dp);
   const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
@@ -147,8 +228,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     x.recompute = s.layers * rec;
     x.compute = x.fwd + x.bwd + x.recompute;
     x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
+    x.cp = s.layers * cp_layer;
     x.p2p = p2p_mb;
-    if (l.dp > 1 && l.zero >= 2) {
+    if (l.dp_cp() > 1 && l.zero >= 2) {
       // ZeRO-2/3 (FSDP) work unit by unit: a layer, or the embedding / the head with their
       // tables. Each unit's weights are gathered just before its forward and again before its
       // backward (ZeRO-3), the next unit's gather running during this one's compute (prefetch
@@ -169,14 +251,14 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                               double(pc.final_norm) / t;
         units.push_back({head_p, head_fwd, head_bwd});
       }
-      const bool z3 = l.zero >= 3, rec_full = l.recompute == Recompute::full;
+      const bool z3 = l.zero >= 3;
       const size_t n_units = units.size();
       std::vector<double> ag(n_units), rs(n_units);
       for (size_t k = 0; k < n_units; k++) {
-        ag[k] = z3 ? all_gather_s(units[k].params * sb.weights, dpg) : 0.0;
+        ag[k] = z3 ? all_gather_s(units[k].params * sb.gathered, dpg) : 0.0;
         rs[k] = reduce_scatter_s(units[k].params * sb.grads, dpg);
       }
-      const double gathers_bwd = z3 && rec_full ? 2 : 1;        // a full recompute gathers again
+      const double gathers_bwd = 1 + l.full_share();            // a full recompute gathers again
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
       for (size_t k = 0; k < n_units; k++) {
         serial += ag[k] + gathers_bwd * ag[k] + rs[k];
@@ -208,6 +290,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   tb.compute = mbs * st[crit].compute;
   tb.recompute = mbs * st[crit].recompute;
   tb.tp_comm = mbs * st[crit].tp;
+  tb.cp_comm = mbs * st[crit].cp;
   tb.pp_p2p = mbs * st[crit].p2p;
   tb.zero_exposed = mbs * st[crit].zero;
   tb.bubble = double(l.pp - 1) / l.vpp * mean;
@@ -217,8 +300,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // Stage k finishes its last backward k stage-backwards before stage 0 and starts its first
   // forward k stage-forwards after it, which is time its collectives can hide in.
   for (size_t i = 0; i < stages.size(); i++) {
-    if (l.dp <= 1) break;
-    const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.weights;
+    if (l.dp_cp() <= 1) break;
+    const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.gathered;
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
     if (l.zero == 1) after_bwd = reduce_scatter_s(grads, dpg);
@@ -237,7 +320,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // fp32 master, m, v read and written, 16-bit weights written, gradients read), plus the
   // gradient-norm read and the zeroing write of the gradients.
   for (const Stage& s : stages) {
-    const double shard = s.params / (l.zero >= 1 ? l.dp : 1);
+    const double shard = s.params / (l.zero >= 1 ? l.dp_cp() : 1);
     const double per_param =
         2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));

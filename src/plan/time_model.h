@@ -32,6 +32,7 @@ struct TimeBreakdown {      // seconds per step
   double compute = 0;       // m × the slowest stage's matmuls and element-wise kernels
   double recompute = 0;     //   of which recomputation
   double tp_comm = 0;       // m × its tensor-parallel collectives
+  double cp_comm = 0;       // m × its context-parallel key/value passes not hidden by attention
   double pp_p2p = 0;        // m × its pipeline sends and receives
   double zero_exposed = 0;  // m × its per-micro-batch ZeRO-2/3 traffic not hidden by compute
   double bubble = 0;        // (p − 1)/v × the mean stage's micro-batch time

@@ -15,10 +15,12 @@ TEST(PlanClusterSummary, DgxH100FiguresFromTheCatalog) {
   EXPECT_EQ(s.gpus, 128);
   EXPECT_DOUBLE_EQ(s.hbm_per_gpu_gb, 80);
   EXPECT_DOUBLE_EQ(s.hbm_total_tb, 10.24);
-  ASSERT_EQ(s.peaks.size(), 2u);
+  ASSERT_EQ(s.peaks.size(), 3u);
   EXPECT_DOUBLE_EQ(s.peaks[0].per_gpu, 989);
   EXPECT_DOUBLE_EQ(s.peaks[0].total, 126.592);  // PFLOP/s
   EXPECT_DOUBLE_EQ(s.peaks[1].total, 8.576);
+  EXPECT_EQ(s.peaks[2].dtype, "fp8");  // dense: the datasheet's 3,958 is with sparsity
+  EXPECT_DOUBLE_EQ(s.peaks[2].per_gpu, 1979);
   EXPECT_DOUBLE_EQ(s.intra_per_gpu_gbs, 450);
   EXPECT_DOUBLE_EQ(s.intra_per_gpu_effective_gbs, 360);  // NVLink at 0.80
   EXPECT_DOUBLE_EQ(s.inter_per_node_gbs, 400);           // 8 × 400 Gb/s

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/planner.h"
 #include "plan/stages.h"
 
 namespace kiln::plan {
@@ -27,8 +28,11 @@ Planned planned(const std::string& model, const std::string& gpu, int nodes, Dty
 // Mixed-precision Adam keeps 16 bytes per parameter (ZeRO paper, section 3.1: 2 + 2 + 12):
 // a 7B model needs 16 × 6.74e9 bytes of model state on one device, and ZeRO-3 over 8 devices
 // divides all of it by 8; ZeRO-1 only the 12 optimizer bytes, ZeRO-2 also the 2 gradient bytes.
+// (Software that keeps 16-bit gradients, as FSDP does; Megatron-LM's bf16 runs keep fp32 ones,
+// below.)
 TEST(PlanMemoryModel, MixedPrecisionAdamIs16BytesPerParameterAndZeroDividesIt) {
   Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  s.job.software = find_software("fsdp");
   const double P = double(count_params(s.model).total);
   Layout l;
   l.dp = 1;
@@ -46,6 +50,27 @@ TEST(PlanMemoryModel, MixedPrecisionAdamIs16BytesPerParameterAndZeroDividesIt) {
   const MemoryBreakdown m = memory_per_gpu(s.model, s.cluster, s.job, l, 1);
   EXPECT_DOUBLE_EQ(m.weights, 4 * P);
   EXPECT_DOUBLE_EQ(m.optimizer, 8 * P);
+}
+
+// Megatron-LM accumulates and reduces bf16 runs' gradients in fp32 (arguments.py sets
+// accumulate_allreduce_grads_in_fp32): 18 bytes per parameter; fp16 runs keep 16-bit gradients.
+// fp8 adds the weights' fp8 copy to bf16 mixed precision.
+TEST(PlanMemoryModel, SoftwareSetsTheGradientBytesAndFp8AddsAWeightCopy) {
+  Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  s.job.software = find_software("megatron");
+  const double P = double(count_params(s.model).total);
+  Layout l;
+  l.dp = 1;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(s.model, s.cluster, s.job, l, 1).model_state(), 18 * P);
+  s.job.dtype = Dtype::fp16;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(s.model, s.cluster, s.job, l, 1).model_state(), 16 * P);
+  s.job.software = find_software("torchtitan");  // FSDP2 reduces in fp32 by default
+  s.job.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(state_bytes(s.job).grads, 4);
+  s.job.dtype = Dtype::fp8;
+  const StateBytes sb = state_bytes(s.job);
+  EXPECT_DOUBLE_EQ(sb.weights, 3);
+  EXPECT_DOUBLE_EQ(sb.gathered, 2);  // ZeRO-3 gathers the bf16 weights
 }
 
 // Korthikanti et al. 2022, section 4 (GPT-3 175B shapes, 16-bit activations, dropout, attention
@@ -109,6 +134,36 @@ TEST(PlanMemoryModel, AllowanceAndReservationAreAddedAsStated) {
   EXPECT_DOUBLE_EQ(m.reserved, 2.0 * (1 << 30));
   EXPECT_DOUBLE_EQ(m.total, counted * 1.25 + m.reserved);
   EXPECT_DOUBLE_EQ(m.capacity, 80e9);
+}
+
+// Multi-query attention under tensor parallelism (StarCoder: 1 key/value head, tp = 4): every
+// rank holds the whole K and V projection, as BigCode's Megatron-LM replicates the head, so its
+// weights and its K and V activations are not divided by tp.
+TEST(PlanMemoryModel, MultiQueryAttentionReplicatesTheHeadUnderTp) {
+  ModelSpec m = find_preset("gpt2-1.5b").model;
+  m.n_head = 24, m.hidden = 1536, m.n_kv_head = 1, m.dropout = false;
+  EXPECT_DOUBLE_EQ(kv_heads_per_rank(m, 4), 1);
+  m.n_kv_head = 8;
+  EXPECT_DOUBLE_EQ(kv_heads_per_rank(m, 4), 2);
+  m.n_kv_head = 3;
+  EXPECT_DOUBLE_EQ(kv_heads_per_rank(m, 4), 0);  // neither divides the other: refused
+  m.n_kv_head = 1;
+  JobSpec j;
+  j.seq_len = 1024, j.global_batch_tokens = 8 * 1024, j.train_tokens = 1e12;
+  Layout one = parse_layout("tp=1,dp=1,mb=1"), four = parse_layout("tp=4,dp=1,mb=1,sp=0");
+  const double d = 64, kv_w = 2 * d * (m.hidden + 1);  // K and V projections with biases
+  const double p1 = pipeline_stages(m, one, 1)[0].params,
+               p4 = pipeline_stages(m, four, 1)[0].params;
+  EXPECT_NEAR(p4, p1 / 4 + m.n_layer * kv_w * 3 / 4, 1.0);
+  // K and V activations: 2·d·e per token on every rank, not 2·d·e/4.
+  Layout four_sp = four;
+  const double a1 = layer_activation_bytes(m, j, one, Recompute::none);
+  const double a4 = layer_activation_bytes(m, j, four_sp, Recompute::none);
+  const double n = 1024, e = 2, h = m.hidden;
+  const double rep = n * (4 * h * e), kv_bytes = n * 2 * d * e;
+  EXPECT_NEAR(a4, rep + (a1 - rep - kv_bytes) / 4 + kv_bytes, 1.0);
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  EXPECT_EQ(layout_problem(m, c, j, parse_layout("tp=4,dp=2,mb=1")), "");
 }
 
 }  // namespace

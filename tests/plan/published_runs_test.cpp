@@ -159,6 +159,7 @@ TEST(PlanPublishedRuns, MosaicFsdpBenchmarksWithinTwentyPercent) {
     j.seq_len = r.seq;
     j.global_batch_tokens = int64_t(r.seq) * r.mb * r.accum * r.gpus;
     j.train_tokens = 1e12;
+    j.software = find_software("fsdp");  // Composer's PyTorch FSDP
     Layout l;
     l.dp = r.gpus, l.mb = r.mb, l.zero = 3;
     l.recompute = r.ckpt ? Recompute::full : Recompute::none;

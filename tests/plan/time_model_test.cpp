@@ -111,7 +111,7 @@ TEST(PlanTimeModel, ZeroThreeExposesPerLayerLatencyThatGrowsWithTheGroup) {
   l.dp = 32;
   const GroupPath dpg = group_path(c, l, Dim::dp);
   const double layer = double(count_params(m).per_layer);
-  EXPECT_GE(small, all_gather_s(layer * state_bytes(Dtype::bf16).weights, dpg) * 0.99);
+  EXPECT_GE(small, all_gather_s(layer * state_bytes(JobSpec{}).gathered, dpg) * 0.99);
   // Serially (no overlap), every unit's two gathers and reduce-scatter.
   EXPECT_GT(exposed(4, false), small);
 }

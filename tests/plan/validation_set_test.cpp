@@ -22,6 +22,7 @@
 #include "core/file.h"
 #include "core/sha256.h"
 #include "plan/planner.h"
+#include "plan/recompute.h"
 
 namespace kiln::plan {
 namespace {
@@ -119,14 +120,19 @@ PublishedRun run_of(const json& r) {
   run.job.global_batch_tokens = j["global_batch_seqs"].get<int64_t>() * run.job.seq_len;
   run.job.train_tokens = j.value("train_tokens", 1e12);
   run.job.dtype = parse_dtype(j["dtype"]);
+  run.job.software = find_software(r["software"]);
   run.job.flash_attention = j["flash_attention"];
   run.job.overlap_dp = j["overlap_dp"];
   run.job.validate();
+  // The layout as --layout reads it (recompute names include torchtitan's op and full/N).
   const json& l = r["layout"];
-  run.layout.tp = l["tp"], run.layout.pp = l["pp"], run.layout.dp = l["dp"];
-  run.layout.mb = l["mb"], run.layout.vpp = l["vpp"], run.layout.zero = l["zero"];
-  run.layout.recompute = parse_recompute(l["recompute"]);
-  run.layout.sp = l["sp"];
+  std::string text = fmt::format("tp={},pp={},dp={},mb={},vpp={},zero={},recompute={},sp={}",
+                                 l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(),
+                                 l["mb"].get<int>(), l["vpp"].get<int>(), l["zero"].get<int>(),
+                                 l["recompute"].get<std::string>(), l["sp"].get<bool>() ? 1 : 0);
+  if (l.contains("cp")) text += fmt::format(",cp={}", l["cp"].get<int>());
+  if (l.contains("asynctp")) text += fmt::format(",asynctp={}", l["asynctp"].get<int>());
+  run.layout = parse_layout(text);
   return run;
 }
 
@@ -154,10 +160,7 @@ double trivial_of(const PublishedRun& r) {
   const double peak = r.cluster.device.peak_tflops(r.job.dtype) * 1e12;
   const int s = r.job.seq_len;
   const double fpt = model_flops_per_token(r.model, s);
-  double hw = fpt;
-  if (r.layout.recompute == Recompute::full) hw += block_forward_flops_per_token(r.model, s);
-  if (r.layout.recompute == Recompute::attention && !r.job.flash_attention)
-    hw += attention_core_forward_flops_per_token(r.model, s);
+  const double hw = fpt + recompute_flops_per_token(r.model, s, r.layout, r.job.flash_attention);
   const double tokens_per_s_per_gpu = 0.5 * peak / fpt;
   if (r.kind == "tflops_hw") return 0.5 * peak * hw / fpt * 1e-12;
   if (r.kind == "tflops_model") return 0.5 * peak * 1e-12;
@@ -352,6 +355,7 @@ TEST(PlanValidationSet, EveryRunParsesAndKeepsItsCommittedHalf) {
     EXPECT_EQ(r["split"], half_of(id)) << id;
     EXPECT_NO_THROW(run_of(r)) << id;
     EXPECT_FALSE(r["source"].get<std::string>().empty()) << id;
+    EXPECT_NO_THROW(find_software(r["software"])) << id << " names its software profile";
     if (!r["supported"].get<bool>()) {
       EXPECT_FALSE(r.value("unsupported_reason", "").empty()) << id << " needs its reason";
     }
@@ -380,6 +384,16 @@ TEST(PlanValidationSet, KilnBeatsHalfOfPeakOnTheTuningHalf) {
   EXPECT_GT(h.kiln_supported.within20, h.trivial_supported.within20);
   EXPECT_LT(h.kiln_supported.median(), h.trivial_supported.median());
   EXPECT_EQ(h.kiln_supported.runs, int(h.kiln_supported.abs_errors.size()));
+}
+
+// On the held-out half (every run supported since issue 20's second round) kiln has more runs
+// within ±20% and a lower median error than the trivial planner; within ±10% it does not beat
+// it yet (docs/planner.md, "Where kiln stands"), and the issue's targets are not met.
+TEST(PlanValidationSet, KilnBeatsHalfOfPeakWithin20PercentOnTheHeldOutHalf) {
+  const std::vector<PublishedRun> runs = load_runs();
+  const HalfScores h = tally(score(runs), "holdout");
+  EXPECT_GT(h.kiln_all.within20, h.trivial_all.within20);
+  EXPECT_LT(h.kiln_all.median(), h.trivial_all.median());
 }
 
 TEST(PlanValidationSet, DocumentShowsTodaysTables) {

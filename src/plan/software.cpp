@@ -1,0 +1,142 @@
+#include "plan/software.h"
+
+#include "core/closest_name.h"
+#include "core/error.h"
+
+namespace kiln::plan {
+
+double SoftwareProfile::flash_flops(const DeviceSpec& d) const {
+  for (const auto& [arch, of_peak] : flash_of_peak)
+    if (arch == d.arch) return of_peak * d.peak_tflops_16 * 1e12;
+  return 0;
+}
+
+double SoftwareProfile::grad_bytes(Dtype dt) const {
+  if (dt == Dtype::fp32) return 4;
+  return dt == Dtype::fp16 ? grad_bytes_fp16 : grad_bytes_bf16;
+}
+
+// The numbers, each with its source (docs/planner.md, "Software profiles", has the arithmetic):
+//
+// Flash attention, forward + backward, causal, head dimension 128, as a fraction of the dense
+// 16-bit peak:
+//   FlashAttention-2 on A100: 0.60 (Dao 2023, arXiv:2307.08691, the A100 forward + backward
+//     benchmark: 50–73% of peak forward, about 175–200 of 312 TFLOP/s forward + backward causal
+//     from 1K to 16K tokens).
+//   FlashAttention-2 on H100: 0.35 (Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608,
+//     abstract: "FlashAttention-2 achieving only 35% utilization on the H100").
+//   cuDNN fused attention under Transformer Engine on H100 (Megatron-Core's default on Hopper):
+//     0.50 — the same paper's cuDNN and FA3 curves: forward about 0.6 of peak at 8K tokens,
+//     backward 1.5–1.75× FlashAttention-2's; with backward's 2.5× forward's FLOPs,
+//     3.5 / (1/0.6 + 2.5/0.47) ≈ 0.50.
+// Eager composites, counted from the op sequence (bytes for e = 2):
+//   RMSNorm x·rsqrt(mean(x²) + ε)·w computed in fp32 (torchtitan's and Llama's reference
+//     RMSNorm): float(), pow, mean, rsqrt, mul, type_as, mul by the weight: 7 kernels, 36 bytes
+//     per element against a fused kernel's 4: 9×.
+//   Rotary via view_as_complex in fp32 (the Llama reference apply_rotary_emb): float(), complex
+//     multiply, type_as: 3 kernels, 20 bytes against 4: 5×.
+//   SwiGLU silu(x₁)·x₃: silu, mul: 2 kernels, 5e against a fused kernel's 3e: 5/3×.
+//   PyTorch's native layer_norm and gelu are single kernels in eager mode as well.
+// Gradients: Megatron-LM sets accumulate_allreduce_grads_in_fp32 for bf16
+//   (megatron/training/arguments.py), so gradients are kept and reduced in fp32 (fp16 runs keep
+//   16-bit gradients); torchtitan's FSDP2 reduces in mixed_precision_reduce = "float32" (its
+//   default, torchtitan/config_manager.py); PyTorch FSDP under Composer (llm-foundry's PURE and
+//   DEFAULT policies) and DeepSpeed reduce in the 16-bit training dtype.
+// DeepSpeed's pipeline engine (deepspeed/runtime/pipe/engine.py) sends each stage's whole output
+//   from every tensor-parallel rank; Megatron-LM scatters it over the tp ranks.
+// fp8 casts, per element of each tensor cast (a linear layer's input, weight and output
+//   gradient), bytes = a·e + b:
+//   Transformer Engine (delayed scaling, amax from history): one fused cast-transpose kernel
+//     reads the tensor and writes the fp8 copy and its transpose: e + 2, 1 kernel.
+//   torchao Float8Linear, dynamic tensor-wise scaling, eager: abs, max (amax), mul by the
+//     scale, clamp, cast to fp8, a transposed copy: 7e + 3, 6 kernels.
+//   The same under torch.compile: an amax read, then one kernel writing the cast and its
+//     transpose: 2e + 2, 2 kernels.
+const std::vector<SoftwareProfile>& software_catalog() {
+  static const std::vector<SoftwareProfile> cat = [] {
+    const std::vector<std::pair<std::string, double>> fa2 = {{"ampere", 0.60}, {"hopper", 0.35}};
+    const Composite rmsnorm_eager{9, 7}, rotary_eager{5, 3}, swiglu_eager{5.0 / 3, 2};
+    std::vector<SoftwareProfile> c;
+    SoftwareProfile megatron;
+    megatron.name = "megatron";
+    megatron.description =
+        "Megatron-LM / Megatron-Core: fused kernels, Transformer Engine (cuDNN attention on "
+        "Hopper), fp32 gradient reduction for bf16";
+    megatron.source =
+        "NVIDIA/Megatron-LM (arguments.py: accumulate_allreduce_grads_in_fp32 for bf16); "
+        "FlashAttention-2 and -3 papers";
+    megatron.flash_of_peak = {{"ampere", 0.60}, {"hopper", 0.50}};
+    megatron.grad_bytes_bf16 = 4;
+    megatron.fp8_cast_bytes_per_e = 1, megatron.fp8_cast_bytes_fixed = 2;
+    megatron.fp8_cast_kernels = 1;
+    c.push_back(megatron);
+    SoftwareProfile nemo = megatron;
+    nemo.name = "nemo";
+    nemo.description = "NVIDIA NeMo: runs Megatron-Core, the megatron profile";
+    c.push_back(nemo);
+    SoftwareProfile ds = megatron;
+    ds.name = "deepspeed";
+    ds.description =
+        "Megatron-DeepSpeed: Megatron's fused kernels, DeepSpeed's pipeline engine (whole "
+        "activations sent from every tp rank), ZeRO reducing in the training dtype";
+    ds.source = "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py; FlashAttention-2 papers";
+    ds.flash_of_peak = fa2;
+    ds.grad_bytes_bf16 = 2;
+    ds.p2p_split_tp = false;
+    c.push_back(ds);
+    SoftwareProfile fsdp;
+    fsdp.name = "fsdp";
+    fsdp.description =
+        "PyTorch FSDP, eager (Composer/llm-foundry, metaseq): FlashAttention-2, RMSNorm, rotary "
+        "and SwiGLU as separate kernels, gradients reduced in the training dtype";
+    fsdp.source = "PyTorch FSDP MixedPrecision; FlashAttention-2 paper; Llama reference model";
+    fsdp.flash_of_peak = fa2;
+    fsdp.rmsnorm = rmsnorm_eager, fsdp.rotary = rotary_eager, fsdp.swiglu = swiglu_eager;
+    fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
+    fsdp.fp8_cast_kernels = 1;
+    c.push_back(fsdp);
+    SoftwareProfile fsdp_c = fsdp;
+    fsdp_c.name = "fsdp-compile";
+    fsdp_c.description = "PyTorch FSDP under torch.compile: element-wise chains fused";
+    fsdp_c.rmsnorm = fsdp_c.rotary = fsdp_c.swiglu = Composite{};
+    c.push_back(fsdp_c);
+    SoftwareProfile tt = fsdp;
+    tt.name = "torchtitan";
+    tt.description =
+        "torchtitan, eager: FSDP2 reducing gradients in fp32, SDPA's FlashAttention-2, eager "
+        "RMSNorm/rotary/SwiGLU, torchao Float8 with dynamic scaling";
+    tt.source = "pytorch/torchtitan (config_manager.py, models/llama/model.py); pytorch/ao float8";
+    tt.grad_bytes_bf16 = tt.grad_bytes_fp16 = 4;
+    tt.fp8_cast_bytes_per_e = 7, tt.fp8_cast_bytes_fixed = 3, tt.fp8_cast_kernels = 6;
+    c.push_back(tt);
+    SoftwareProfile tt_c = tt;
+    tt_c.name = "torchtitan-compile";
+    tt_c.description = "torchtitan with torch.compile: element-wise chains and fp8 casts fused";
+    tt_c.rmsnorm = tt_c.rotary = tt_c.swiglu = Composite{};
+    tt_c.fp8_cast_bytes_per_e = 2, tt_c.fp8_cast_bytes_fixed = 2, tt_c.fp8_cast_kernels = 2;
+    c.push_back(tt_c);
+    SoftwareProfile kiln;
+    kiln.name = "kiln";
+    kiln.description =
+        "kiln's own trainer: its fused kernels, attention at the device's measured "
+        "attention_efficiency, gradients in the training dtype";
+    kiln.source = "src/model, src/train; docs/performance.md";
+    kiln.fp8_cast_bytes_per_e = 1, kiln.fp8_cast_bytes_fixed = 2, kiln.fp8_cast_kernels = 1;
+    c.push_back(kiln);
+    return c;
+  }();
+  return cat;
+}
+
+const SoftwareProfile& find_software(const std::string& name) {
+  std::vector<std::string> names;
+  for (const SoftwareProfile& s : software_catalog()) {
+    if (s.name == name) return s;
+    names.push_back(s.name);
+  }
+  const std::string close = closest_name(name, names);
+  fail("unknown --software '{}'{}; the profiles are: {}", name,
+       close.empty() ? "" : " (did you mean '" + close + "'?)", join_names(names));
+}
+
+}  // namespace kiln::plan

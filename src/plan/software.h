@@ -1,0 +1,62 @@
+// What runs the job (`kiln plan --software NAME`): the framework's kernels and collectives set
+// the efficiency terms the hardware alone does not. Each number is counted from the framework's
+// source or taken from a published kernel measurement; docs/planner.md ("Software profiles")
+// gives every source. None is fitted to a training run.
+//
+//   attention    flash attention's forward + backward rate as a fraction of the device's dense
+//                16-bit peak, per device architecture (FlashAttention-2 on Ampere and Hopper,
+//                cuDNN's fused attention under Transformer Engine on Hopper); an architecture
+//                the profile does not list runs attention at the matmul rate × the device's
+//                attention_efficiency, as before profiles existed
+//   composites   eager PyTorch composes RMSNorm, rotary embeddings and SwiGLU from several ops,
+//                each a kernel that reads and writes memory: bytes and kernels relative to one
+//                fused kernel (1 and 1 for Megatron-LM's fused kernels and torch.compile)
+//   grad bytes   bytes per gradient element as kept and reduced over data parallelism in 16-bit
+//                training (Megatron-LM and torchtitan reduce bf16 runs' gradients in fp32)
+//   p2p split    pipeline sends split over the tp ranks (Megatron-LM's scatter-gather, or
+//                sequence parallelism); DeepSpeed's pipeline engine sends every rank's copy
+//   fp8 casts    with --dtype fp8, the bytes moved per element of each tensor cast to fp8 for a
+//                matmul (scale from amax, cast, transposed copy), eager or fused
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plan/hardware.h"
+
+namespace kiln::plan {
+
+// An element-wise operation made of several eager kernels: bytes moved and kernels launched
+// relative to one fused kernel.
+struct Composite {
+  double traffic = 1;
+  int kernels = 1;
+};
+
+struct SoftwareProfile {
+  std::string name;  // --software value
+  std::string description;
+  std::string source;
+  // (architecture, fraction of the dense 16-bit peak) for flash attention, forward + backward.
+  std::vector<std::pair<std::string, double>> flash_of_peak;
+  Composite rmsnorm, rotary, swiglu;
+  double grad_bytes_bf16 = 2;  // gradients kept and reduced, bytes per element, bf16 training
+  double grad_bytes_fp16 = 2;  //   and fp16 training (fp32 training: always 4)
+  bool p2p_split_tp = true;
+  // fp8: bytes read and written per element of a tensor cast to fp8 for a matmul, relative to
+  // the element's 16-bit size e: reads for amax and cast, the fp8 copy and its transpose.
+  double fp8_cast_bytes_per_e = 0;  // bytes = this × e + fp8_cast_bytes_fixed, per element
+  double fp8_cast_bytes_fixed = 0;
+  int fp8_cast_kernels = 0;  // kernels per cast tensor
+
+  // Flash attention's rate on `d` in FLOP/s, or 0 when the profile has no figure for its
+  // architecture.
+  double flash_flops(const DeviceSpec& d) const;
+  double grad_bytes(Dtype dt) const;
+};
+
+const std::vector<SoftwareProfile>& software_catalog();
+// Throws kiln::Error listing the profiles (and the closest name) when `name` is unknown.
+const SoftwareProfile& find_software(const std::string& name);
+
+}  // namespace kiln::plan

@@ -1,0 +1,75 @@
+// Context parallelism (cp in the layout): tokens split over cp ranks, keys and values passed
+// round a ring, gradients reduced and ZeRO sharded over dp × cp.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "plan/collectives.h"
+#include "plan/planner.h"
+
+namespace kiln::plan {
+namespace {
+
+JobSpec long_job(int seq) {
+  JobSpec j;
+  j.seq_len = seq;
+  j.global_batch_tokens = int64_t(64) * seq;
+  j.train_tokens = 1e12;
+  return j;
+}
+
+TEST(PlanContextParallel, LayoutTextAndChecks) {
+  EXPECT_EQ(parse_layout("tp=8,cp=4,pp=2,dp=2,mb=1,zero=1,recompute=none").to_string(),
+            "tp=8,pp=2,dp=2,mb=1,zero=1,recompute=none,cp=4");
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 8);  // 64 devices
+  JobSpec j = long_job(32768);
+  EXPECT_EQ(layout_problem(m, c, j, parse_layout("tp=8,cp=4,dp=2")), "");
+  EXPECT_NE(layout_problem(m, c, j, parse_layout("tp=8,cp=4,dp=4")).find("tp×cp×pp×dp = 128"),
+            std::string::npos);
+  j.flash_attention = false;
+  EXPECT_NE(layout_problem(m, c, j, parse_layout("tp=8,cp=4,dp=2")).find("--attention flash"),
+            std::string::npos);
+  JobSpec odd = long_job(32766);
+  EXPECT_NE(layout_problem(m, c, odd, parse_layout("tp=8,cp=4,dp=2")).find("multiple of 8"),
+            std::string::npos);
+  // dp left out: what the devices leave after tp × cp × pp.
+  EXPECT_EQ(complete_layout(m, c, long_job(32768), parse_layout("tp=8,cp=2")).dp, 4);
+}
+
+// Each rank holds s/cp tokens of every sequence: activations per layer and micro-batch, the
+// matmuls and the attention (its s/cp queries against all s keys, causal work balanced) all
+// divide by cp; ZeRO shards the optimizer over dp × cp.
+TEST(PlanContextParallel, TokensAndWorkDivideByCp) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const JobSpec j = long_job(65536);
+  Layout one = parse_layout("tp=8,dp=8,mb=1,zero=1"),
+         four = parse_layout("tp=8,cp=4,dp=2,mb=1,zero=1");
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, j, four, Recompute::none),
+                   layer_activation_bytes(m, j, one, Recompute::none) / 4);
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 8);
+  const MemoryBreakdown m1 = memory_per_gpu(m, c, j, one, 8),
+                        m4 = memory_per_gpu(m, c, j, four, 32);
+  EXPECT_DOUBLE_EQ(m4.optimizer, m1.optimizer);  // dp × cp = 8 either way
+  const TimeBreakdown t1 = step_time(m, c, j, one, 8), t4 = step_time(m, c, j, four, 32);
+  // Per micro-batch the work divides by 4; the step has 4× the micro-batches per pipeline.
+  EXPECT_NEAR(t4.compute / t1.compute, 1.0, 0.02);
+}
+
+// The ring's passes hide behind attention when the link is fast (NVLink inside a node, long
+// sequences) and show when it is slow (one 100 Gb/s Ethernet port per 8 GPUs, short chunks).
+TEST(PlanContextParallel, KeyValuePassesHideBehindAttentionOnlyOnAFastLink) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  ClusterSpec node = default_cluster(find_device("h100-sxm"), 1);
+  const Layout in_node = parse_layout("tp=1,cp=8,dp=1,mb=1,zero=0");
+  EXPECT_EQ(step_time(m, node, long_job(131072), in_node, 64).cp_comm, 0);
+  ClusterSpec slow = default_cluster(find_device("h100-sxm"), 4);
+  slow.network = "ethernet", slow.nics_per_node = 1, slow.nic_gbps = 100;
+  const Layout across = parse_layout("tp=8,cp=4,dp=1,mb=1,zero=0");
+  EXPECT_GT(step_time(m, slow, long_job(8192), across, 64).cp_comm, 0);
+  // The cp group lies next to tp: with tp = 8 its members are a node apart.
+  EXPECT_EQ(group_path(slow, across, Dim::cp).nodes, 4);
+  EXPECT_EQ(group_path(node, in_node, Dim::cp).nodes, 1);
+}
+
+}  // namespace
+}  // namespace kiln::plan

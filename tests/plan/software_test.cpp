@@ -1,0 +1,125 @@
+// Software profiles (--software): each term a framework sets, checked on its own.
+#include "plan/software.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "plan/planner.h"
+#include "test_util.h"
+
+namespace kiln::plan {
+namespace {
+
+JobSpec job_with(const std::string& software, int seq = 4096, int64_t seqs = 64) {
+  JobSpec j;
+  j.seq_len = seq;
+  j.global_batch_tokens = seqs * seq;
+  j.train_tokens = 1e12;
+  j.software = find_software(software);
+  return j;
+}
+
+Layout layout(int tp, int pp, int dp, int zero = 0) {
+  Layout l;
+  l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.sp = tp > 1;
+  return l;
+}
+
+// Flash attention runs at the profile's published fraction of the 16-bit peak on the device's
+// architecture: FlashAttention-2 at 35% on H100 (FlashAttention-3 paper), 60% on A100; cuDNN's
+// attention under Megatron-Core at 50% on H100. An architecture without a figure: 0 (the time
+// model then keeps the device's own attention rate).
+TEST(PlanSoftware, FlashAttentionRateIsTheProfilesFractionOfPeak) {
+  const DeviceSpec& h100 = find_device("h100-sxm");
+  const DeviceSpec& a100 = find_device("a100-80gb");
+  EXPECT_DOUBLE_EQ(find_software("torchtitan").flash_flops(h100), 0.35 * 989e12);
+  EXPECT_DOUBLE_EQ(find_software("fsdp").flash_flops(a100), 0.60 * 312e12);
+  EXPECT_DOUBLE_EQ(find_software("megatron").flash_flops(h100), 0.50 * 989e12);
+  EXPECT_EQ(find_software("megatron").flash_flops(find_device("mi300x")), 0);
+  // A slower attention kernel costs time in proportion to the attention share of the step.
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const ClusterSpec c = default_cluster(h100, 1);
+  JobSpec fast = job_with("torchtitan-compile", 8192, 16), slow = fast;
+  fast.software.flash_of_peak = {{"hopper", 0.70}};
+  const TimeBreakdown tf = step_time(m, c, fast, layout(1, 1, 8, 3), 2);
+  const TimeBreakdown ts = step_time(m, c, slow, layout(1, 1, 8, 3), 2);
+  EXPECT_GT(ts.compute, tf.compute * 1.05);
+}
+
+// Eager PyTorch's RMSNorm (7 kernels, 9× the bytes of a fused one), rotary (3 kernels, 5×) and
+// SwiGLU (2 kernels, 5/3×) make a Llama layer slower than under torch.compile; a GPT-2-shaped
+// model (native layer_norm and gelu, learned positions) runs the same either way.
+TEST(PlanSoftware, EagerCompositesCostOnlyTheOpsTheyCompose) {
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 1);
+  const ModelSpec llama = find_preset("llama3-8b").model;
+  const TimeBreakdown eager = step_time(llama, c, job_with("torchtitan"), layout(1, 1, 8, 3), 8);
+  const TimeBreakdown compiled =
+      step_time(llama, c, job_with("torchtitan-compile"), layout(1, 1, 8, 3), 8);
+  EXPECT_GT(eager.compute, compiled.compute * 1.03);
+  const ModelSpec gpt2 = find_preset("gpt2-1.5b").model;
+  const JobSpec e2 = job_with("fsdp", 1024), c2 = job_with("fsdp-compile", 1024);
+  EXPECT_DOUBLE_EQ(step_time(gpt2, c, e2, layout(1, 1, 8, 3), 8).compute,
+                   step_time(gpt2, c, c2, layout(1, 1, 8, 3), 8).compute);
+}
+
+// DeepSpeed's pipeline engine sends every tp rank's copy of the boundary activation; Megatron-LM
+// scatters it over the tp ranks, so its sends carry 1/tp of the bytes.
+TEST(PlanSoftware, DeepSpeedPipelineSendsTheWholeActivationFromEveryRank) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  JobSpec mega = job_with("megatron", 2048, 256), ds = job_with("deepspeed", 2048, 256);
+  mega.flash_attention = ds.flash_attention = false;
+  const Layout l = layout(8, 16, 1);
+  const double p_mega = step_time(m, c, mega, l, 256).pp_p2p;
+  const double p_ds = step_time(m, c, ds, l, 256).pp_p2p;
+  EXPECT_GT(p_ds, 6 * p_mega);  // 8× the bytes, the same latency
+  EXPECT_LT(p_ds, 8 * p_mega);
+}
+
+// Gradients reduced in fp32 (torchtitan's FSDP2 default) move twice the bytes of bf16 ones
+// (FSDP under Composer): with no overlap the ZeRO-2 traffic is what differs, its bandwidth term
+// doubled and its ring latency (63 steps per layer here) the same.
+TEST(PlanSoftware, Fp32GradientReductionMovesTwiceTheBytes) {
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 8);
+  JobSpec bf16 = job_with("fsdp-compile", 4096, 64),
+          fp32 = job_with("torchtitan-compile", 4096, 64);
+  bf16.overlap_dp = fp32.overlap_dp = false;
+  const Layout l = layout(1, 1, 64, 2);
+  const double z16 = step_time(m, c, bf16, l, 1).zero_exposed;
+  const double z32 = step_time(m, c, fp32, l, 1).zero_exposed;
+  EXPECT_GT(z32, 1.7 * z16);
+  EXPECT_LT(z32, 2.0 * z16);
+}
+
+TEST(PlanSoftware, UnknownProfileNamesTheClosestAndTheList) {
+  try {
+    find_software("torchtitn");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("did you mean 'torchtitan'"), std::string::npos) << what;
+    EXPECT_NE(what.find("megatron"), std::string::npos) << what;
+  }
+}
+
+TEST(PlanSoftware, CliTakesTheProfileAndReportsIt) {
+  auto r = kiln::testing::run_kiln(
+      "plan --model llama3-8b --gpu h100-sxm --nodes 1 --software torchtitan --layout "
+      "tp=1,pp=1,mb=2,zero=3,recompute=full,vpp=1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["job"]["software"], "torchtitan");
+  r = kiln::testing::run_kiln("plan --list-software");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const SoftwareProfile& s : software_catalog())
+    EXPECT_NE(r.output.find(s.name), std::string::npos) << s.name;
+  r = kiln::testing::run_kiln("plan --model llama3-8b --gpu h100-sxm --software pytorch");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown --software 'pytorch'"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kiln::plan
