@@ -7,8 +7,10 @@
 //   2. all-reduce of slice i over MPI among the N ranks with local index i (one per node), so
 //      every link between nodes carries n/L elements per rank instead of n;
 //   3. all-gather inside the node (shared-memory engine).
-// The other operations go to MPI over the whole group (they move a rank's own slice, which the
-// hierarchy would not shorten). Stages run on one thread per communicator, in issue order.
+// The other collectives go to MPI over the whole group (they move a rank's own slice, which the
+// hierarchy would not shorten). Point-to-point messages to a rank of the same node go through
+// the node's engine (shm_p2p.h), others through MPI. Stages run on one thread per communicator,
+// in issue order.
 #include <mpi.h>
 
 #include <condition_variable>
@@ -95,7 +97,20 @@ class HierCommunicator : public Communicator {
  public:
   HierCommunicator(std::unique_ptr<Communicator> world, std::unique_ptr<Communicator> local,
                    std::unique_ptr<Communicator> cross, const CommOptions& o)
-      : world_(std::move(world)), local_(std::move(local)), cross_(std::move(cross)), opts_(o) {}
+      : world_(std::move(world)), local_(std::move(local)), cross_(std::move(cross)), opts_(o) {
+    // Which ranks share this node, and their index in it: every rank's node (its node's first
+    // rank) and local index, gathered over the world.
+    const int R = world_->size(), me = world_->rank();
+    double first = me;
+    local_->broadcast(&first, 1, DType::F64, 0);
+    std::vector<double> who(2 * R, 0.0);
+    who[2 * me] = first;
+    who[2 * me + 1] = local_->rank();
+    world_->all_gather(who.data(), std::vector<int64_t>(R, 2), DType::F64);
+    local_of_.assign(R, -1);
+    for (int q = 0; q < R; q++)
+      if (who[2 * q] == first) local_of_[q] = static_cast<int>(who[2 * q + 1]);
+  }
   ~HierCommunicator() override { runner_.reset(); }  // finish the queue before the groups go
 
   int rank() const override { return world_->rank(); }
@@ -120,11 +135,17 @@ class HierCommunicator : public Communicator {
   std::shared_ptr<Work> broadcast_async(void* buf, int64_t n, DType t, int root) override {
     return world_->broadcast_async(buf, n, t, root);
   }
+  // A peer on this node through the node's shared-memory engine, any other through MPI (both
+  // ends agree which: they know the same node layout).
   std::shared_ptr<Work> send_async(const void* buf, int64_t n, DType t, int peer,
                                    int tag) override {
+    KILN_CHECK(peer >= 0 && peer < size());
+    if (local_of_[peer] >= 0) return local_->send_async(buf, n, t, local_of_[peer], tag);
     return world_->send_async(buf, n, t, peer, tag);
   }
   std::shared_ptr<Work> recv_async(void* buf, int64_t n, DType t, int peer, int tag) override {
+    KILN_CHECK(peer >= 0 && peer < size());
+    if (local_of_[peer] >= 0) return local_->recv_async(buf, n, t, local_of_[peer], tag);
     return world_->recv_async(buf, n, t, peer, tag);
   }
   std::shared_ptr<Work> barrier_async() override { return world_->barrier_async(); }
@@ -176,7 +197,8 @@ class HierCommunicator : public Communicator {
   std::unique_ptr<Communicator> local_;  // shared memory, the ranks of this node
   std::unique_ptr<Communicator> cross_;  // MPI, the ranks with this local index on every node
   CommOptions opts_;
-  std::vector<char> slice_;  // stage 2's slice (runner thread only)
+  std::vector<int> local_of_;  // per world rank: its index on this node, or -1 on another node
+  std::vector<char> slice_;    // stage 2's slice (runner thread only)
   std::vector<uint16_t> half_;
   std::map<std::pair<const void*, int64_t>, std::vector<float>> residual_;
   int64_t compressed_elements_ = 0;

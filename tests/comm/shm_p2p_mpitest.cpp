@@ -203,6 +203,34 @@ TEST(ShmP2p, AReceiveThatTimesOutNamesItAndBreaksTheCommunicator) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// The hierarchical backend sends to a rank of its own node through that node's engine (here
+// every rank is on one node): a receive nobody answers fails with the engine's words.
+TEST(ShmP2p, TheHierarchicalBackendSendsInsideANodeThroughTheEngine) {
+  CommOptions o = p2p_options(0.5);
+  o.backend = "hier";
+  auto c = make_world_communicator(o);
+  ASSERT_EQ(c->backend(), "hier");
+  const int R = c->size(), me = c->rank(), next = (me + 1) % R, prev = (me + R - 1) % R;
+  std::vector<float> out(3000), in(3000);
+  fill(out.data(), 3000, me, 4);
+  auto s = c->send_async(out.data(), 3000, DType::F32, next, 8);
+  c->recv(in.data(), 3000, DType::F32, prev, 8);
+  s->wait();
+  EXPECT_EQ(mismatches(in.data(), 3000, prev, 4), 0);
+  static float late[4];
+  if (me == 0) {
+    try {
+      c->recv(late, 4, DType::F32, 1, 99);
+      ADD_FAILURE() << "the wait did not time out";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("receive of 4 elements from rank 1 (tag 99) timed out"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(ShmP2p, AMessageLargerThanTheReceiveBufferIsRefused) {
   auto c = make_world_communicator(p2p_options(5));
   if (c->size() < 2) GTEST_SKIP();

@@ -118,6 +118,19 @@ TEST(MultiNode, TrainingAcrossTwoSimulatedHostsMatchesOneProcess) {
     most = std::max(most, std::abs(got[step] - fp32.at(step)));
   }
   EXPECT_GT(most, 0.0) << "comm.compress = bf16 changed nothing";
+  // A pipeline across the hosts: pp = 4 over 2 hosts x 2 ranks, so the pipeline group is
+  // hierarchical and its stages' messages go through the engine inside a host and through MPI
+  // between the hosts; it trains the model one process trains on the same global batch.
+  const std::string four = " --set model.n_layer=4";
+  r = testing::run_kiln(args(8, 0, "ref4") + four);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ref4 = testing::train_losses(dir / "ref4/metrics.jsonl");
+  r = cluster("run -- -np 4 -x OMP_NUM_THREADS=1 " + std::string(KILN_BIN) + " " +
+              args(2, 0, "pp4") + four + " --set parallel.pp=4 --set train.grad_accum=4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  got = testing::train_losses(dir / "pp4/metrics.jsonl");
+  ASSERT_EQ(got.size(), 12u);
+  for (auto [step, loss] : ref4) EXPECT_NEAR(got[step], loss, 1e-5 * loss) << "pp4 step " << step;
 }
 
 }  // namespace
