@@ -36,6 +36,16 @@ std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
   return out;
 }
 
+// Context-parallel degrees the search tries: cp ≥ 2 dividing the devices, with the sequence a
+// multiple of 2·cp (two chunks per rank) and at least `min_tokens` of it on each rank.
+std::vector<int> cp_options(const ClusterSpec& c, const JobSpec& j, int64_t min_tokens) {
+  std::vector<int> out;
+  if (!j.flash_attention) return out;
+  for (int64_t cp = 2; cp <= kCpMax && j.seq_len / cp >= min_tokens; cp++)
+    if (c.total_gpus() % cp == 0 && j.seq_len % (2 * cp) == 0) out.push_back(int(cp));
+  return out;
+}
+
 double gib(double bytes) {
   return bytes / double(1 << 30);
 }
@@ -212,45 +222,60 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   }
   if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
-  const int cp = k.cp ? v.cp : 1;  // context parallelism only when given
-  for (int tp : tps) {
-    for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
-      if (N % (tp * cp * pp) != 0) continue;
-      const int dp = N / (tp * cp * pp);
-      if (k.dp && dp != v.dp) continue;
-      if (seqs % dp != 0) continue;
-      const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
-      for (int mb : mbs) {
-        if (seqs % (int64_t(dp) * mb) != 0) continue;
-        const int64_t micro = seqs / (int64_t(dp) * mb);
-        std::vector<int> vpps = {1};
-        // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
-        // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
-        for (int x = 2; pp > 1 && x <= 8; x++)
-          if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
-        if (k.vpp) vpps = {v.vpp};
-        std::vector<int> zeros;
-        for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
-        if (k.zero) zeros = {v.zero};
-        for (int vpp : vpps)
-          for (int zero : zeros)
-            for (const Layout& rc : recomputes) {
-              Layout l;
-              l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
-              l.recompute = rc.recompute;
-              l.recompute_op = rc.recompute_op;
-              l.full_every = rc.full_every;
-              l.sp = tp > 1 && (!k.sp || v.sp);
-              l.async_tp = k.async_tp && v.async_tp && l.sp;
-              Estimate e = evaluate(m, c, j, l);
-              if (!e.valid()) continue;
-              out.considered++;
-              if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
-                out.least_memory = e;
-              (e.fits() ? out.fitting : oom).push_back(std::move(e));
-            }
+  // Asynchronous TP where the software runs it: in the model it only hides collective time
+  // (plan/time_model.cpp), never adds any, so the search takes it wherever it can rather than
+  // trying both.
+  const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp;
+  auto one_cp = [&](int cp) {
+    for (int tp : tps) {
+      for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
+        if (N % (tp * cp * pp) != 0) continue;
+        const int dp = N / (tp * cp * pp);
+        if (k.dp && dp != v.dp) continue;
+        if (seqs % dp != 0) continue;
+        const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
+        for (int mb : mbs) {
+          if (seqs % (int64_t(dp) * mb) != 0) continue;
+          const int64_t micro = seqs / (int64_t(dp) * mb);
+          std::vector<int> vpps = {1};
+          // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
+          // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
+          for (int x = 2; pp > 1 && x <= 8; x++)
+            if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
+          if (k.vpp) vpps = {v.vpp};
+          std::vector<int> zeros;
+          for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
+          if (k.zero) zeros = {v.zero};
+          for (int vpp : vpps)
+            for (int zero : zeros)
+              for (const Layout& rc : recomputes) {
+                Layout l;
+                l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
+                l.recompute = rc.recompute;
+                l.recompute_op = rc.recompute_op;
+                l.full_every = rc.full_every;
+                l.sp = tp > 1 && (!k.sp || v.sp);
+                l.async_tp = async_tp && l.sp;
+                Estimate e = evaluate(m, c, j, l);
+                if (!e.valid()) continue;
+                out.considered++;
+                if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
+                  out.least_memory = e;
+                (e.fits() ? out.fitting : oom).push_back(std::move(e));
+              }
+        }
       }
     }
+  };
+  if (k.cp) {
+    one_cp(v.cp);
+  } else {
+    one_cp(1);
+    // Context parallelism for long sequences (each rank keeping at least kCpMinTokens of every
+    // sequence), or, when nothing fits without it, down to kCpMinTokensForced per rank.
+    const bool long_seq = j.seq_len >= kCpLongSeq;
+    if (long_seq || out.fitting.empty())
+      for (int cp : cp_options(c, j, long_seq ? kCpMinTokens : kCpMinTokensForced)) one_cp(cp);
   }
   // Fastest first; step times equal to 3 significant digits rank the lower ZeRO stage first
   // (less traffic to go wrong), then the smaller memory.

@@ -62,8 +62,17 @@ struct FixedFields {
   Layout values;
   LayoutKeys keys;  // none given: every layout is searched
 };
+// Fields the layout leaves open are searched: tp, pp, dp, mb, vpp, zero and recompute always;
+// cp (context parallelism) when --seq-len is at least kCpLongSeq, over the degrees that leave
+// each rank at least kCpMinTokens of a sequence, and otherwise only when nothing fits at cp=1
+// (then down to kCpMinTokensForced per rank); asynctp=1 wherever the software runs it (with tp > 1
+// and sp). A field `fixed` gives keeps its value.
 SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                     const FixedFields& fixed = {});
+inline constexpr int64_t kCpLongSeq = 16384;
+inline constexpr int64_t kCpMinTokens = 4096;
+inline constexpr int64_t kCpMinTokensForced = 1024;
+inline constexpr int64_t kCpMax = 64;
 
 // When nothing fits `c`: the smallest clusters (in whole nodes of the same kind) on which
 // something does, with ZeRO-3 data parallelism alone and with tensor/pipeline parallelism plus
