@@ -267,6 +267,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
       }
     }
   };
+  std::vector<int> cps_tried;
   if (k.cp) {
     one_cp(v.cp);
   } else {
@@ -275,8 +276,60 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     // sequence), or, when nothing fits without it, down to kCpMinTokensForced per rank.
     const bool long_seq = j.seq_len >= kCpLongSeq;
     if (long_seq || out.fitting.empty())
-      for (int cp : cp_options(c, j, long_seq ? kCpMinTokens : kCpMinTokensForced)) one_cp(cp);
+      cps_tried = cp_options(c, j, long_seq ? kCpMinTokens : kCpMinTokensForced);
+    for (int cp : cps_tried) one_cp(cp);
   }
+
+  // What decided each field.
+  auto field = [&](bool given, const std::string& key, const std::string& value,
+                   const std::string& tried) {
+    if (given)
+      out.fixed.push_back({key, value});
+    else
+      out.searched.push_back({key, tried});
+  };
+  std::vector<std::string> tp_text;
+  for (int t : tps) tp_text.push_back(std::to_string(t));
+  std::vector<std::string> rc_text;
+  for (const Layout& rc : recomputes) rc_text.push_back(rc.recompute_text());
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); i++) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  field(k.tp, "tp", std::to_string(v.tp), join(tp_text));
+  field(k.pp, "pp", std::to_string(v.pp), fmt::format("1–{}", m.n_layer));
+  field(k.dp, "dp", std::to_string(v.dp), "the devices left by tp·cp·pp");
+  field(k.mb, "mb", std::to_string(v.mb), "divisors of a replica's batch up to 64");
+  field(k.vpp, "vpp", std::to_string(v.vpp), "1–8 where the layers split evenly");
+  field(k.zero, "zero", std::to_string(v.zero), "0–3");
+  field(k.recompute, "recompute", v.recompute_text(), join(rc_text));
+  if (k.cp) {
+    out.fixed.push_back({"cp", std::to_string(v.cp)});
+  } else if (!cps_tried.empty()) {
+    std::vector<std::string> t = {"1"};
+    for (int cp : cps_tried) t.push_back(std::to_string(cp));
+    out.searched.push_back({"cp", join(t)});
+  } else {
+    out.not_searched.push_back(
+        {"cp", !j.flash_attention ? "1 (context parallelism needs flash attention)"
+                                  : fmt::format("1 (--seq-len {} is below {} and layouts fit "
+                                                "without context parallelism)",
+                                                j.seq_len, kCpLongSeq)});
+  }
+  if (k.sp)
+    out.fixed.push_back({"sp", v.sp ? "1" : "0"});
+  else
+    out.not_searched.push_back({"sp", "1 wherever tp > 1 (it saves memory at the same traffic)"});
+  if (k.async_tp)
+    out.fixed.push_back({"asynctp", v.async_tp ? "1" : "0"});
+  else if (j.software.async_tp)
+    out.not_searched.push_back(
+        {"asynctp",
+         fmt::format("1 wherever tp > 1 ({} runs it; it only hides time)", j.software.name)});
+  else
+    out.not_searched.push_back(
+        {"asynctp", fmt::format("0 ({} does not run asynchronous TP)", j.software.name)});
   // Fastest first; step times equal to 3 significant digits rank the lower ZeRO stage first
   // (less traffic to go wrong), then the smaller memory.
   auto key = [](const Estimate& e) {

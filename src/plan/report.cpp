@@ -308,9 +308,20 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   return s;
 }
 
+nlohmann::json search_fields_json(const SearchResult& r) {
+  auto list = [](const std::vector<SearchField>& v) {
+    nlohmann::json a = nlohmann::json::object();
+    for (const SearchField& f : v) a[f.key] = f.how;
+    return a;
+  };
+  return {{"searched", list(r.searched)},
+          {"fixed", list(r.fixed)},
+          {"not_searched", list(r.not_searched)}};
+}
+
 std::string search_table(const SearchResult& r, int top) {
   std::string s =
-      fmt::format("\nsearched {} layouts, {} fit in memory\n\n", r.considered, r.fitting.size());
+      fmt::format("\nsearched {} layouts, {} fit in memory\n", r.considered, r.fitting.size());
   // One row per layout apart from its ZeRO stage: the faster (or, as fast, the lower) one.
   std::vector<const Estimate*> shown;
   for (const Estimate& e : r.fitting) {
@@ -325,6 +336,17 @@ std::string search_table(const SearchResult& r, int top) {
   size_t w = 52;
   for (const Estimate* e : shown) w = std::max(w, e->layout.to_string().size());
   for (int i = 0; i < n_oom; i++) w = std::max(w, r.faster_oom[i].layout.to_string().size());
+  // Which fields the search varied, which the layout fixed and which were left at one value.
+  auto fields = [](const std::vector<SearchField>& v, const char* open, const char* close) {
+    std::string t;
+    for (size_t i = 0; i < v.size(); i++)
+      t += fmt::format("{}{}{}{}{}", i ? "; " : "", v[i].key, open, v[i].how, close);
+    return t;
+  };
+  if (!r.searched.empty()) s += "searched: " + fields(r.searched, " (", ")") + "\n";
+  if (!r.fixed.empty()) s += "fixed by --layout: " + fields(r.fixed, "=", "") + "\n";
+  if (!r.not_searched.empty()) s += "not searched: " + fields(r.not_searched, "=", "") + "\n";
+  s += "\n";
   s += fmt::format("{:>3}  {:<{}} {:>9} {:>9} {:>8} {:>6} {:>8}  {}\n", "#", "layout", w, "step s",
                    "tok/s", "TFLOP/s", "MFU", "mem GiB", "why");
   const double best = r.fitting.empty() ? 0 : r.fitting.front().time.step;
@@ -358,6 +380,7 @@ nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top)
   nlohmann::json j = inputs_json(in);
   j["layouts_considered"] = r.considered;
   j["layouts_fitting"] = r.fitting.size();
+  j["fields"] = search_fields_json(r);
   j["best"] = nlohmann::json::array();
   for (int i = 0; i < int(r.fitting.size()) && i < top; i++)
     j["best"].push_back(estimate_json(r.fitting[i], in));

@@ -87,8 +87,13 @@ TEST(PlanContextParallel, SearchTriesCpForLongSequences) {
   EXPECT_GT(fixed.considered, 0);
   EXPECT_EQ(fixed.least_memory.layout.cp, 1);
   for (const Estimate& e : fixed.faster_oom) EXPECT_EQ(e.layout.cp, 1);
+  EXPECT_EQ(fixed.fixed.back().key, "cp");
   const SearchResult free = search(m, c, j);
   ASSERT_FALSE(free.fitting.empty());
+  // The search says it varied cp, and over which degrees.
+  ASSERT_FALSE(free.searched.empty());
+  EXPECT_EQ(free.searched.back().key, "cp");
+  EXPECT_EQ(free.searched.back().how, "1, 2, 4, 8, 16, 32");
   EXPECT_GT(free.fitting.front().layout.cp, 1);
   for (const Estimate& e : free.fitting) {
     // Only degrees that leave each rank at least kCpMinTokens of the sequence.
@@ -101,6 +106,9 @@ TEST(PlanContextParallel, SearchTriesCpForLongSequences) {
   const SearchResult s = search(small, default_cluster(find_device("h100-sxm"), 1), short_job);
   ASSERT_FALSE(s.fitting.empty());
   for (const Estimate& e : s.fitting) EXPECT_EQ(e.layout.cp, 1);
+  ASSERT_FALSE(s.not_searched.empty());
+  EXPECT_EQ(s.not_searched.front().key, "cp");
+  EXPECT_NE(s.not_searched.front().how.find("below 16384"), std::string::npos);
 }
 
 // Below kCpLongSeq, context parallelism is tried when nothing fits without it: Llama 3 8B at 8K
