@@ -199,7 +199,8 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
   nlohmann::json searched = {{"given", fixed},
                              {"searched_keys", keys.open()},
                              {"layouts_considered", r.considered},
-                             {"layouts_fitting", r.fitting.size()}};
+                             {"layouts_fitting", r.fitting.size()},
+                             {"fields", search_fields_json(r)}};
   if (r.fitting.empty()) {
     const Estimate& least = r.least_memory;
     const SearchResult any = search(in.model, in.cluster, in.job);

@@ -36,6 +36,16 @@ std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
   return out;
 }
 
+// Context-parallel degrees the search tries: cp ≥ 2 dividing the devices, with the sequence a
+// multiple of 2·cp (two chunks per rank) and at least `min_tokens` of it on each rank.
+std::vector<int> cp_options(const ClusterSpec& c, const JobSpec& j, int64_t min_tokens) {
+  std::vector<int> out;
+  if (!j.flash_attention) return out;
+  for (int64_t cp = 2; cp <= kCpMax && j.seq_len / cp >= min_tokens; cp++)
+    if (c.total_gpus() % cp == 0 && j.seq_len % (2 * cp) == 0) out.push_back(int(cp));
+  return out;
+}
+
 double gib(double bytes) {
   return bytes / double(1 << 30);
 }
@@ -212,46 +222,114 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   }
   if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
-  const int cp = k.cp ? v.cp : 1;  // context parallelism only when given
-  for (int tp : tps) {
-    for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
-      if (N % (tp * cp * pp) != 0) continue;
-      const int dp = N / (tp * cp * pp);
-      if (k.dp && dp != v.dp) continue;
-      if (seqs % dp != 0) continue;
-      const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
-      for (int mb : mbs) {
-        if (seqs % (int64_t(dp) * mb) != 0) continue;
-        const int64_t micro = seqs / (int64_t(dp) * mb);
-        std::vector<int> vpps = {1};
-        // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
-        // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
-        for (int x = 2; pp > 1 && x <= 8; x++)
-          if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
-        if (k.vpp) vpps = {v.vpp};
-        std::vector<int> zeros;
-        for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
-        if (k.zero) zeros = {v.zero};
-        for (int vpp : vpps)
-          for (int zero : zeros)
-            for (const Layout& rc : recomputes) {
-              Layout l;
-              l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
-              l.recompute = rc.recompute;
-              l.recompute_op = rc.recompute_op;
-              l.full_every = rc.full_every;
-              l.sp = tp > 1 && (!k.sp || v.sp);
-              l.async_tp = k.async_tp && v.async_tp && l.sp;
-              Estimate e = evaluate(m, c, j, l);
-              if (!e.valid()) continue;
-              out.considered++;
-              if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
-                out.least_memory = e;
-              (e.fits() ? out.fitting : oom).push_back(std::move(e));
-            }
+  // Asynchronous TP where the software runs it: in the model it only hides collective time
+  // (plan/time_model.cpp), never adds any, so the search takes it wherever it can rather than
+  // trying both.
+  const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp;
+  auto one_cp = [&](int cp) {
+    for (int tp : tps) {
+      for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
+        if (N % (tp * cp * pp) != 0) continue;
+        const int dp = N / (tp * cp * pp);
+        if (k.dp && dp != v.dp) continue;
+        if (seqs % dp != 0) continue;
+        const std::vector<int> mbs = k.mb ? std::vector<int>{v.mb} : divisors(seqs / dp, 64);
+        for (int mb : mbs) {
+          if (seqs % (int64_t(dp) * mb) != 0) continue;
+          const int64_t micro = seqs / (int64_t(dp) * mb);
+          std::vector<int> vpps = {1};
+          // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
+          // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
+          for (int x = 2; pp > 1 && x <= 8; x++)
+            if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
+          if (k.vpp) vpps = {v.vpp};
+          std::vector<int> zeros;
+          for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
+          if (k.zero) zeros = {v.zero};
+          for (int vpp : vpps)
+            for (int zero : zeros)
+              for (const Layout& rc : recomputes) {
+                Layout l;
+                l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
+                l.recompute = rc.recompute;
+                l.recompute_op = rc.recompute_op;
+                l.full_every = rc.full_every;
+                l.sp = tp > 1 && (!k.sp || v.sp);
+                l.async_tp = async_tp && l.sp;
+                Estimate e = evaluate(m, c, j, l);
+                if (!e.valid()) continue;
+                out.considered++;
+                if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
+                  out.least_memory = e;
+                (e.fits() ? out.fitting : oom).push_back(std::move(e));
+              }
+        }
       }
     }
+  };
+  std::vector<int> cps_tried;
+  if (k.cp) {
+    one_cp(v.cp);
+  } else {
+    one_cp(1);
+    // Context parallelism for long sequences (each rank keeping at least kCpMinTokens of every
+    // sequence), or, when nothing fits without it, down to kCpMinTokensForced per rank.
+    const bool long_seq = j.seq_len >= kCpLongSeq;
+    if (long_seq || out.fitting.empty())
+      cps_tried = cp_options(c, j, long_seq ? kCpMinTokens : kCpMinTokensForced);
+    for (int cp : cps_tried) one_cp(cp);
   }
+
+  // What decided each field.
+  auto field = [&](bool given, const std::string& key, const std::string& value,
+                   const std::string& tried) {
+    if (given)
+      out.fixed.push_back({key, value});
+    else
+      out.searched.push_back({key, tried});
+  };
+  std::vector<std::string> tp_text;
+  for (int t : tps) tp_text.push_back(std::to_string(t));
+  std::vector<std::string> rc_text;
+  for (const Layout& rc : recomputes) rc_text.push_back(rc.recompute_text());
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); i++) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  field(k.tp, "tp", std::to_string(v.tp), join(tp_text));
+  field(k.pp, "pp", std::to_string(v.pp), fmt::format("1–{}", m.n_layer));
+  field(k.dp, "dp", std::to_string(v.dp), "the devices left by tp·cp·pp");
+  field(k.mb, "mb", std::to_string(v.mb), "divisors of a replica's batch up to 64");
+  field(k.vpp, "vpp", std::to_string(v.vpp), "1–8 where the layers split evenly");
+  field(k.zero, "zero", std::to_string(v.zero), "0–3");
+  field(k.recompute, "recompute", v.recompute_text(), join(rc_text));
+  if (k.cp) {
+    out.fixed.push_back({"cp", std::to_string(v.cp)});
+  } else if (!cps_tried.empty()) {
+    std::vector<std::string> t = {"1"};
+    for (int cp : cps_tried) t.push_back(std::to_string(cp));
+    out.searched.push_back({"cp", join(t)});
+  } else {
+    out.not_searched.push_back(
+        {"cp", !j.flash_attention ? "1 (context parallelism needs flash attention)"
+                                  : fmt::format("1 (--seq-len {} is below {} and layouts fit "
+                                                "without context parallelism)",
+                                                j.seq_len, kCpLongSeq)});
+  }
+  if (k.sp)
+    out.fixed.push_back({"sp", v.sp ? "1" : "0"});
+  else
+    out.not_searched.push_back({"sp", "1 wherever tp > 1 (it saves memory at the same traffic)"});
+  if (k.async_tp)
+    out.fixed.push_back({"asynctp", v.async_tp ? "1" : "0"});
+  else if (j.software.async_tp)
+    out.not_searched.push_back(
+        {"asynctp",
+         fmt::format("1 wherever tp > 1 ({} runs it; it only hides time)", j.software.name)});
+  else
+    out.not_searched.push_back(
+        {"asynctp", fmt::format("0 ({} does not run asynchronous TP)", j.software.name)});
   // Fastest first; step times equal to 3 significant digits rank the lower ZeRO stage first
   // (less traffic to go wrong), then the smaller memory.
   auto key = [](const Estimate& e) {

@@ -50,11 +50,20 @@ Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
 
 Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l);
 
+// One layout field as a search treated it: the key and what was tried ("1, 2, 4, 8"), the
+// value the layout fixed ("8"), or the value it was left at and why.
+struct SearchField {
+  std::string key;
+  std::string how;
+};
 struct SearchResult {
   std::vector<Estimate> fitting;     // every layout that fits, fastest first
   std::vector<Estimate> faster_oom;  // out of memory, at least 1% faster than the best fit
   Estimate least_memory;             // the valid layout needing the least memory (fits or not)
   int64_t considered = 0;            // valid layouts evaluated
+  // What decided each field, so that no default decides silently: varied by the search, fixed
+  // by the layout, or left at one value (with the reason).
+  std::vector<SearchField> searched, fixed, not_searched;
 };
 // Fields a partial --layout fixed: the search tries only layouts with these values (`keys` says
 // which of `values`' fields count) and searches the rest.
@@ -62,8 +71,17 @@ struct FixedFields {
   Layout values;
   LayoutKeys keys;  // none given: every layout is searched
 };
+// Fields the layout leaves open are searched: tp, pp, dp, mb, vpp, zero and recompute always;
+// cp (context parallelism) when --seq-len is at least kCpLongSeq, over the degrees that leave
+// each rank at least kCpMinTokens of a sequence, and otherwise only when nothing fits at cp=1
+// (then down to kCpMinTokensForced per rank); asynctp=1 wherever the software runs it (with tp > 1
+// and sp). A field `fixed` gives keeps its value.
 SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                     const FixedFields& fixed = {});
+inline constexpr int64_t kCpLongSeq = 16384;
+inline constexpr int64_t kCpMinTokens = 4096;
+inline constexpr int64_t kCpMinTokensForced = 1024;
+inline constexpr int64_t kCpMax = 64;
 
 // When nothing fits `c`: the smallest clusters (in whole nodes of the same kind) on which
 // something does, with ZeRO-3 data parallelism alone and with tensor/pipeline parallelism plus

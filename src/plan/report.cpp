@@ -308,37 +308,67 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   return s;
 }
 
+nlohmann::json search_fields_json(const SearchResult& r) {
+  auto list = [](const std::vector<SearchField>& v) {
+    nlohmann::json a = nlohmann::json::object();
+    for (const SearchField& f : v) a[f.key] = f.how;
+    return a;
+  };
+  return {{"searched", list(r.searched)},
+          {"fixed", list(r.fixed)},
+          {"not_searched", list(r.not_searched)}};
+}
+
 std::string search_table(const SearchResult& r, int top) {
   std::string s =
-      fmt::format("\nsearched {} layouts, {} fit in memory\n\n", r.considered, r.fitting.size());
-  s += fmt::format("{:>3}  {:<52} {:>9} {:>9} {:>8} {:>6} {:>8}  {}\n", "#", "layout", "step s",
-                   "tok/s", "TFLOP/s", "MFU", "mem GiB", "why");
-  const double best = r.fitting.empty() ? 0 : r.fitting.front().time.step;
+      fmt::format("\nsearched {} layouts, {} fit in memory\n", r.considered, r.fitting.size());
+  // One row per layout apart from its ZeRO stage: the faster (or, as fast, the lower) one.
   std::vector<const Estimate*> shown;
   for (const Estimate& e : r.fitting) {
     if (int(shown.size()) == top) break;
-    // One row per layout apart from its ZeRO stage: the faster (or, as fast, the lower) one.
     if (std::any_of(shown.begin(), shown.end(),
                     [&](const Estimate* k) { return same_but_zero(k->layout, e.layout); }))
       continue;
     shown.push_back(&e);
+  }
+  const int n_oom = std::min<int>(3, int(r.faster_oom.size()));
+  // The layout column is as wide as its longest entry (cp and asynctp make them long).
+  size_t w = 52;
+  for (const Estimate* e : shown) w = std::max(w, e->layout.to_string().size());
+  for (int i = 0; i < n_oom; i++) w = std::max(w, r.faster_oom[i].layout.to_string().size());
+  // Which fields the search varied, which the layout fixed and which were left at one value.
+  auto fields = [](const std::vector<SearchField>& v, const char* open, const char* close) {
+    std::string t;
+    for (size_t i = 0; i < v.size(); i++)
+      t += fmt::format("{}{}{}{}{}", i ? "; " : "", v[i].key, open, v[i].how, close);
+    return t;
+  };
+  if (!r.searched.empty()) s += "searched: " + fields(r.searched, " (", ")") + "\n";
+  if (!r.fixed.empty()) s += "fixed by --layout: " + fields(r.fixed, "=", "") + "\n";
+  if (!r.not_searched.empty()) s += "not searched: " + fields(r.not_searched, "=", "") + "\n";
+  s += "\n";
+  s += fmt::format("{:>3}  {:<{}} {:>9} {:>9} {:>8} {:>6} {:>8}  {}\n", "#", "layout", w, "step s",
+                   "tok/s", "TFLOP/s", "MFU", "mem GiB", "why");
+  const double best = r.fitting.empty() ? 0 : r.fitting.front().time.step;
+  for (size_t i = 0; i < shown.size(); i++) {
+    const Estimate& e = *shown[i];
     std::string why = limiter(e);
-    if (shown.size() > 1) {
+    if (i > 0) {
       const double slower = std::max(0.0, 100 * (e.time.step / best - 1));  // ranks round steps
       why = fmt::format("+{:.1f}% step; {}", slower, why);
     }
-    s += fmt::format("{:>3}  {:<52} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  {}\n", shown.size(),
-                     e.layout.to_string(), e.time.step, si(e.tokens_per_s), e.tflops_per_gpu_model,
-                     100 * e.mfu, gib(e.memory.total), why);
+    s += fmt::format("{:>3}  {:<{}} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  {}\n", i + 1,
+                     e.layout.to_string(), w, e.time.step, si(e.tokens_per_s),
+                     e.tflops_per_gpu_model, 100 * e.mfu, gib(e.memory.total), why);
   }
-  if (!r.faster_oom.empty()) {
+  if (n_oom > 0) {
     s += "\nfaster, but out of memory:\n";
-    for (int i = 0; i < int(r.faster_oom.size()) && i < 3; i++) {
+    for (int i = 0; i < n_oom; i++) {
       const Estimate& e = r.faster_oom[i];
       s += fmt::format(
-          "{:>3}  {:<52} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  needs {:.1f} of "
+          "{:>3}  {:<{}} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  needs {:.1f} of "
           "{:.1f} GiB (+{:.1f})\n",
-          "-", e.layout.to_string(), e.time.step, si(e.tokens_per_s), e.tflops_per_gpu_model,
+          "-", e.layout.to_string(), w, e.time.step, si(e.tokens_per_s), e.tflops_per_gpu_model,
           100 * e.mfu, gib(e.memory.total), gib(e.memory.total), gib(e.memory.capacity),
           gib(e.memory.total - e.memory.capacity));
     }
@@ -350,6 +380,7 @@ nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top)
   nlohmann::json j = inputs_json(in);
   j["layouts_considered"] = r.considered;
   j["layouts_fitting"] = r.fitting.size();
+  j["fields"] = search_fields_json(r);
   j["best"] = nlohmann::json::array();
   for (int i = 0; i < int(r.fitting.size()) && i < top; i++)
     j["best"].push_back(estimate_json(r.fitting[i], in));

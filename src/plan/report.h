@@ -24,6 +24,9 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in);
 std::string inputs_text(const PlanInputs& in);
 // The ranked table of a search (best `top` layouts and up to 3 faster ones that do not fit).
 std::string search_table(const SearchResult& r, int top);
+// The fields as the search treated them: {"searched": {key: what was tried}, "fixed": {key:
+// value}, "not_searched": {key: "value: why"}}.
+nlohmann::json search_fields_json(const SearchResult& r);
 nlohmann::json search_json(const SearchResult& r, const PlanInputs& in, int top);
 
 // The cluster alone (no model): devices, memory, peaks, links, bisection, power, sources.

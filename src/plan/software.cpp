@@ -52,6 +52,10 @@ double SoftwareProfile::grad_bytes(Dtype dt) const {
 //     scale, clamp, cast to fp8, a transposed copy: 7e + 3, 6 kernels.
 //   The same under torch.compile: an amax read, then one kernel writing the cast and its
 //     transpose: 2e + 2, 2 kernels.
+// Asynchronous tensor parallelism: Megatron-Core's --tp-comm-overlap (Transformer Engine's
+//   userbuffers, megatron/training/arguments.py) and torchtitan's enable_async_tensor_parallel,
+//   which torchtitan refuses without torch.compile (its parallelize_llama checks
+//   compile.enable); Megatron-DeepSpeed, PyTorch FSDP and kiln's trainer have no such mode.
 const std::vector<SoftwareProfile>& software_catalog() {
   static const std::vector<SoftwareProfile> cat = [] {
     const std::vector<std::pair<std::string, double>> fa2 = {{"ampere", 0.60}, {"hopper", 0.35}};
@@ -69,6 +73,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.grad_bytes_bf16 = 4;
     megatron.fp8_cast_bytes_per_e = 1, megatron.fp8_cast_bytes_fixed = 2;
     megatron.fp8_cast_kernels = 1;
+    megatron.async_tp = true;
     c.push_back(megatron);
     SoftwareProfile nemo = megatron;
     nemo.name = "nemo";
@@ -83,6 +88,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.flash_of_peak = fa2;
     ds.grad_bytes_bf16 = 2;
     ds.p2p_split_tp = false;
+    ds.async_tp = false;
     c.push_back(ds);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";
@@ -114,6 +120,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt_c.description = "torchtitan with torch.compile: element-wise chains and fp8 casts fused";
     tt_c.rmsnorm = tt_c.rotary = tt_c.swiglu = Composite{};
     tt_c.fp8_cast_bytes_per_e = 2, tt_c.fp8_cast_bytes_fixed = 2, tt_c.fp8_cast_kernels = 2;
+    tt_c.async_tp = true;
     c.push_back(tt_c);
     SoftwareProfile kiln;
     kiln.name = "kiln";

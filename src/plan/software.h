@@ -17,6 +17,9 @@
 //                sequence parallelism); DeepSpeed's pipeline engine sends every rank's copy
 //   fp8 casts    with --dtype fp8, the bytes moved per element of each tensor cast to fp8 for a
 //                matmul (scale from amax, cast, transposed copy), eager or fused
+//   async TP     whether the framework runs asynchronous tensor parallelism (layout asynctp=1):
+//                Megatron-Core's --tp-comm-overlap, torchtitan's enable_async_tensor_parallel
+//                (which needs torch.compile); the search tries it only where this is set
 #pragma once
 #include <string>
 #include <utility>
@@ -48,6 +51,7 @@ struct SoftwareProfile {
   double fp8_cast_bytes_per_e = 0;  // bytes = this × e + fp8_cast_bytes_fixed, per element
   double fp8_cast_bytes_fixed = 0;
   int fp8_cast_kernels = 0;  // kernels per cast tensor
+  bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
 
   // Flash attention's rate on `d` in FLOP/s, or 0 when the profile has no figure for its
   // architecture.

@@ -44,5 +44,43 @@ TEST(PlanAsyncTp, CollectivesHideBehindTheirMatmulsButTheirFirstStep) {
             std::string::npos);
 }
 
+// The search takes asynctp=1 only where the software runs it (Megatron-Core's --tp-comm-overlap,
+// torchtitan under torch.compile), only with tp > 1 and sp, and never when the layout fixes
+// asynctp=0.
+TEST(PlanAsyncTp, SearchTriesItOnlyWhereTheSoftwareRunsIt) {
+  const ModelSpec m = find_preset("llama3-70b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec j = job(8192, 64);
+  for (const SoftwareProfile& sw : software_catalog()) {
+    j.software = sw;
+    const SearchResult r = search(m, c, j);
+    ASSERT_FALSE(r.fitting.empty()) << sw.name;
+    bool any_async = false;
+    for (const Estimate& e : r.fitting) {
+      if (e.layout.async_tp) {
+        any_async = true;
+        EXPECT_TRUE(sw.async_tp) << sw.name << " " << e.layout.to_string();
+        EXPECT_GT(e.layout.tp, 1);
+        EXPECT_TRUE(e.layout.sp);
+      } else if (sw.async_tp) {
+        EXPECT_TRUE(e.layout.tp == 1 || !e.layout.sp) << sw.name << " " << e.layout.to_string();
+      }
+    }
+    EXPECT_EQ(any_async, sw.async_tp) << sw.name;
+  }
+  EXPECT_TRUE(find_software("megatron").async_tp);
+  EXPECT_TRUE(find_software("torchtitan-compile").async_tp);
+  EXPECT_FALSE(find_software("torchtitan").async_tp);  // needs torch.compile
+  EXPECT_FALSE(find_software("deepspeed").async_tp);
+  EXPECT_FALSE(find_software("fsdp").async_tp);
+  // Fixed off, it stays off.
+  j.software = find_software("megatron");
+  FixedFields off;
+  off.values = parse_layout("asynctp=0", &off.keys);
+  const SearchResult r = search(m, c, j, off);
+  ASSERT_FALSE(r.fitting.empty());
+  for (const Estimate& e : r.fitting) EXPECT_FALSE(e.layout.async_tp);
+}
+
 }  // namespace
 }  // namespace kiln::plan

@@ -71,5 +71,64 @@ TEST(PlanContextParallel, KeyValuePassesHideBehindAttentionOnlyOnAFastLink) {
   EXPECT_EQ(group_path(node, in_node, Dim::cp).nodes, 1);
 }
 
+// The search tries cp where the user left it open: Llama 3 70B at 128K tokens on 32 H100s fits on
+// no layout without context parallelism (a layer's activations for one sequence outgrow the
+// device), and does with it; a cp the user fixes stays fixed, even when nothing then fits.
+TEST(PlanContextParallel, SearchTriesCpForLongSequences) {
+  const ModelSpec m = find_preset("llama3-70b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec j = long_job(131072);
+  j.global_batch_tokens = int64_t(32) * j.seq_len;
+  FixedFields cp1;
+  cp1.values.cp = 1;
+  cp1.keys.cp = true;
+  const SearchResult fixed = search(m, c, j, cp1);
+  EXPECT_TRUE(fixed.fitting.empty());
+  EXPECT_GT(fixed.considered, 0);
+  EXPECT_EQ(fixed.least_memory.layout.cp, 1);
+  for (const Estimate& e : fixed.faster_oom) EXPECT_EQ(e.layout.cp, 1);
+  EXPECT_EQ(fixed.fixed.back().key, "cp");
+  const SearchResult free = search(m, c, j);
+  ASSERT_FALSE(free.fitting.empty());
+  // The search says it varied cp, and over which degrees.
+  ASSERT_FALSE(free.searched.empty());
+  EXPECT_EQ(free.searched.back().key, "cp");
+  EXPECT_EQ(free.searched.back().how, "1, 2, 4, 8, 16, 32");
+  EXPECT_GT(free.fitting.front().layout.cp, 1);
+  for (const Estimate& e : free.fitting) {
+    // Only degrees that leave each rank at least kCpMinTokens of the sequence.
+    EXPECT_GE(j.seq_len / e.layout.cp, kCpMinTokens) << e.layout.to_string();
+    EXPECT_EQ(j.seq_len % (2 * e.layout.cp), 0) << e.layout.to_string();
+  }
+  // Below kCpLongSeq the search stays at cp=1 while something fits there.
+  const ModelSpec small = find_preset("llama3-8b").model;
+  const JobSpec short_job = long_job(8192);
+  const SearchResult s = search(small, default_cluster(find_device("h100-sxm"), 1), short_job);
+  ASSERT_FALSE(s.fitting.empty());
+  for (const Estimate& e : s.fitting) EXPECT_EQ(e.layout.cp, 1);
+  ASSERT_FALSE(s.not_searched.empty());
+  EXPECT_EQ(s.not_searched.front().key, "cp");
+  EXPECT_NE(s.not_searched.front().how.find("below 16384"), std::string::npos);
+}
+
+// Below kCpLongSeq, context parallelism is tried when nothing fits without it: Llama 3 8B at 8K
+// tokens on one node of A100 40GB with tp=1, pp=1, ZeRO-3 and no recompute fixed keeps a whole
+// sequence's activations per rank (out of memory at cp=1); cp = 2..8 splits them.
+TEST(PlanContextParallel, SearchTriesCpWhenMemoryForcesIt) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-40gb"), 1);
+  JobSpec j = long_job(8192);
+  j.global_batch_tokens = int64_t(8) * j.seq_len;
+  FixedFields f;
+  f.values = parse_layout("tp=1,pp=1,zero=3,recompute=none", &f.keys);
+  FixedFields f_cp1 = f;
+  f_cp1.values.cp = 1, f_cp1.keys.cp = true;
+  EXPECT_TRUE(search(m, c, j, f_cp1).fitting.empty());
+  const SearchResult r = search(m, c, j, f);
+  ASSERT_FALSE(r.fitting.empty());
+  EXPECT_GT(r.fitting.front().layout.cp, 1);
+  for (const Estimate& e : r.fitting) EXPECT_GE(j.seq_len / e.layout.cp, kCpMinTokensForced);
+}
+
 }  // namespace
 }  // namespace kiln::plan

@@ -42,6 +42,14 @@ TEST(PlanCli, PartialLayoutSearchesTheKeysLeftOut) {
   // Given as Megatron names it, said as the trainer does.
   EXPECT_EQ(j["search"]["given"], "tp=8,pp=16,mb=1,zero=1,recompute=attention");
   EXPECT_EQ(j["search"]["searched_keys"], "vpp");
+  // Every field says what decided it: searched, fixed, or left at one value and why.
+  const auto& f = j["search"]["fields"];
+  EXPECT_EQ(f["fixed"]["tp"], "8");
+  EXPECT_EQ(f["fixed"]["recompute"], "attention");
+  EXPECT_TRUE(f["searched"].contains("vpp")) << f.dump();
+  EXPECT_FALSE(f["searched"].contains("tp")) << f.dump();
+  EXPECT_TRUE(f["not_searched"].contains("cp")) << f.dump();  // 2048 tokens: below 16K
+  EXPECT_TRUE(f["not_searched"].contains("asynctp")) << f.dump();
   EXPECT_EQ(j["search"]["layouts_considered"], 4);  // vpp 1, 2, 3 and 6 (96 layers, m = 192)
   EXPECT_EQ(j["layout"]["tp"], 8);
   EXPECT_EQ(j["layout"]["pp"], 16);
