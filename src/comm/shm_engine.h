@@ -150,8 +150,11 @@ class ShmEngine {
   // One `pause` per check: on this CPU it takes about 65 cycles, and the 16 per check there used
   // to be left a small operation's peer 0.4 us to go unnoticed (2-rank 8-byte all-reduce: 0.38 ->
   // 0.19 us).
-  void backoff(double waited) {
-    if (!oversubscribed_ && long_waits_ < 8 && waited < kSpinSeconds) {
+  void backoff(double waited) { pause(waited, !oversubscribed_ && long_waits_ < 8); }
+  // The policy itself, for any waiter (point-to-point waits keep no history): `spin` whether a
+  // short wait may spin at all.
+  static void pause(double waited, bool spin) {
+    if (spin && waited < kSpinSeconds) {
       _mm_pause();
     } else if (waited < kYieldSeconds) {
       sched_yield();

@@ -214,12 +214,7 @@ void ShmP2p::wait(Message& m) {
       if (start == 0) start = now;
       waited = now - start;
     }
-    if (!e_.oversubscribed() && waited < ShmEngine::kSpinSeconds)
-      _mm_pause();
-    else if (waited < ShmEngine::kYieldSeconds)
-      sched_yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 20 : 200));
+    ShmEngine::pause(waited, !e_.oversubscribed());
   }
 }
 
