@@ -42,7 +42,9 @@ double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout&
 }
 
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                               const Layout& l, int64_t micro_batches) {
+                               const Layout& given, int64_t micro_batches) {
+  Layout l = given;
+  l.zero = j.software.zero_as_run(given);
   const StateBytes sb = state_bytes(j);
   const double e = activation_bytes(j.dtype);
   const double n = rank_tokens(j, l);

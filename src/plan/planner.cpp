@@ -172,6 +172,12 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
         "attention recompute does nothing with flash attention, which keeps no "
         "attention scores");
   if (l.zero > 0 && l.dp_cp() == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
+  if (j.software.zero_as_run(l) != l.zero)
+    e.notes.push_back(fmt::format(
+        "{} keeps each pipeline stage's weights gathered and its gradients unsharded through "
+        "the step's micro-batches (FSDP's reshard_after_forward off under pp): ZeRO-{} holds "
+        "and moves what ZeRO-1 does",
+        j.software.name, l.zero));
   if (l.tp > 1 && !l.sp)
     e.notes.push_back(
         "without sequence parallelism norms and dropout keep full activations on "

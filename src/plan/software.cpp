@@ -16,6 +16,10 @@ double SoftwareProfile::grad_bytes(Dtype dt) const {
   return dt == Dtype::fp16 ? grad_bytes_fp16 : grad_bytes_bf16;
 }
 
+int SoftwareProfile::zero_as_run(const Layout& l) const {
+  return fsdp_pp_once_per_step && l.pp > 1 && l.zero >= 2 ? 1 : l.zero;
+}
+
 // The numbers, each with its source (docs/planner.md, "Software profiles", has the arithmetic):
 //
 // Flash attention, forward + backward, causal, head dimension 128, as a fraction of the dense
@@ -56,6 +60,13 @@ double SoftwareProfile::grad_bytes(Dtype dt) const {
 //   userbuffers, megatron/training/arguments.py) and torchtitan's enable_async_tensor_parallel,
 //   which torchtitan refuses without torch.compile (its parallelize_llama checks
 //   compile.enable); Megatron-DeepSpeed, PyTorch FSDP and kiln's trainer have no such mode.
+// FSDP2 under pipeline parallelism (torchtitan): torchtitan/distributed/fsdp.py,
+//   get_fsdp_reshard_after_forward_policy, resolves the "default" policy to
+//   reshard_after_forward = not pp_enabled, "to avoid per-microbatch all-gathers"; PyTorch's
+//   pipelining stage (torch/distributed/pipelining/stage.py, backward_maybe_with_nosync) turns
+//   gradient sync and resharding after backward off for every micro-batch but the last. So a
+//   stage gathers its weights once per step (first forward), keeps them and the unsharded
+//   gradients through the micro-batches, and reduce-scatters once: ZeRO-1's traffic and memory.
 const std::vector<SoftwareProfile>& software_catalog() {
   static const std::vector<SoftwareProfile> cat = [] {
     const std::vector<std::pair<std::string, double>> fa2 = {{"ampere", 0.60}, {"hopper", 0.35}};
@@ -114,6 +125,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt.source = "pytorch/torchtitan (config_manager.py, models/llama/model.py); pytorch/ao float8";
     tt.grad_bytes_bf16 = tt.grad_bytes_fp16 = 4;
     tt.fp8_cast_bytes_per_e = 7, tt.fp8_cast_bytes_fixed = 3, tt.fp8_cast_kernels = 6;
+    tt.fsdp_pp_once_per_step = true;
     c.push_back(tt);
     SoftwareProfile tt_c = tt;
     tt_c.name = "torchtitan-compile";

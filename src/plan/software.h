@@ -20,12 +20,16 @@
 //   async TP     whether the framework runs asynchronous tensor parallelism (layout asynctp=1):
 //                Megatron-Core's --tp-comm-overlap, torchtitan's enable_async_tensor_parallel
 //                (which needs torch.compile); the search tries it only where this is set
+//   FSDP under PP torchtitan's FSDP2 with pipeline parallelism keeps a stage's weights gathered
+//                through all its micro-batches and reduce-scatters the gradients once, after the
+//                last backward: ZeRO-2/3 then holds and moves what ZeRO-1 does
 #pragma once
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "plan/hardware.h"
+#include "plan/layout.h"
 
 namespace kiln::plan {
 
@@ -52,11 +56,17 @@ struct SoftwareProfile {
   double fp8_cast_bytes_fixed = 0;
   int fp8_cast_kernels = 0;  // kernels per cast tensor
   bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
+  // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
+  // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
+  bool fsdp_pp_once_per_step = false;
 
   // Flash attention's rate on `d` in FLOP/s, or 0 when the profile has no figure for its
   // architecture.
   double flash_flops(const DeviceSpec& d) const;
   double grad_bytes(Dtype dt) const;
+  // The ZeRO stage `l` runs as under this software: what its ranks hold and when they
+  // communicate (1 for ZeRO-2/3 under pipeline parallelism where fsdp_pp_once_per_step).
+  int zero_as_run(const Layout& l) const;
 };
 
 const std::vector<SoftwareProfile>& software_catalog();

@@ -147,8 +147,10 @@ struct StageTimes {
 
 }  // namespace
 
-TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,
-                        int64_t micro_batches) {
+TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                        const Layout& given, int64_t micro_batches) {
+  Layout l = given;
+  l.zero = j.software.zero_as_run(given);
   const Rates r(c.device, j);
   const StateBytes sb = state_bytes(j);
   const double n = rank_tokens(j, l), e = r.e, t = l.tp;

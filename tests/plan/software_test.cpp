@@ -94,6 +94,38 @@ TEST(PlanSoftware, Fp32GradientReductionMovesTwiceTheBytes) {
   EXPECT_LT(z32, 2.0 * z16);
 }
 
+// torchtitan's FSDP2 under pipeline parallelism gathers a stage's weights once per step and
+// reduce-scatters once (reshard_after_forward off under pp, gradient sync on the last
+// micro-batch): ZeRO-3 there costs what ZeRO-1 does, in time and memory, and far less time
+// than gathering for every micro-batch; without pp, or under a profile that reshards, ZeRO-3
+// stays per micro-batch.
+TEST(PlanSoftware, TorchtitanFsdpUnderPipelineGathersOncePerStep) {
+  const ModelSpec m = find_preset("llama3-70b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 32);
+  const JobSpec tt = job_with("torchtitan-compile", 8192, 256);
+  JobSpec resharding = tt;
+  resharding.software.fsdp_pp_once_per_step = false;
+  const Layout z3 = layout(8, 4, 8, 3), z1 = layout(8, 4, 8, 1);
+  EXPECT_EQ(tt.software.zero_as_run(z3), 1);
+  EXPECT_EQ(tt.software.zero_as_run(layout(8, 1, 32, 3)), 3);
+  EXPECT_EQ(find_software("fsdp").zero_as_run(z3), 3);
+  const int64_t mbs = 32;
+  const TimeBreakdown once = step_time(m, c, tt, z3, mbs);
+  EXPECT_DOUBLE_EQ(once.step, step_time(m, c, tt, z1, mbs).step);
+  EXPECT_EQ(once.zero_exposed, 0);
+  const TimeBreakdown every = step_time(m, c, resharding, z3, mbs);
+  EXPECT_GT(every.zero_exposed, 0);
+  EXPECT_GT(every.step, once.step);
+  const MemoryBreakdown held = memory_per_gpu(m, c, tt, z3, mbs);
+  EXPECT_DOUBLE_EQ(held.total, memory_per_gpu(m, c, tt, z1, mbs).total);
+  EXPECT_GT(held.weights, memory_per_gpu(m, c, resharding, z3, mbs).weights * 7);
+  // The report says why ZeRO-3 costs what ZeRO-1 does.
+  const Estimate e = evaluate(m, c, tt, z3);
+  bool said = false;
+  for (const std::string& n : e.notes) said |= n.find("reshard_after_forward") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(PlanSoftware, UnknownProfileNamesTheClosestAndTheList) {
   try {
     find_software("torchtitn");
