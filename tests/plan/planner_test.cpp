@@ -190,9 +190,12 @@ TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
 TEST(PlanPlanner, UnknownHardwareListsTheCatalog) {
   const std::string e = error_of([] { find_device("tpu-v5p"); });
   EXPECT_NE(e.find("unknown GPU 'tpu-v5p'"), std::string::npos);
-  EXPECT_NE(e.find("a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx4090, mi250x, "
-                   "mi300x, cpu"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find(
+          "a100-40gb, a100-80gb, h100-sxm, h100-pcie, h100-96gb-500w, h200, b200, l40s, rtx4090, "
+          "mi250x, "
+          "mi300x, cpu"),
+      std::string::npos)
       << e;
   EXPECT_NE(error_of([] { find_device("h100"); }).find("did you mean"), std::string::npos);
   EXPECT_NE(
