@@ -388,9 +388,10 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
     cc.nodes = int(nodes);
     return cc;
   };
-  auto frugal = [](int tp, int pp, int dp, int zero) {
+  auto frugal = [](int tp, int pp, int dp, int zero, int cp = 1) {
     Layout l;
-    l.tp = tp, l.pp = pp, l.dp = dp, l.mb = 1, l.vpp = 1, l.zero = dp > 1 ? zero : 0;
+    l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = 1, l.vpp = 1;
+    l.zero = dp * cp > 1 ? zero : 0;
     l.recompute = Recompute::full;
     l.sp = tp > 1;
     return l;
@@ -410,23 +411,33 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
       break;
     }
   }
-  // Tensor and pipeline parallelism with ZeRO-1 over the data parallelism: for each tp×pp, the
-  // fewest devices on which it fits; the smallest cluster wins (then the smaller tp×pp).
+  // Tensor, context and pipeline parallelism with ZeRO-1 over the data parallelism: for each
+  // tp×cp×pp, the fewest devices on which it fits; the smallest cluster wins (then the smaller
+  // tp×cp×pp). Context parallelism as the search tries it: cp ≥ 2 with flash attention, the
+  // sequence in 2·cp chunks, each rank keeping at least kCpMinTokens of a long sequence (16K
+  // tokens and more) or kCpMinTokensForced of a shorter one (the search then tries cp only when
+  // nothing fits without it, which holds on the smallest cluster that fits with it).
+  std::vector<int> cps = {1};
+  const int64_t cp_min_tokens = j.seq_len >= kCpLongSeq ? kCpMinTokens : kCpMinTokensForced;
+  for (int64_t cp = 2; j.flash_attention && cp <= kCpMax && j.seq_len / cp >= cp_min_tokens; cp++)
+    if (j.seq_len % (2 * cp) == 0) cps.push_back(int(cp));
   Way tpp;
+  auto ranks = [](const Layout& l) { return int64_t(l.tp) * l.cp * l.pp; };
   for (int tp : tp_options(m, c))
-    for (int pp = 1; pp <= m.n_layer; pp++)
-      for (int dp : dps) {
-        const int64_t total = int64_t(tp) * pp * dp;
-        if (total > max_devices) break;
-        if (tpp.devices > 0 && total > tpp.devices) break;
-        if (total % g != 0) continue;
-        const Layout l = frugal(tp, pp, dp, 1);
-        if (!fits_on(m, on_nodes(total / g), j, l)) continue;
-        if (tpp.devices == 0 || total < tpp.devices ||
-            (total == tpp.devices && tp * pp < tpp.layout.tp * tpp.layout.pp))
-          tpp = {total, l};
-        break;
-      }
+    for (int cp : cps)
+      for (int pp = 1; pp <= m.n_layer; pp++)
+        for (int dp : dps) {
+          const int64_t total = int64_t(tp) * cp * pp * dp;
+          if (total > max_devices) break;
+          if (tpp.devices > 0 && total > tpp.devices) break;
+          if (total % g != 0) continue;
+          const Layout l = frugal(tp, pp, dp, 1, cp);
+          if (!fits_on(m, on_nodes(total / g), j, l)) continue;
+          if (tpp.devices == 0 || total < tpp.devices ||
+              (total == tpp.devices && ranks(l) < ranks(tpp.layout)))
+            tpp = {total, l};
+          break;
+        }
   // "32 devices with ZeRO-3 (4 nodes: --nodes 4 --layout ...)": what to pass back to the planner.
   auto way = [&](const Way& w, const std::string& with) {
     const int64_t nodes = w.devices / g;
@@ -437,26 +448,31 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
   std::vector<std::string> ways;
   if (z3.devices > 0) ways.push_back("at least " + way(z3, " with ZeRO-3"));
   if (tpp.devices > 0)
-    ways.push_back(fmt::format("tp×pp = {}{} on {}", tpp.layout.tp * tpp.layout.pp,
-                               tpp.layout.dp > 1 ? " with ZeRO-1" : "", way(tpp, "")));
+    ways.push_back(fmt::format("{} = {}{} on {}", tpp.layout.cp > 1 ? "tp×cp×pp" : "tp×pp",
+                               ranks(tpp.layout), tpp.layout.dp_cp() > 1 ? " with ZeRO-1" : "",
+                               way(tpp, "")));
   if (z3.devices == 0 && !ways.empty())
     ways.back() += fmt::format(
         " (ZeRO-3 data parallelism alone fits on no cluster of whole {}-device nodes whose dp "
         "divides the global batch of {} sequence{})",
         g, seqs, seqs == 1 ? "" : "s");
   if (ways.empty()) {
+    // One sequence split as far as tensor and context parallelism go.
     Layout l;
     l.recompute = Recompute::full;
     l.dp = 1;
+    l.tp = tp_options(m, c).back();
+    l.sp = l.tp > 1;
+    l.cp = cps.back();
     JobSpec one = j;
     one.global_batch_tokens = j.seq_len;
     const double act = layer_activation_bytes(m, one, l, Recompute::full);
     if (act > c.device.memory_gib * double(1 << 30))
       return fmt::format(
-          "{} fits on no layout even with a million devices: with full recompute a "
-          "sequence of {} tokens still keeps {:.1f} GiB of activations per layer; "
+          "{} fits on no layout even with a million devices: with full recompute, tp={} and "
+          "cp={} a sequence of {} tokens still keeps {:.1f} GiB of activations per layer; "
           "shorten --seq-len or use devices with more memory",
-          m.name, j.seq_len, gib(act));
+          m.name, l.tp, l.cp, j.seq_len, gib(act));
     return fmt::format(
         "{} fits on no cluster of whole {}-device nodes (up to a million devices) whose data "
         "parallelism divides the global batch of {} sequences; raise --global-batch-tokens "
@@ -490,6 +506,9 @@ std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, 
     with(fmt::format("pp={} (dp={})", l.pp * 2, l.dp / 2), [](Layout& x) { x.pp *= 2, x.dp /= 2; });
     with(fmt::format("tp={} (dp={})", l.tp * 2, l.dp / 2),
          [](Layout& x) { x.tp *= 2, x.dp /= 2, x.sp = true; });
+    // Context parallelism splits each sequence's activations (a layout check refuses it without
+    // flash attention or with a sequence that does not split into 2·cp chunks).
+    with(fmt::format("cp={} (dp={})", l.cp * 2, l.dp / 2), [](Layout& x) { x.cp *= 2, x.dp /= 2; });
   }
   std::vector<std::string> out;
   for (auto& [what, x] : tries) {

@@ -83,6 +83,43 @@ TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
                           [](const std::string& f) { return f.rfind("zero=3", 0) == 0; }));
 }
 
+// At 128K tokens context parallelism splits each sequence's activations, so the advice counts
+// it: Llama 3 70B needs 40 devices as tp×pp (ZeRO-3 alone fits nowhere) but 32 as tp 8 × cp 2 ×
+// pp 2, and that cluster's search finds it. A fixed layout out of memory hears "cp=2 (dp=2)"
+// among its one-change fixes when that fits.
+TEST(PlanPlanner, AdviceCountsContextParallelismForLongSequences) {
+  const Preset& p = find_preset("llama3-70b");
+  const ClusterSpec one = default_cluster(find_device("h100-sxm"), 1);
+  JobSpec j = job_of(p);
+  j.seq_len = 131072;
+  j.global_batch_tokens = 16 * j.seq_len;
+  EXPECT_TRUE(search(p.model, one, j).fitting.empty());
+  const std::string advice = fit_advice(p.model, one, j);
+  EXPECT_NE(advice.find("tp×cp×pp = 32 with ZeRO-1 on 32 devices (4 nodes: --nodes 4 --layout "
+                        "tp=8,pp=2,dp=1,mb=1,zero=1,recompute=full,cp=2"),
+            std::string::npos)
+      << advice;
+  const ClusterSpec four = default_cluster(find_device("h100-sxm"), 4);
+  EXPECT_TRUE(
+      evaluate(p.model, four, j, parse_layout("tp=8,pp=2,dp=1,zero=1,recompute=full,cp=2")).fits());
+  EXPECT_FALSE(search(p.model, four, j).fitting.empty());
+
+  const Preset& small = find_preset("llama3-8b");
+  JobSpec js = job_of(small);
+  js.seq_len = 131072;
+  js.global_batch_tokens = 16 * js.seq_len;
+  const Layout l = parse_layout("tp=2,pp=1,dp=4,mb=1,zero=3,recompute=full");
+  ASSERT_FALSE(evaluate(small.model, one, js, l).fits());
+  const std::vector<std::string> fixes = layout_fixes(small.model, one, js, l);
+  EXPECT_TRUE(std::any_of(fixes.begin(), fixes.end(), [](const std::string& f) {
+    return f.rfind("cp=2 (dp=2)", 0) == 0;
+  })) << ::testing::PrintToString(fixes);
+  // Without flash attention there is no context parallelism to suggest.
+  js.flash_attention = false;
+  for (const std::string& f : layout_fixes(small.model, one, js, l))
+    EXPECT_NE(f.rfind("cp=", 0), 0u) << f;
+}
+
 // Fixed fields constrain the search; the others are searched over their whole range.
 TEST(PlanPlanner, SearchKeepsTheFixedFields) {
   const Preset& p = find_preset("llama2-13b");
