@@ -51,7 +51,7 @@ struct PlanOpts {
   // job
   int seq_len = 0;
   std::string batch_tokens, tokens;
-  std::string dtype = "bf16", attention = "flash", software;
+  std::string dtype = "bf16", attention = "flash", software, grad_reduce;
   bool no_overlap = false;
   double mem_allowance = 0.10, usd = 0, gpu_power_w = 0, node_overhead_w = -1, pue = 1.2;
   double gco2 = 480;
@@ -77,7 +77,7 @@ struct PlanOpts {
 struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
-      *batch_tokens, *tokens, *dtype, *attention, *software, *days, *budget;
+      *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *days, *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -254,7 +254,8 @@ void summarize(const PlanOpts& o, const Given& g) {
                            {g.seq_len, "--seq-len"},
                            {g.batch_tokens, "--global-batch-tokens"},
                            {g.tokens, "--tokens"},
-                           {g.software, "--software"}})
+                           {g.software, "--software"},
+                           {g.grad_reduce, "--grad-reduce"}})
     if (opt->count())
       fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
   if (!o.layout.empty())
@@ -425,6 +426,7 @@ void plan(const PlanOpts& o, const Given& g) {
   job.software = find_software(g.software->count() ? o.software
                                : from_config       ? "kiln"
                                                    : "megatron");
+  if (g.grad_reduce->count()) job.grad_reduce = parse_dtype(o.grad_reduce);
   job.overlap_dp = !o.no_overlap;
   job.mem_allowance = o.mem_allowance;
   job.usd_per_gpu_hour = o.usd;
@@ -630,6 +632,11 @@ void register_plan(CLI::App& app) {
                     ->group(J);
   cmd->add_flag("--list-software", o->list_software, "list the software profiles and exit")
       ->group(J);
+  g->grad_reduce = cmd->add_option("--grad-reduce", o->grad_reduce,
+                                   "bf16, fp16 or fp32: the dtype gradients are kept and reduced "
+                                   "in over data parallelism (FSDP's reduce_dtype); default: the "
+                                   "software profile's")
+                       ->group(J);
   cmd->add_flag("--no-overlap", o->no_overlap,
                 "data-parallel collectives run after backward instead of during it")
       ->group(J);

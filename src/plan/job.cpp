@@ -7,6 +7,17 @@
 
 namespace kiln::plan {
 
+double JobSpec::grad_bytes() const {
+  if (dtype == Dtype::fp32) return 4;
+  if (grad_reduce) return *grad_reduce == Dtype::fp32 ? 4 : 2;
+  return software.grad_bytes(dtype);
+}
+
+std::string JobSpec::grad_reduce_name() const {
+  if (grad_bytes() == 4) return "fp32";
+  return dtype == Dtype::fp16 || grad_reduce == Dtype::fp16 ? "fp16" : "bf16";
+}
+
 void JobSpec::validate() const {
   if (seq_len < 1) fail("--seq-len must be at least 1, got {}", seq_len);
   if (global_batch_tokens < seq_len)
@@ -26,6 +37,8 @@ void JobSpec::validate() const {
         "asked for; lower --global-batch-tokens to at most {:.0f} or raise --tokens to at least {}",
         global_batch_tokens, train_tokens, std::floor(train_tokens / seq_len) * seq_len,
         global_batch_tokens);
+  if (grad_reduce == Dtype::fp8)
+    fail("--grad-reduce must be bf16, fp16 or fp32: gradients are not reduced in fp8");
   if (mem_allowance < 0 || mem_allowance > 1)
     fail("--mem-allowance is a fraction in [0, 1], got {}", mem_allowance);
   if (!std::isfinite(usd_per_gpu_hour) || usd_per_gpu_hour < 0)

@@ -2,6 +2,7 @@
 // of time, energy and carbon.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "plan/hardware.h"
@@ -16,6 +17,10 @@ struct JobSpec {
   Dtype dtype = Dtype::bf16;
   // What runs the job (--software): kernel rates, fusion, gradient dtype (plan/software.h).
   SoftwareProfile software = find_software("megatron");
+  // The dtype gradients are kept and reduced in over data parallelism (--grad-reduce): FSDP's
+  // MixedPrecision(reduce_dtype=...), Megatron-LM's accumulate_allreduce_grads_in_fp32. Unset:
+  // the software profile's; fp32 training keeps fp32 gradients whatever this says.
+  std::optional<Dtype> grad_reduce;
   // Flash attention (Dao et al. 2022) keeps no (s, s) score matrix and skips the masked half of
   // a causal product; unfused attention materialises scores and probabilities (kiln's CPU
   // trainer, Megatron-LM in 2021).
@@ -52,6 +57,9 @@ struct JobSpec {
   double ckpt_write_gbs = 0;  // GB/s per node
   double storage_gbs = 2000;  // GB/s in all
 
+  // Bytes per gradient element as kept and reduced, and the dtype's name.
+  double grad_bytes() const;
+  std::string grad_reduce_name() const;
   int64_t global_batch_seqs() const { return seq_len > 0 ? global_batch_tokens / seq_len : 0; }
   // Optimizer steps of the run: ceil(train_tokens / global_batch_tokens).
   int64_t steps() const;

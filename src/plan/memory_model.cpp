@@ -10,7 +10,7 @@ namespace kiln::plan {
 StateBytes state_bytes(const JobSpec& j) {
   if (j.dtype == Dtype::fp32) return {4, 4, 8, 4};
   const double fp8_copy = j.dtype == Dtype::fp8 ? 1 : 0;
-  return {2 + fp8_copy, j.software.grad_bytes(j.dtype), 12, 2};
+  return {2 + fp8_copy, j.grad_bytes(), 12, 2};
 }
 
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {

@@ -79,6 +79,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
       {"train_tokens", j.train_tokens},
       {"dtype", dtype_name(j.dtype)},
       {"software", j.software.name},
+      {"grad_reduce", j.grad_reduce_name()},
       {"attention", j.flash_attention ? "flash" : "unfused"},
       {"overlap_dp", j.overlap_dp},
       {"mem_allowance", j.mem_allowance},
@@ -195,10 +196,11 @@ std::string inputs_text(const PlanInputs& in) {
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
       "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
-      "software {}\n",
+      "software {}{}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
       si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
-      j.flash_attention ? "flash" : "unfused", j.software.name);
+      j.flash_attention ? "flash" : "unfused", j.software.name,
+      j.grad_reduce ? ", gradients reduced in " + j.grad_reduce_name() : "");
   return s;
 }
 

@@ -44,8 +44,9 @@ int SoftwareProfile::zero_as_run(const Layout& l) const {
 // Gradients: Megatron-LM sets accumulate_allreduce_grads_in_fp32 for bf16
 //   (megatron/training/arguments.py), so gradients are kept and reduced in fp32 (fp16 runs keep
 //   16-bit gradients); torchtitan's FSDP2 reduces in mixed_precision_reduce = "float32" (its
-//   default, torchtitan/config_manager.py); PyTorch FSDP under Composer (llm-foundry's PURE and
-//   DEFAULT policies) and DeepSpeed reduce in the 16-bit training dtype.
+//   default, torchtitan/config_manager.py); PyTorch FSDP under Composer (llm-foundry's PURE, and
+//   DEFAULT from Composer 0.13.5 to 0.16) and DeepSpeed reduce in the 16-bit training dtype;
+//   Composer 0.17's DEFAULT reduces in fp32, which a job says with --grad-reduce (JobSpec).
 // DeepSpeed's pipeline engine (deepspeed/runtime/pipe/engine.py) sends each stage's whole output
 //   from every tensor-parallel rank; Megatron-LM scatters it over the tp ranks.
 // fp8 casts, per element of each tensor cast (a linear layer's input, weight and output

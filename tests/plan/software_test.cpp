@@ -126,6 +126,58 @@ TEST(PlanSoftware, TorchtitanFsdpUnderPipelineGathersOncePerStep) {
   EXPECT_TRUE(said);
 }
 
+// --grad-reduce overrides the profile's gradient dtype (FSDP's reduce_dtype): fp32 gradients
+// under the fsdp profile take twice the memory and move twice the bytes of its bf16 default;
+// fp32 training keeps fp32 gradients whatever it says, and fp8 is refused.
+TEST(PlanSoftware, GradReduceOverridesTheProfilesGradientDtype) {
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 8);
+  JobSpec bf16 = job_with("fsdp", 4096, 64), fp32 = bf16;
+  fp32.grad_reduce = Dtype::fp32;
+  EXPECT_EQ(bf16.grad_bytes(), 2);
+  EXPECT_EQ(fp32.grad_bytes(), 4);
+  EXPECT_EQ(bf16.grad_reduce_name(), "bf16");
+  EXPECT_EQ(fp32.grad_reduce_name(), "fp32");
+  JobSpec megatron_bf16 = job_with("megatron");
+  megatron_bf16.grad_reduce = Dtype::bf16;
+  EXPECT_EQ(megatron_bf16.grad_bytes(), 2);
+  EXPECT_EQ(job_with("megatron").grad_bytes(), 4);
+  JobSpec full = bf16;
+  full.dtype = Dtype::fp32;
+  full.grad_reduce = Dtype::bf16;
+  EXPECT_EQ(full.grad_bytes(), 4);
+  const Layout l = layout(1, 1, 64, 2);
+  EXPECT_DOUBLE_EQ(memory_per_gpu(m, c, fp32, l, 1).grads,
+                   2 * memory_per_gpu(m, c, bf16, l, 1).grads);
+  bf16.overlap_dp = fp32.overlap_dp = false;
+  EXPECT_GT(step_time(m, c, fp32, l, 1).zero_exposed,
+            1.7 * step_time(m, c, bf16, l, 1).zero_exposed);
+  JobSpec bad = bf16;
+  bad.grad_reduce = Dtype::fp8;
+  try {
+    bad.validate();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--grad-reduce must be bf16, fp16 or fp32"),
+              std::string::npos)
+        << e.what();
+  }
+  auto r = kiln::testing::run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --nodes 8 --software fsdp --grad-reduce fp32 "
+      "--layout tp=1,pp=1,mb=1,zero=3,recompute=full,vpp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("software fsdp, gradients reduced in fp32"), std::string::npos)
+      << r.output;
+  r = kiln::testing::run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --nodes 8 --software fsdp --json --layout "
+      "tp=1,pp=1,mb=1,zero=3,recompute=full,vpp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["job"]["grad_reduce"], "bf16");
+  r = kiln::testing::run_kiln("plan --gpu a100-80gb --nodes 8 --grad-reduce fp32");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--grad-reduce plans a model"), std::string::npos) << r.output;
+}
+
 TEST(PlanSoftware, UnknownProfileNamesTheClosestAndTheList) {
   try {
     find_software("torchtitn");

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -123,6 +124,7 @@ PublishedRun run_of(const json& r) {
   run.job.software = find_software(r["software"]);
   run.job.flash_attention = j["flash_attention"];
   run.job.overlap_dp = j["overlap_dp"];
+  if (j.contains("grad_reduce")) run.job.grad_reduce = parse_dtype(j["grad_reduce"]);
   run.job.validate();
   // The layout as --layout reads it (recompute names include torchtitan's op and full/N).
   const json& l = r["layout"];
@@ -183,6 +185,21 @@ struct Scored {
   double trivial_error() const { return trivial / run->published - 1; }
 };
 
+// KILN_VALIDATION_DETAIL=text prints the step's parts for every run whose id contains text
+// (where a prediction's time goes, when looking into a miss).
+void print_detail(const PublishedRun& r, const Estimate& e) {
+  const char* want = std::getenv("KILN_VALIDATION_DETAIL");
+  if (!want || r.id.find(want) == std::string::npos) return;
+  const TimeBreakdown& t = e.time;
+  std::printf(
+      "%s: %s, %lld micro-batches, step %.4g s = compute %.4g (recompute %.4g) + tp %.4g + cp "
+      "%.4g + p2p %.4g + zero %.4g + bubble %.4g + dp %.4g + optimizer %.4g; MFU %.1f%%, "
+      "memory %.1f GiB\n",
+      r.id.c_str(), r.layout.to_string().c_str(), (long long)e.micro_batches, t.step, t.compute,
+      t.recompute, t.tp_comm, t.cp_comm, t.pp_p2p, t.zero_exposed, t.bubble, t.dp_exposed,
+      t.optimizer, 100 * e.mfu, e.memory.total / double(1 << 30));
+}
+
 std::vector<Scored> score(const std::vector<PublishedRun>& runs) {
   std::vector<Scored> out;
   for (const PublishedRun& r : runs) {
@@ -194,6 +211,7 @@ std::vector<Scored> score(const std::vector<PublishedRun>& runs) {
       s.invalid = e.invalid;
       s.evaluated = e.valid();
       if (s.evaluated) s.kiln = metric_of(r, e), s.fits = e.fits();
+      if (s.evaluated) print_detail(r, e);
     }
     out.push_back(s);
   }
