@@ -98,10 +98,10 @@ void list_models() {
 }
 
 void list_gpus() {
-  fmt::print("{:<10} {:>9} {:>8} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "bf16 TF", "fp8 TF",
+  fmt::print("{:<14} {:>9} {:>8} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "bf16 TF", "fp8 TF",
              "fp32 TF", "GiB", "HBM GB/s", "matmul", "TDP W", "description");
   for (const auto& d : device_catalog())
-    fmt::print("{:<10} {:>9.4g} {:>8} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
+    fmt::print("{:<14} {:>9.4g} {:>8} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
                d.peak_tflops_16, d.peak_tflops_8 > 0 ? fmt::format("{:.4g}", d.peak_tflops_8) : "–",
                d.peak_tflops_32, d.memory_gib, d.mem_bw_gbs, 100 * d.matmul_efficiency, d.tdp_w,
                d.description);

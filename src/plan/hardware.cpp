@@ -127,6 +127,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.nic_gbps = 400;
       d.source = "NVIDIA H100 datasheet; DGX H100 user guide; MAMF 792.1 of 989 TFLOP/s";
       c.push_back(nvidia(d));
+      const DeviceSpec sxm = d;
       d.name = "h100-pcie";
       d.description = "NVIDIA H100 PCIe 80 GB";
       d.peak_tflops_16 = 756;
@@ -143,32 +144,22 @@ const std::vector<DeviceSpec>& device_catalog() {
           "NVIDIA H100 datasheet; matmul efficiency of the SXM part assumed (no PCIe MAMF); "
           "node overhead assumed";
       c.push_back(nvidia(d));
-    }
-    // H100 SXM5 96 GB HBM2e at a 500 W power limit: Meta's Grand Teton hosts, where torchtitan's
-    // published H100 benchmarks ran (pytorch/torchtitan docs/performance.md at d4c86e375: "96GB
-    // HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power limit", 400 Gb/s
-    // RDMA per GPU; its footnote: "the actual peak TFLOPs number is between SXM and NVL, and we
-    // don't know its exact value"). Peak: the middle of that interval, from the H100 NVL's 835
-    // (1,671 with sparsity; fp8 1,671 of 3,341) to the SXM's 989 TFLOP/s BF16 (fp8 1,979), so
-    // ±8.5%; the SXM part's matmul efficiency; RoCE as Meta's RDMA fabric; server as DGX H100.
-    {
-      DeviceSpec d;
+      // H100 SXM5 96 GB HBM2e at a 500 W power limit: Meta's Grand Teton hosts, where
+      // torchtitan's published H100 benchmarks ran (pytorch/torchtitan docs/performance.md at
+      // d4c86e375: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power
+      // limit", 400 Gb/s RDMA per GPU; its footnote: "the actual peak TFLOPs number is between
+      // SXM and NVL, and we don't know its exact value"). Peak: the middle of that interval, from
+      // the H100 NVL's 835 (1,671 with sparsity; fp8 1,671 of 3,341) to the SXM's 989 TFLOP/s
+      // BF16 (fp8 1,979), so ±8.5%; otherwise the SXM part, with RoCE as Meta's RDMA fabric.
+      d = sxm;
       d.name = "h100-96gb-500w";
       d.description = "NVIDIA H100 SXM5 96 GB HBM2e at 500 W (Grand Teton)";
-      d.arch = "hopper";
       d.peak_tflops_16 = (835 + 989) / 2.0;
       d.peak_tflops_8 = (1671 + 1979) / 2.0;
-      d.matmul_efficiency_fp8 = kFp8Burst * kSustained;
-      d.peak_tflops_32 = 67;
       d.memory_gib = 96e9 / (1 << 30);
       d.mem_bw_gbs = 2400;
-      d.matmul_efficiency = 0.801 * kSustained;
       d.tdp_w = 500;
-      d.node_overhead_w = 10200 - 8 * 700;
-      d.intra_link = "nvlink";
-      d.intra_link_gbs = 450;
       d.network = "roce";
-      d.nic_gbps = 400;
       d.source =
           "torchtitan docs/performance.md (96 GB HBM2e, 2.4 TB/s, 500 W; peak between H100 NVL "
           "and SXM, middle taken); H100 NVL and SXM datasheets; MAMF of the SXM part";
