@@ -65,6 +65,7 @@ struct PlanOpts {
   int top = 5;
   double days = 0, budget = 0;  // --days, --budget
   bool json = false, list_models = false, list_gpus = false, list_software = false;
+  bool fp8_param_gather = false;
   // calibration
   bool calibrate = false;
   std::string output = "configs/hardware/this-cpu.toml";
@@ -77,7 +78,8 @@ struct PlanOpts {
 struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
-      *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *days, *budget;
+      *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather, *days,
+      *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -255,7 +257,8 @@ void summarize(const PlanOpts& o, const Given& g) {
                            {g.batch_tokens, "--global-batch-tokens"},
                            {g.tokens, "--tokens"},
                            {g.software, "--software"},
-                           {g.grad_reduce, "--grad-reduce"}})
+                           {g.grad_reduce, "--grad-reduce"},
+                           {g.fp8_param_gather, "--fp8-param-gather"}})
     if (opt->count())
       fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
   if (!o.layout.empty())
@@ -427,6 +430,7 @@ void plan(const PlanOpts& o, const Given& g) {
                                : from_config       ? "kiln"
                                                    : "megatron");
   if (g.grad_reduce->count()) job.grad_reduce = parse_dtype(o.grad_reduce);
+  job.fp8_param_gather = o.fp8_param_gather;
   job.overlap_dp = !o.no_overlap;
   job.mem_allowance = o.mem_allowance;
   job.usd_per_gpu_hour = o.usd;
@@ -637,6 +641,12 @@ void register_plan(CLI::App& app) {
                                    "in over data parallelism (FSDP's reduce_dtype); default: the "
                                    "software profile's")
                        ->group(J);
+  g->fp8_param_gather =
+      cmd->add_flag(
+             "--fp8-param-gather", o->fp8_param_gather,
+             "with --dtype fp8, ZeRO gathers the fp8 weights (1 byte per parameter): "
+             "Megatron-Core's --fp8-param-gather, torchtitan's enable_fsdp_float8_all_gather")
+          ->group(J);
   cmd->add_flag("--no-overlap", o->no_overlap,
                 "data-parallel collectives run after backward instead of during it")
       ->group(J);

@@ -37,6 +37,9 @@ void JobSpec::validate() const {
         "asked for; lower --global-batch-tokens to at most {:.0f} or raise --tokens to at least {}",
         global_batch_tokens, train_tokens, std::floor(train_tokens / seq_len) * seq_len,
         global_batch_tokens);
+  if (fp8_param_gather && dtype != Dtype::fp8)
+    fail("--fp8-param-gather gathers fp8 weights: it needs --dtype fp8 (got {})",
+         dtype_name(dtype));
   if (grad_reduce == Dtype::fp8)
     fail("--grad-reduce must be bf16, fp16 or fp32: gradients are not reduced in fp8");
   if (mem_allowance < 0 || mem_allowance > 1)

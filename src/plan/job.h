@@ -21,6 +21,10 @@ struct JobSpec {
   // MixedPrecision(reduce_dtype=...), Megatron-LM's accumulate_allreduce_grads_in_fp32. Unset:
   // the software profile's; fp32 training keeps fp32 gradients whatever this says.
   std::optional<Dtype> grad_reduce;
+  // fp8 only: ZeRO's weight all-gathers move the fp8 weights, 1 byte per parameter
+  // (--fp8-param-gather: Megatron-Core's --fp8-param-gather, torchtitan's
+  // enable_fsdp_float8_all_gather).
+  bool fp8_param_gather = false;
   // Flash attention (Dao et al. 2022) keeps no (s, s) score matrix and skips the masked half of
   // a causal product; unfused attention materialises scores and probabilities (kiln's CPU
   // trainer, Megatron-LM in 2021).

@@ -10,7 +10,8 @@ namespace kiln::plan {
 StateBytes state_bytes(const JobSpec& j) {
   if (j.dtype == Dtype::fp32) return {4, 4, 8, 4};
   const double fp8_copy = j.dtype == Dtype::fp8 ? 1 : 0;
-  return {2 + fp8_copy, j.grad_bytes(), 12, 2};
+  // --fp8-param-gather: ZeRO's weight all-gathers move the fp8 copy (1 byte per parameter).
+  return {2 + fp8_copy, j.grad_bytes(), 12, j.fp8_param_gather ? 1.0 : 2.0};
 }
 
 double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l, Recompute r) {

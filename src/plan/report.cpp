@@ -80,6 +80,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
       {"dtype", dtype_name(j.dtype)},
       {"software", j.software.name},
       {"grad_reduce", j.grad_reduce_name()},
+      {"fp8_param_gather", j.fp8_param_gather},
       {"attention", j.flash_attention ? "flash" : "unfused"},
       {"overlap_dp", j.overlap_dp},
       {"mem_allowance", j.mem_allowance},
@@ -196,11 +197,12 @@ std::string inputs_text(const PlanInputs& in) {
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
       "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
-      "software {}{}\n",
+      "software {}{}{}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
       si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
       j.flash_attention ? "flash" : "unfused", j.software.name,
-      j.grad_reduce ? ", gradients reduced in " + j.grad_reduce_name() : "");
+      j.grad_reduce ? ", gradients reduced in " + j.grad_reduce_name() : "",
+      j.fp8_param_gather ? ", weights gathered in fp8" : "");
   return s;
 }
 

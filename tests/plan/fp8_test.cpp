@@ -1,6 +1,8 @@
 // --dtype fp8: linear layers' matmuls at the fp8 rate, their casts, and devices without fp8.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
+#include "plan/memory_model.h"
 #include "plan/planner.h"
 #include "test_util.h"
 
@@ -46,6 +48,41 @@ TEST(PlanFp8, Fp8SpeedsUpOnlyTheLinearLayers) {
   const double fp8 = step_time(m, c, job(Dtype::fp8, "torchtitan-compile"), fsdp8(), 1).compute;
   EXPECT_LT(fp8, 0.85 * bf16);
   EXPECT_GT(fp8, 0.55 * bf16);
+}
+
+// --fp8-param-gather (Megatron-Core's --fp8-param-gather, torchtitan's
+// enable_fsdp_float8_all_gather): ZeRO-3 gathers the fp8 weights, half the bytes of bf16 ones,
+// in time (without overlap the gathers are all exposed) and in the gathered-weight working set;
+// it needs --dtype fp8, and the report says it.
+TEST(PlanFp8, Fp8ParamGatherHalvesTheGatheredBytes) {
+  const ModelSpec m = find_preset("llama3-70b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec bf16 = job(Dtype::fp8, "torchtitan-compile"), fp8 = bf16;
+  fp8.fp8_param_gather = true;
+  bf16.overlap_dp = fp8.overlap_dp = false;
+  EXPECT_EQ(state_bytes(bf16).gathered, 2);
+  EXPECT_EQ(state_bytes(fp8).gathered, 1);
+  Layout l;
+  l.dp = 32, l.zero = 3, l.mb = 1, l.recompute = Recompute::full;
+  const double z16 = step_time(m, c, bf16, l, 1).zero_exposed;
+  const double z8 = step_time(m, c, fp8, l, 1).zero_exposed;
+  EXPECT_LT(z8, z16);
+  EXPECT_GT(z8, 0.5 * z16);  // the gradients' reduce-scatter is unchanged
+  EXPECT_LT(memory_per_gpu(m, c, fp8, l, 1).transient, memory_per_gpu(m, c, bf16, l, 1).transient);
+  JobSpec wrong = bf16;
+  wrong.dtype = Dtype::bf16;
+  wrong.fp8_param_gather = true;
+  EXPECT_THROW(wrong.validate(), Error);
+  auto r = kiln::testing::run_kiln(
+      "plan --model llama3-8b --gpu h100-sxm --dtype fp8 --fp8-param-gather --software "
+      "torchtitan-compile --layout tp=1,pp=1,mb=2,zero=3,recompute=full,vpp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("weights gathered in fp8"), std::string::npos) << r.output;
+  r = kiln::testing::run_kiln("plan --model llama3-8b --gpu h100-sxm --fp8-param-gather");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--fp8-param-gather gathers fp8 weights: it needs --dtype fp8"),
+            std::string::npos)
+      << r.output;
 }
 
 // Casting costs what the software's casts move: torchao's eager dynamic scaling (abs, max, mul,

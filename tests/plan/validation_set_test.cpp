@@ -125,6 +125,7 @@ PublishedRun run_of(const json& r) {
   run.job.flash_attention = j["flash_attention"];
   run.job.overlap_dp = j["overlap_dp"];
   if (j.contains("grad_reduce")) run.job.grad_reduce = parse_dtype(j["grad_reduce"]);
+  run.job.fp8_param_gather = j.value("fp8_param_gather", false);
   run.job.validate();
   // The layout as --layout reads it (recompute names include torchtitan's op and full/N).
   const json& l = r["layout"];
