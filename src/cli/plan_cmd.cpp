@@ -51,7 +51,7 @@ struct PlanOpts {
   // job
   int seq_len = 0;
   std::string batch_tokens, tokens;
-  std::string dtype = "bf16", attention = "flash", software, grad_reduce;
+  std::string dtype = "bf16", attention = "flash", software, grad_reduce, cp_comm;
   bool no_overlap = false;
   double mem_allowance = 0.10, usd = 0, gpu_power_w = 0, node_overhead_w = -1, pue = 1.2;
   double gco2 = 480;
@@ -78,8 +78,8 @@ struct PlanOpts {
 struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
-      *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather, *days,
-      *budget;
+      *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather,
+      *cp_comm, *days, *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -258,7 +258,8 @@ void summarize(const PlanOpts& o, const Given& g) {
                            {g.tokens, "--tokens"},
                            {g.software, "--software"},
                            {g.grad_reduce, "--grad-reduce"},
-                           {g.fp8_param_gather, "--fp8-param-gather"}})
+                           {g.fp8_param_gather, "--fp8-param-gather"},
+                           {g.cp_comm, "--cp-comm"}})
     if (opt->count())
       fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
   if (!o.layout.empty())
@@ -431,6 +432,7 @@ void plan(const PlanOpts& o, const Given& g) {
                                                    : "megatron");
   if (g.grad_reduce->count()) job.grad_reduce = parse_dtype(o.grad_reduce);
   job.fp8_param_gather = o.fp8_param_gather;
+  if (g.cp_comm->count()) job.cp_comm = parse_cp_comm(o.cp_comm);
   job.overlap_dp = !o.no_overlap;
   job.mem_allowance = o.mem_allowance;
   job.usd_per_gpu_hour = o.usd;
@@ -647,6 +649,11 @@ void register_plan(CLI::App& app) {
              "with --dtype fp8, ZeRO gathers the fp8 weights (1 byte per parameter): "
              "Megatron-Core's --fp8-param-gather, torchtitan's enable_fsdp_float8_all_gather")
           ->group(J);
+  g->cp_comm = cmd->add_option("--cp-comm", o->cp_comm,
+                               "ring (default: key/value passes overlapping attention, "
+                               "Megatron-Core's --cp-comm-type p2p) or all-gather (exposed, "
+                               "--cp-comm-type allgather, as Llama 3 trained)")
+                   ->group(J);
   cmd->add_flag("--no-overlap", o->no_overlap,
                 "data-parallel collectives run after backward instead of during it")
       ->group(J);

@@ -7,6 +7,16 @@
 
 namespace kiln::plan {
 
+JobSpec::CpComm parse_cp_comm(const std::string& s) {
+  if (s == "ring") return JobSpec::CpComm::ring;
+  if (s == "all-gather") return JobSpec::CpComm::all_gather;
+  fail("--cp-comm must be ring or all-gather, got '{}'", s);
+}
+
+const char* cp_comm_name(JobSpec::CpComm c) {
+  return c == JobSpec::CpComm::ring ? "ring" : "all-gather";
+}
+
 double JobSpec::grad_bytes() const {
   if (dtype == Dtype::fp32) return 4;
   if (grad_reduce) return *grad_reduce == Dtype::fp32 ? 4 : 2;

@@ -21,6 +21,12 @@ struct JobSpec {
   // MixedPrecision(reduce_dtype=...), Megatron-LM's accumulate_allreduce_grads_in_fp32. Unset:
   // the software profile's; fp32 training keeps fp32 gradients whatever this says.
   std::optional<Dtype> grad_reduce;
+  // How context parallelism moves keys and values (--cp-comm): round a ring of cp ranks, each
+  // pass during a chunk's attention (Megatron-Core's --cp-comm-type p2p, Transformer Engine's
+  // default), or all-gathered before attention and reduce-scattered after its backward, exposed
+  // (--cp-comm-type allgather; Llama 3's choice, section 3.3.2 of its paper).
+  enum class CpComm { ring, all_gather };
+  CpComm cp_comm = CpComm::ring;
   // fp8 only: ZeRO's weight all-gathers move the fp8 weights, 1 byte per parameter
   // (--fp8-param-gather: Megatron-Core's --fp8-param-gather, torchtitan's
   // enable_fsdp_float8_all_gather).
@@ -75,5 +81,8 @@ struct JobSpec {
 // (binary: Ki, Mi, Gi, Ti; Llama's "4M tokens" batch is 4Mi = 4,194,304). Throws kiln::Error
 // naming `flag` when the text is not a positive count.
 double parse_count(const std::string& text, const std::string& flag);
+
+JobSpec::CpComm parse_cp_comm(const std::string& s);  // "ring" or "all-gather"
+const char* cp_comm_name(JobSpec::CpComm c);
 
 }  // namespace kiln::plan

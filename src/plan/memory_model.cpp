@@ -77,7 +77,10 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     if (l.recompute == Recompute::full || l.recompute_op) mb.transient += act_layer_full;
     if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
     // Context parallelism's ring: the key/value chunk being used and the one arriving.
-    if (l.cp > 1) mb.transient += 2 * n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
+    // (all-gather-based: the whole sequence's keys and values, and their gradients' buffer).
+    if (l.cp > 1)
+      mb.transient += (j.cp_comm == JobSpec::CpComm::all_gather ? 2.0 * l.cp : 2.0) * n * 2 *
+                      kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
     const double counted = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.transient;
     mb.allowance = counted * j.mem_allowance;
     mb.reserved = c.device.reserved_gib * double(1 << 30);

@@ -81,6 +81,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
       {"software", j.software.name},
       {"grad_reduce", j.grad_reduce_name()},
       {"fp8_param_gather", j.fp8_param_gather},
+      {"cp_comm", cp_comm_name(j.cp_comm)},
       {"attention", j.flash_attention ? "flash" : "unfused"},
       {"overlap_dp", j.overlap_dp},
       {"mem_allowance", j.mem_allowance},
@@ -197,12 +198,13 @@ std::string inputs_text(const PlanInputs& in) {
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
       "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
-      "software {}{}{}\n",
+      "software {}{}{}{}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
       si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
       j.flash_attention ? "flash" : "unfused", j.software.name,
       j.grad_reduce ? ", gradients reduced in " + j.grad_reduce_name() : "",
-      j.fp8_param_gather ? ", weights gathered in fp8" : "");
+      j.fp8_param_gather ? ", weights gathered in fp8" : "",
+      j.cp_comm == JobSpec::CpComm::all_gather ? ", context parallelism by all-gather" : "");
   return s;
 }
 
@@ -243,7 +245,11 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   time_row("compute", t.compute);
   if (t.recompute > 0) time_row("  of which recompute", t.recompute);
   if (l.tp > 1) time_row("tensor-parallel collectives", t.tp_comm);
-  if (l.cp > 1) time_row("context-parallel key/value passes (exposed)", t.cp_comm);
+  if (l.cp > 1)
+    time_row(in.job.cp_comm == JobSpec::CpComm::all_gather
+                 ? "context-parallel key/value all-gathers (exposed)"
+                 : "context-parallel key/value passes (exposed)",
+             t.cp_comm);
   if (l.pp > 1) {
     time_row("pipeline sends", t.pp_p2p);
     time_row(fmt::format("pipeline bubble ((p-1)/v of a stage's m)"), t.bubble);

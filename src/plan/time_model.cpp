@@ -208,7 +208,16 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // tp rank) cp − 1 times per layer, each pass during one chunk's attention (Megatron-Core and
   // Transformer Engine's ring attention); backward passes the chunk again and its gradient.
   double cp_layer = 0;
-  if (l.cp > 1) {
+  if (l.cp > 1 && j.cp_comm == JobSpec::CpComm::all_gather) {
+    // All-gather-based context parallelism: every rank gathers the whole sequence's keys and
+    // values before its attention, and backward gathers them again and reduce-scatters their
+    // gradients; none of it overlaps (Llama 3, section 3.3.2, which chose it over a ring and
+    // leaves the all-gather's latency exposed on the critical path).
+    const GroupPath cpg = group_path(c, l, Dim::cp);
+    const double kv_all = l.cp * n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
+    const double ag = all_gather_s(kv_all, cpg), rs = reduce_scatter_s(kv_all, cpg);
+    cp_layer = ag * (1 + l.full_share()) + ag + rs;
+  } else if (l.cp > 1) {
     const GroupPath cpg = group_path(c, l, Dim::cp);
     const double chunk = n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
     const double pass =

@@ -4,7 +4,10 @@
 
 #include "core/error.h"
 #include "plan/collectives.h"
+#include "plan/memory_model.h"
 #include "plan/planner.h"
+#include "plan/stages.h"
+#include "test_util.h"
 
 namespace kiln::plan {
 namespace {
@@ -69,6 +72,36 @@ TEST(PlanContextParallel, KeyValuePassesHideBehindAttentionOnlyOnAFastLink) {
   // The cp group lies next to tp: with tp = 8 its members are a node apart.
   EXPECT_EQ(group_path(slow, across, Dim::cp).nodes, 4);
   EXPECT_EQ(group_path(node, in_node, Dim::cp).nodes, 1);
+}
+
+// --cp-comm all-gather (Megatron-Core's --cp-comm-type allgather, Llama 3's CP): each layer
+// gathers the whole sequence's keys and values before attention and, in backward, gathers them
+// again and reduce-scatters their gradients, all exposed. Across nodes that costs the three
+// collectives' time per layer and micro-batch, where the ring hides inside a node's attention;
+// the gathered keys and values join the working set, and the report names the method.
+TEST(PlanContextParallel, AllGatherKeysAndValuesAreExposed) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  const Layout l = parse_layout("tp=8,cp=4,dp=1,mb=1,zero=0,recompute=none");
+  JobSpec ring = long_job(131072), ag = ring;
+  ag.cp_comm = JobSpec::CpComm::all_gather;
+  const TimeBreakdown tr = step_time(m, c, ring, l, 64), ta = step_time(m, c, ag, l, 64);
+  const GroupPath g = group_path(c, l, Dim::cp);
+  const double kv_all = 131072.0 * 2 * kv_heads_per_rank(m, 8) * m.head_dim() * 2;
+  const double per_layer = 2 * all_gather_s(kv_all, g) + reduce_scatter_s(kv_all, g);
+  EXPECT_NEAR(ta.cp_comm, 64 * m.n_layer * per_layer, 1e-9 * ta.cp_comm);
+  EXPECT_GT(ta.cp_comm, tr.cp_comm);
+  EXPECT_DOUBLE_EQ(ta.compute, tr.compute);
+  EXPECT_GT(memory_per_gpu(m, c, ag, l, 64).transient, memory_per_gpu(m, c, ring, l, 64).transient);
+  EXPECT_EQ(parse_cp_comm("all-gather"), JobSpec::CpComm::all_gather);
+  EXPECT_THROW(parse_cp_comm("a2a"), Error);
+  const auto r = kiln::testing::run_kiln(
+      "plan --model llama3-8b --gpu h100-sxm --nodes 4 --seq-len 131072 --global-batch-tokens 8388608 "
+      "--cp-comm all-gather --layout tp=8,cp=4,pp=1,mb=1,zero=0,recompute=none,vpp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("context parallelism by all-gather"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("context-parallel key/value all-gathers (exposed)"), std::string::npos)
+      << r.output;
 }
 
 // The search tries cp where the user left it open: Llama 3 70B at 128K tokens on 32 H100s fits on

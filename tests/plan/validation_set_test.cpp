@@ -126,6 +126,7 @@ PublishedRun run_of(const json& r) {
   run.job.overlap_dp = j["overlap_dp"];
   if (j.contains("grad_reduce")) run.job.grad_reduce = parse_dtype(j["grad_reduce"]);
   run.job.fp8_param_gather = j.value("fp8_param_gather", false);
+  if (j.contains("cp_comm")) run.job.cp_comm = parse_cp_comm(j["cp_comm"]);
   run.job.validate();
   // The layout as --layout reads it (recompute names include torchtitan's op and full/N).
   const json& l = r["layout"];
