@@ -96,7 +96,8 @@ TEST(PlanContextParallel, AllGatherKeysAndValuesAreExposed) {
   EXPECT_EQ(parse_cp_comm("all-gather"), JobSpec::CpComm::all_gather);
   EXPECT_THROW(parse_cp_comm("a2a"), Error);
   const auto r = kiln::testing::run_kiln(
-      "plan --model llama3-8b --gpu h100-sxm --nodes 4 --seq-len 131072 --global-batch-tokens 8388608 "
+      "plan --model llama3-8b --gpu h100-sxm --nodes 4 --seq-len 131072 --global-batch-tokens "
+      "8388608 "
       "--cp-comm all-gather --layout tp=8,cp=4,pp=1,mb=1,zero=0,recompute=none,vpp=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("context parallelism by all-gather"), std::string::npos) << r.output;
