@@ -24,8 +24,10 @@ double JobSpec::grad_bytes() const {
 }
 
 std::string JobSpec::grad_reduce_name() const {
+  if (dtype == Dtype::fp32) return "fp32";
+  if (grad_reduce) return dtype_name(*grad_reduce);
   if (grad_bytes() == 4) return "fp32";
-  return dtype == Dtype::fp16 || grad_reduce == Dtype::fp16 ? "fp16" : "bf16";
+  return dtype == Dtype::fp16 ? "fp16" : "bf16";
 }
 
 void JobSpec::validate() const {

@@ -146,6 +146,12 @@ TEST(PlanSoftware, GradReduceOverridesTheProfilesGradientDtype) {
   full.dtype = Dtype::fp32;
   full.grad_reduce = Dtype::bf16;
   EXPECT_EQ(full.grad_bytes(), 4);
+  EXPECT_EQ(full.grad_reduce_name(), "fp32");
+  JobSpec fp16 = bf16;
+  fp16.dtype = Dtype::fp16;
+  EXPECT_EQ(fp16.grad_reduce_name(), "fp16");
+  fp16.grad_reduce = Dtype::bf16;
+  EXPECT_EQ(fp16.grad_reduce_name(), "bf16");
   const Layout l = layout(1, 1, 64, 2);
   EXPECT_DOUBLE_EQ(memory_per_gpu(m, c, fp32, l, 1).grads,
                    2 * memory_per_gpu(m, c, bf16, l, 1).grads);
