@@ -4,7 +4,8 @@
 // gives every source. None is fitted to a training run.
 //
 //   attention    flash attention's forward + backward rate as a fraction of the device's dense
-//                16-bit peak, per device architecture (FlashAttention-2 on Ampere and Hopper,
+//                16-bit peak, per device architecture and against sequence length where a
+//                benchmark gives it (FlashAttention-2 on Ampere and Hopper,
 //                cuDNN's fused attention under Transformer Engine on Hopper); an architecture
 //                the profile does not list runs attention at the matmul rate × the device's
 //                attention_efficiency, as before profiles existed
@@ -40,12 +41,20 @@ struct Composite {
   int kernels = 1;
 };
 
+// Flash attention's forward + backward rate on one device architecture against the kernel's
+// sequence length: (tokens, fraction of the dense 16-bit peak) points in increasing tokens,
+// interpolated in log2(tokens) and held flat beyond the first and last (one point: a constant).
+struct FlashRate {
+  std::string arch;
+  std::vector<std::pair<double, double>> points;
+  double at(double tokens) const;
+};
+
 struct SoftwareProfile {
   std::string name;  // --software value
   std::string description;
   std::string source;
-  // (architecture, fraction of the dense 16-bit peak) for flash attention, forward + backward.
-  std::vector<std::pair<std::string, double>> flash_of_peak;
+  std::vector<FlashRate> flash_of_peak;
   Composite rmsnorm, rotary, swiglu;
   double grad_bytes_bf16 = 2;  // gradients kept and reduced, bytes per element, bf16 training
   double grad_bytes_fp16 = 2;  //   and fp16 training (fp32 training: always 4)
@@ -60,9 +69,9 @@ struct SoftwareProfile {
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;
 
-  // Flash attention's rate on `d` in FLOP/s, or 0 when the profile has no figure for its
-  // architecture.
-  double flash_flops(const DeviceSpec& d) const;
+  // Flash attention's rate on `d` for a kernel over `tokens` keys and queries, in FLOP/s, or 0
+  // when the profile has no figure for its architecture.
+  double flash_flops(const DeviceSpec& d, double tokens) const;
   double grad_bytes(Dtype dt) const;
   // The ZeRO stage `l` runs as under this software: what its ranks hold and when they
   // communicate (1 for ZeRO-2/3 under pipeline parallelism where fsdp_pp_once_per_step).

@@ -13,12 +13,15 @@ namespace {
 
 // What one device sustains under the job's software, in FLOP/s, bytes/s and seconds.
 struct Rates {
-  double flops = 0, linear_flops = 0, attn_flops = 0, flash_flops = 0, bw = 0, cache_bytes = 0;
+  double flops = 0, linear_flops = 0, attn_flops = 0, bw = 0, cache_bytes = 0;
   double cache_bw = 0, overhead = 0, e = 2;
   // fp8: the block's linear layers run at the fp8 rate, each of their tensors cast first.
   bool fp8 = false;
   double cast_bytes = 0;  // per element cast
   int cast_kernels = 1;
+
+  const DeviceSpec* device = nullptr;
+  const SoftwareProfile* software = nullptr;
 
   Rates(const DeviceSpec& d, const JobSpec& j) {
     const Dtype dt = j.dtype;
@@ -27,8 +30,7 @@ struct Rates {
     // Unfused attention runs batched GEMMs; a flash kernel runs at the software's published
     // rate on the device's architecture, or (no figure) at the unfused rate.
     attn_flops = flops * d.attention_efficiency;
-    flash_flops = j.software.flash_flops(d);
-    if (flash_flops <= 0) flash_flops = attn_flops;
+    device = &d, software = &j.software;
     bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency;
     cache_bytes = d.cache_mib * double(1 << 20);
     cache_bw = d.cache_bw_gbs * 1e9;
@@ -49,6 +51,12 @@ struct Rates {
   // Casting `elements` of a 16-bit tensor to fp8 for a matmul (amax, cast, transposed copy).
   double cast(double elements) const {
     return fp8 ? elementwise(elements * cast_bytes / cast_kernels, cast_kernels) : 0.0;
+  }
+  // A flash kernel over `tokens` keys and queries: the software's published rate for the
+  // device's architecture, or (no figure) the unfused attention rate.
+  double flash(double tokens) const {
+    const double f = software->flash_flops(*device, tokens);
+    return f > 0 ? f : attn_flops;
   }
   double attention_matmul(double M, double N, double K, double count) const {
     return product(M, N, K, count, attn_flops);
@@ -97,9 +105,11 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     // Causal: the kernel skips the masked half. Backward runs 5 products of s·s·d per head
     // against forward's 2 (it recomputes the scores), so 2.5 × forward. Context parallelism:
     // each rank's s/cp queries meet all s keys, the causal work balanced over the ranks.
-    const double fl = heads * 0.5 * 4 * s * s * d / l.cp;
-    lt.attn_fwd = r.overhead + fl / r.flash_flops;
-    lt.bwd += r.overhead + 2.5 * fl / r.flash_flops;
+    // The kernel's rate is the benchmark's at the length of the blocks it works on (s, or a
+    // ring step's s/cp).
+    const double fl = heads * 0.5 * 4 * s * s * d / l.cp, rate = r.flash(s / l.cp);
+    lt.attn_fwd = r.overhead + fl / rate;
+    lt.bwd += r.overhead + 2.5 * fl / rate;
   } else {
     // Scores S = Q·Kᵀ (s×d · d×s) and O = P·V (s×s · s×d) per head; backward dP = dO·Vᵀ,
     // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q. Softmax (and dropout) read and write the s×s matrix.

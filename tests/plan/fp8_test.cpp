@@ -94,7 +94,7 @@ TEST(PlanFp8, CastsCostWhatTheSoftwareMoves) {
   auto compute = [&](const std::string& sw, Dtype dt) {
     JobSpec j = job(dt, sw);
     j.software.rmsnorm = j.software.rotary = j.software.swiglu = Composite{};
-    j.software.flash_of_peak = {{"hopper", 0.35}};
+    j.software.flash_of_peak = {FlashRate{"hopper", {{8192, 0.35}}}};
     j.software.grad_bytes_bf16 = 2;
     return step_time(m, c, j, fsdp8(), 1).compute;
   };
