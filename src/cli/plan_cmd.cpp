@@ -51,7 +51,7 @@ struct PlanOpts {
   // job
   int seq_len = 0;
   std::string batch_tokens, tokens;
-  std::string dtype = "bf16", attention = "flash", software, grad_reduce, cp_comm;
+  std::string dtype = "bf16", attention = "flash", software, grad_reduce, cp_comm, attention_kernel;
   bool no_overlap = false;
   double mem_allowance = 0.10, usd = 0, gpu_power_w = 0, node_overhead_w = -1, pue = 1.2;
   double gco2 = 480;
@@ -79,7 +79,7 @@ struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
       *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather,
-      *cp_comm, *days, *budget;
+      *cp_comm, *attention_kernel, *days, *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -259,7 +259,8 @@ void summarize(const PlanOpts& o, const Given& g) {
                            {g.software, "--software"},
                            {g.grad_reduce, "--grad-reduce"},
                            {g.fp8_param_gather, "--fp8-param-gather"},
-                           {g.cp_comm, "--cp-comm"}})
+                           {g.cp_comm, "--cp-comm"},
+                           {g.attention_kernel, "--attention-kernel"}})
     if (opt->count())
       fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
   if (!o.layout.empty())
@@ -433,6 +434,7 @@ void plan(const PlanOpts& o, const Given& g) {
   if (g.grad_reduce->count()) job.grad_reduce = parse_dtype(o.grad_reduce);
   job.fp8_param_gather = o.fp8_param_gather;
   if (g.cp_comm->count()) job.cp_comm = parse_cp_comm(o.cp_comm);
+  if (g.attention_kernel->count()) use_attention_kernel(job, o.attention_kernel);
   job.overlap_dp = !o.no_overlap;
   job.mem_allowance = o.mem_allowance;
   job.usd_per_gpu_hour = o.usd;
@@ -464,6 +466,8 @@ void plan(const PlanOpts& o, const Given& g) {
   if (cluster.device.cpu && !g.dtype->count()) job.dtype = Dtype::fp32;
   if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
   if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
+  if (const std::string p = attention_kernel_problem(cluster.device, job); !p.empty())
+    fail("{}", p);
   const PlanInputs in{model, cluster, job};
 
   if (g.days->count()) {
@@ -648,6 +652,12 @@ void register_plan(CLI::App& app) {
              "--fp8-param-gather", o->fp8_param_gather,
              "with --dtype fp8, ZeRO gathers the fp8 weights (1 byte per parameter): "
              "Megatron-Core's --fp8-param-gather, torchtitan's enable_fsdp_float8_all_gather")
+          ->group(J);
+  g->attention_kernel =
+      cmd->add_option("--attention-kernel", o->attention_kernel,
+                      "flash2, flash1, xformers or flash-triton: the attention kernel whose "
+                      "published benchmark sets flash attention's rate (default: the software "
+                      "profile's)")
           ->group(J);
   g->cp_comm = cmd->add_option("--cp-comm", o->cp_comm,
                                "ring (default: key/value passes overlapping attention, "

@@ -1,11 +1,38 @@
 #include "plan/job.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdlib>
 
+#include "core/closest_name.h"
 #include "core/error.h"
 
 namespace kiln::plan {
+
+void use_attention_kernel(JobSpec& j, const std::string& name) {
+  j.software.flash_of_peak = find_attention_kernel(name).rates;
+  j.attention_kernel = name;
+}
+
+std::string attention_kernel_problem(const DeviceSpec& d, const JobSpec& j) {
+  if (j.attention_kernel.empty()) return "";
+  if (!j.flash_attention)
+    return fmt::format(
+        "--attention-kernel {} is a fused attention kernel: it needs --attention flash",
+        j.attention_kernel);
+  const AttentionKernel& k = find_attention_kernel(j.attention_kernel);
+  std::vector<std::string> archs;
+  for (const FlashRate& r : k.rates) {
+    if (r.arch == d.arch) return "";
+    archs.push_back(r.arch);
+  }
+  return fmt::format(
+      "--attention-kernel {} has no published benchmark on {} ({}): it was measured on {}; leave "
+      "it out to use the software profile's attention rate",
+      j.attention_kernel, d.name, d.arch.empty() ? "no GPU architecture" : d.arch,
+      join_names(archs));
+}
 
 JobSpec::CpComm parse_cp_comm(const std::string& s) {
   if (s == "ring") return JobSpec::CpComm::ring;

@@ -27,6 +27,9 @@ struct JobSpec {
   // (--cp-comm-type allgather; Llama 3's choice, section 3.3.2 of its paper).
   enum class CpComm { ring, all_gather };
   CpComm cp_comm = CpComm::ring;
+  // The attention kernel whose published benchmark replaces the profile's flash-attention rate
+  // (--attention-kernel: flash2, flash1, xformers, flash-triton); empty: the profile's.
+  std::string attention_kernel;
   // fp8 only: ZeRO's weight all-gathers move the fp8 weights, 1 byte per parameter
   // (--fp8-param-gather: Megatron-Core's --fp8-param-gather, torchtitan's
   // enable_fsdp_float8_all_gather).
@@ -81,6 +84,13 @@ struct JobSpec {
 // (binary: Ki, Mi, Gi, Ti; Llama's "4M tokens" batch is 4Mi = 4,194,304). Throws kiln::Error
 // naming `flag` when the text is not a positive count.
 double parse_count(const std::string& text, const std::string& flag);
+
+// Sets j's attention kernel (--attention-kernel): its name, and its published rates in place of
+// the software profile's flash-attention rates.
+void use_attention_kernel(JobSpec& j, const std::string& name);
+// Why j cannot run on `d` with its attention kernel ("" when it can): no benchmark of the kernel
+// on the device's architecture, or unfused attention.
+std::string attention_kernel_problem(const DeviceSpec& d, const JobSpec& j);
 
 JobSpec::CpComm parse_cp_comm(const std::string& s);  // "ring" or "all-gather"
 const char* cp_comm_name(JobSpec::CpComm c);

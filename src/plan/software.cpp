@@ -85,17 +85,63 @@ int SoftwareProfile::zero_as_run(const Layout& l) const {
 //   gradient sync and resharding after backward off for every micro-batch but the last. So a
 //   stage gathers its weights once per step (first forward), keeps them and the unsharded
 //   gradients through the micro-batches, and reduce-scatters once: ZeRO-1's traffic and memory.
+namespace {
+
+// A benchmark row: TFLOP/s at 512, 1K, 2K, 4K, 8K and 16K tokens on a device of `peak`.
+FlashRate of_peak(std::string arch, double peak, std::vector<double> tflops) {
+  FlashRate r{std::move(arch), {}};
+  for (size_t i = 0; i < tflops.size(); i++)
+    r.points.push_back({512.0 * double(1 << i), tflops[i] / peak});
+  return r;
+}
+
+// FlashAttention-2's paper benchmark, causal, head dimension 128 (sources above).
+const FlashRate& fa2_a100() {
+  static const FlashRate r = of_peak("ampere", 312, {99, 133, 155, 173, 182, 189});
+  return r;
+}
+const FlashRate& fa2_h100() {
+  static const FlashRate r = of_peak("hopper", 989, {163, 221, 265, 294, 308, 328});
+  return r;
+}
+
+}  // namespace
+
+// The same charts give the kernels FlashAttention-2 was compared with (panel (d), causal, head
+// dimension 128): on A100 FlashAttention 55, 62, 69, 76, 80, 83; xformers 58, 72, 82, 87, 91, 92;
+// FlashAttention's Triton kernel 50, 61, 68, 74, 78, 80 TFLOP/s; on H100 FlashAttention 98, 109,
+// 108, 126, 135, 137 (the H100 chart has no xformers or Triton bars).
+const std::vector<AttentionKernel>& attention_kernels() {
+  static const std::vector<AttentionKernel> k = {
+      {"flash2", "FlashAttention-2 (Dao 2023)", {fa2_a100(), fa2_h100()}},
+      {"flash1",
+       "FlashAttention (Dao et al. 2022), flash-attn 1.x",
+       {of_peak("ampere", 312, {55, 62, 69, 76, 80, 83}),
+        of_peak("hopper", 989, {98, 109, 108, 126, 135, 137})}},
+      {"xformers",
+       "xformers memory-efficient attention (Llama 1)",
+       {of_peak("ampere", 312, {58, 72, 82, 87, 91, 92})}},
+      {"flash-triton",
+       "FlashAttention's Triton kernel (llm-foundry's attn_impl: triton)",
+       {of_peak("ampere", 312, {50, 61, 68, 74, 78, 80})}},
+  };
+  return k;
+}
+
+const AttentionKernel& find_attention_kernel(const std::string& name) {
+  std::vector<std::string> names;
+  for (const AttentionKernel& k : attention_kernels()) {
+    if (k.name == name) return k;
+    names.push_back(k.name);
+  }
+  const std::string close = closest_name(name, names);
+  fail("unknown --attention-kernel '{}'{}; the kernels with a published benchmark are: {}", name,
+       close.empty() ? "" : " (did you mean '" + close + "'?)", join_names(names));
+}
+
 const std::vector<SoftwareProfile>& software_catalog() {
   static const std::vector<SoftwareProfile> cat = [] {
-    auto of_peak = [](std::string arch, double peak, std::vector<double> tflops) {
-      FlashRate r{std::move(arch), {}};
-      for (size_t i = 0; i < tflops.size(); i++)
-        r.points.push_back({512.0 * (1 << i), tflops[i] / peak});
-      return r;
-    };
-    const FlashRate fa2_a100 = of_peak("ampere", 312, {99, 133, 155, 173, 182, 189});
-    const FlashRate fa2_h100 = of_peak("hopper", 989, {163, 221, 265, 294, 308, 328});
-    const std::vector<FlashRate> fa2 = {fa2_a100, fa2_h100};
+    const std::vector<FlashRate> fa2 = {fa2_a100(), fa2_h100()};
     const Composite rmsnorm_eager{9, 7}, rotary_eager{5, 3}, swiglu_eager{5.0 / 3, 2};
     std::vector<SoftwareProfile> c;
     SoftwareProfile megatron;
@@ -106,7 +152,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.source =
         "NVIDIA/Megatron-LM (arguments.py: accumulate_allreduce_grads_in_fp32 for bf16); "
         "FlashAttention-2 and -3 papers";
-    megatron.flash_of_peak = {fa2_a100, FlashRate{"hopper", {{8192, 0.50}}}};
+    megatron.flash_of_peak = {fa2_a100(), FlashRate{"hopper", {{8192, 0.50}}}};
     megatron.grad_bytes_bf16 = 4;
     megatron.fp8_cast_bytes_per_e = 1, megatron.fp8_cast_bytes_fixed = 2;
     megatron.fp8_cast_kernels = 1;

@@ -78,6 +78,17 @@ struct SoftwareProfile {
   int zero_as_run(const Layout& l) const;
 };
 
+// Attention kernels with a published forward + backward benchmark (--attention-kernel):
+// flash2 (FlashAttention-2), flash1 (FlashAttention), xformers (memory-efficient attention) and
+// flash-triton (FlashAttention's Triton kernel), each with the curves of the architectures it
+// was measured on. Throws kiln::Error listing the kernels when `name` is unknown.
+struct AttentionKernel {
+  std::string name, description;
+  std::vector<FlashRate> rates;
+};
+const std::vector<AttentionKernel>& attention_kernels();
+const AttentionKernel& find_attention_kernel(const std::string& name);
+
 const std::vector<SoftwareProfile>& software_catalog();
 // Throws kiln::Error listing the profiles (and the closest name) when `name` is unknown.
 const SoftwareProfile& find_software(const std::string& name);

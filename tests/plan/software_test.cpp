@@ -194,6 +194,47 @@ TEST(PlanSoftware, GradReduceOverridesTheProfilesGradientDtype) {
   EXPECT_NE(r.output.find("--grad-reduce plans a model"), std::string::npos) << r.output;
 }
 
+// --attention-kernel swaps the profile's flash-attention rate for another kernel's published
+// benchmark (FlashAttention-2's paper charts: FlashAttention, xformers and the Triton kernel on
+// A100, FlashAttention on H100): xformers at 2K tokens runs 82 of the A100's 312 TFLOP/s, so a
+// Llama 7B step is slower than with FlashAttention-2 by the attention's extra time alone. A kernel
+// without a benchmark on the device is refused by name, as is a fused kernel with unfused
+// attention.
+TEST(PlanSoftware, AttentionKernelUsesItsPublishedBenchmark) {
+  const DeviceSpec& a100 = find_device("a100-80gb");
+  const DeviceSpec& h100 = find_device("h100-sxm");
+  JobSpec fa2 = job_with("megatron", 2048, 64), xf = fa2;
+  use_attention_kernel(xf, "xformers");
+  EXPECT_EQ(xf.attention_kernel, "xformers");
+  EXPECT_NEAR(xf.software.flash_flops(a100, 2048), 82e12, 1e9);
+  EXPECT_NEAR(fa2.software.flash_flops(a100, 2048), 155e12, 1e9);
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(a100, 8);
+  const TimeBreakdown t2 = step_time(m, c, fa2, layout(1, 1, 64, 1), 1);
+  const TimeBreakdown tx = step_time(m, c, xf, layout(1, 1, 64, 1), 1);
+  EXPECT_GT(tx.compute, t2.compute);
+  EXPECT_LT(tx.compute, 1.3 * t2.compute);
+  EXPECT_EQ(attention_kernel_problem(a100, xf), "");
+  EXPECT_NE(attention_kernel_problem(h100, xf).find("no published benchmark on h100-sxm (hopper)"),
+            std::string::npos);
+  JobSpec f1 = fa2;
+  use_attention_kernel(f1, "flash1");
+  EXPECT_NEAR(f1.software.flash_flops(h100, 8192), 135e12, 1e9);
+  f1.flash_attention = false;
+  EXPECT_NE(attention_kernel_problem(h100, f1).find("needs --attention flash"), std::string::npos);
+  EXPECT_THROW(use_attention_kernel(f1, "xformer"), Error);
+  auto r = kiln::testing::run_kiln(
+      "plan --model llama2-7b --gpu a100-80gb --nodes 8 --attention-kernel xformers --layout "
+      "tp=1,pp=1,mb=1,zero=1,recompute=full,vpp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("attention kernel xformers"), std::string::npos) << r.output;
+  r = kiln::testing::run_kiln("plan --model llama2-7b --gpu h100-sxm --attention-kernel xformers");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--attention-kernel xformers has no published benchmark"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(PlanSoftware, UnknownProfileNamesTheClosestAndTheList) {
   try {
     find_software("torchtitn");

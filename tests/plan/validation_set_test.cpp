@@ -127,7 +127,10 @@ PublishedRun run_of(const json& r) {
   if (j.contains("grad_reduce")) run.job.grad_reduce = parse_dtype(j["grad_reduce"]);
   run.job.fp8_param_gather = j.value("fp8_param_gather", false);
   if (j.contains("cp_comm")) run.job.cp_comm = parse_cp_comm(j["cp_comm"]);
+  if (j.contains("attention_kernel")) use_attention_kernel(run.job, j["attention_kernel"]);
   run.job.validate();
+  if (const std::string p = attention_kernel_problem(run.cluster.device, run.job); !p.empty())
+    throw std::runtime_error(run.id + ": " + p);
   // The layout as --layout reads it (recompute names include torchtitan's op and full/N).
   const json& l = r["layout"];
   std::string text = fmt::format("tp={},pp={},dp={},mb={},vpp={},zero={},recompute={},sp={}",
