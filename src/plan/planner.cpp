@@ -36,13 +36,14 @@ std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
   return out;
 }
 
-// Context-parallel degrees the search tries: cp ≥ 2 dividing the devices, with the sequence a
-// multiple of 2·cp (two chunks per rank) and at least `min_tokens` of it on each rank.
-std::vector<int> cp_options(const ClusterSpec& c, const JobSpec& j, int64_t min_tokens) {
+// Context-parallel degrees the search tries on a cluster of `devices` (0: any): cp ≥ 2 dividing
+// the devices, with flash attention, the sequence a multiple of 2·cp (two chunks per rank) and at
+// least `min_tokens` of it on each rank.
+std::vector<int> cp_options(int64_t devices, const JobSpec& j, int64_t min_tokens) {
   std::vector<int> out;
   if (!j.flash_attention) return out;
   for (int64_t cp = 2; cp <= kCpMax && j.seq_len / cp >= min_tokens; cp++)
-    if (c.total_gpus() % cp == 0 && j.seq_len % (2 * cp) == 0) out.push_back(int(cp));
+    if ((devices == 0 || devices % cp == 0) && j.seq_len % (2 * cp) == 0) out.push_back(int(cp));
   return out;
 }
 
@@ -282,7 +283,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     // sequence), or, when nothing fits without it, down to kCpMinTokensForced per rank.
     const bool long_seq = j.seq_len >= kCpLongSeq;
     if (long_seq || out.fitting.empty())
-      cps_tried = cp_options(c, j, long_seq ? kCpMinTokens : kCpMinTokensForced);
+      cps_tried = cp_options(c.total_gpus(), j, long_seq ? kCpMinTokens : kCpMinTokensForced);
     for (int cp : cps_tried) one_cp(cp);
   }
 
@@ -418,9 +419,8 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
   // tokens and more) or kCpMinTokensForced of a shorter one (the search then tries cp only when
   // nothing fits without it, which holds on the smallest cluster that fits with it).
   std::vector<int> cps = {1};
-  const int64_t cp_min_tokens = j.seq_len >= kCpLongSeq ? kCpMinTokens : kCpMinTokensForced;
-  for (int64_t cp = 2; j.flash_attention && cp <= kCpMax && j.seq_len / cp >= cp_min_tokens; cp++)
-    if (j.seq_len % (2 * cp) == 0) cps.push_back(int(cp));
+  for (int cp : cp_options(0, j, j.seq_len >= kCpLongSeq ? kCpMinTokens : kCpMinTokensForced))
+    cps.push_back(cp);
   Way tpp;
   auto ranks = [](const Layout& l) { return int64_t(l.tp) * l.cp * l.pp; };
   for (int tp : tp_options(m, c))

@@ -95,6 +95,20 @@ FlashRate of_peak(std::string arch, double peak, std::vector<double> tflops) {
   return r;
 }
 
+// The entry of `list` called `name`, or an error naming the flag, the closest name and the list.
+template <class T>
+const T& find_named(const std::vector<T>& list, const std::string& name, const char* flag,
+                    const char* what) {
+  std::vector<std::string> names;
+  for (const T& x : list) {
+    if (x.name == name) return x;
+    names.push_back(x.name);
+  }
+  const std::string close = closest_name(name, names);
+  fail("unknown {} '{}'{}; {} are: {}", flag, name,
+       close.empty() ? "" : " (did you mean '" + close + "'?)", what, join_names(names));
+}
+
 // FlashAttention-2's paper benchmark, causal, head dimension 128 (sources above).
 const FlashRate& fa2_a100() {
   static const FlashRate r = of_peak("ampere", 312, {99, 133, 155, 173, 182, 189});
@@ -129,14 +143,8 @@ const std::vector<AttentionKernel>& attention_kernels() {
 }
 
 const AttentionKernel& find_attention_kernel(const std::string& name) {
-  std::vector<std::string> names;
-  for (const AttentionKernel& k : attention_kernels()) {
-    if (k.name == name) return k;
-    names.push_back(k.name);
-  }
-  const std::string close = closest_name(name, names);
-  fail("unknown --attention-kernel '{}'{}; the kernels with a published benchmark are: {}", name,
-       close.empty() ? "" : " (did you mean '" + close + "'?)", join_names(names));
+  return find_named(attention_kernels(), name, "--attention-kernel",
+                    "the kernels with a published benchmark");
 }
 
 const std::vector<SoftwareProfile>& software_catalog() {
@@ -220,14 +228,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
 }
 
 const SoftwareProfile& find_software(const std::string& name) {
-  std::vector<std::string> names;
-  for (const SoftwareProfile& s : software_catalog()) {
-    if (s.name == name) return s;
-    names.push_back(s.name);
-  }
-  const std::string close = closest_name(name, names);
-  fail("unknown --software '{}'{}; the profiles are: {}", name,
-       close.empty() ? "" : " (did you mean '" + close + "'?)", join_names(names));
+  return find_named(software_catalog(), name, "--software", "the profiles");
 }
 
 }  // namespace kiln::plan
