@@ -292,7 +292,10 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
   // A sane cap: 131,072 devices, more than the largest published training clusters; a
   // description with no network between nodes stays on one node.
   const bool network = in.cluster.nics_per_node > 0 && in.cluster.nic_gbps > 0;
-  const int max_nodes = network ? std::max(1, (1 << 17) / in.cluster.gpus_per_node) : 1;
+  // A torus stays within one slice of the pod (multi-slice is not modelled).
+  const bool torus = in.cluster.topology == Topology::torus;
+  const int max_devices = torus ? in.cluster.device.max_slice_chips : 1 << 17;
+  const int max_nodes = network ? std::max(1, max_devices / in.cluster.gpus_per_node) : 1;
   const DeadlineResult r =
       smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes);
   const int per = in.cluster.gpus_per_node;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kiln::plan {
 
 ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
@@ -21,7 +23,13 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
     s.peaks.push_back({"fp8", d.peak_tflops_8, d.peak_tflops_8 * s.gpus / 1e3});
 
   s.intra_link = c.intra_link;
-  if (c.gpus_per_node > 1) {
+  if (c.topology == Topology::torus) {
+    // Every chip's ICI links, to chips of its own host and of others alike.
+    const double links = 2.0 * d.torus_dims;
+    s.intra_per_gpu_gbs = links * c.intra_link_gbs;
+    s.intra_per_gpu_effective_gbs = links * c.intra_bw() / 1e9;
+    s.intra_per_node_gbs = s.intra_per_gpu_gbs * c.gpus_per_node;
+  } else if (c.gpus_per_node > 1) {
     s.intra_per_gpu_gbs = c.intra_link_gbs;
     s.intra_per_gpu_effective_gbs = c.intra_bw() / 1e9;
     s.intra_per_node_gbs = c.intra_link_gbs * c.gpus_per_node;
@@ -42,7 +50,19 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
   // through two links of one node's bandwidth each.
   const int half = c.nodes / 2;
   const double full = half * node_gbs;
-  if (c.nodes < 2) {
+  if (c.topology == Topology::torus) {
+    // A cut across the longest axis of the slice: the links of one cross-section, twice over
+    // when the axis wraps round.
+    const TorusShape t = c.torus();
+    const int axis = int(std::max_element(t.dim.begin(), t.dim.end()) - t.dim.begin());
+    const int cut = (t.wrap[axis] ? 2 : 1) * (t.chips() / t.dim[axis]);
+    s.bisection_gbs = t.chips() > 1 ? cut * c.intra_link_gbs : 0;
+    s.bisection_how = t.chips() > 1 ? fmt::format(
+                                          "ICI slice {}: a cut across its {}-chip axis "
+                                          "crosses {} links of {:g} GB/s",
+                                          t.name(), t.dim[axis], cut, c.intra_link_gbs)
+                                    : "one chip";
+  } else if (c.nodes < 2) {
     s.bisection_how = "one node: no network between nodes";
   } else if (c.topology == Topology::fat_tree) {
     s.bisection_gbs = full;

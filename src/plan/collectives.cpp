@@ -23,6 +23,16 @@ double step_latency(const GroupPath& g) {
   return g.nodes > 1 ? g.net_lat : g.intra_lat;
 }
 
+// A ring pass of `passes` rounds (1: reduce-scatter or all-gather, 2: all-reduce): NCCL's launch,
+// the steps in sequence and the bytes, or on a torus the hops and the bytes over its axes.
+double ring_s(double bytes, const GroupPath& g, CollOp op) {
+  const int n = g.size;
+  const CollAlgorithm R = CollAlgorithm::ring;
+  const double moved = max_bytes_sent(R, op, n, bandwidth_term(bytes, g));
+  if (g.torus) return (op == CollOp::all_reduce ? 2 : 1) * g.hops * g.intra_lat + moved;
+  return kBaseLatency + sync_steps(R, op, n) * step_latency(g) + moved;
+}
+
 // Ranks in a group and the rank distance between neighbours; a group of two dimensions (dp × cp)
 // has an outer level of `size2` blocks `stride2` apart.
 struct Placement {
@@ -140,9 +150,7 @@ double all_reduce_s(double bytes, const GroupPath& g) {
   const int n = g.size;
   if (n <= 1 || bytes <= 0) return 0;
   const double w = bandwidth_term(bytes, g);
-  const CollAlgorithm R = CollAlgorithm::ring;
-  double ring = kBaseLatency + sync_steps(R, CollOp::all_reduce, n) * step_latency(g) +
-                max_bytes_sent(R, CollOp::all_reduce, n, w);
+  const double ring = ring_s(bytes, g, CollOp::all_reduce);
   if (g.nodes <= 1) return ring;
   double tree =
       kBaseLatency +
@@ -152,11 +160,8 @@ double all_reduce_s(double bytes, const GroupPath& g) {
 }
 
 double reduce_scatter_s(double bytes, const GroupPath& g) {
-  const int n = g.size;
-  if (n <= 1 || bytes <= 0) return 0;
-  const CollAlgorithm R = CollAlgorithm::ring;
-  return kBaseLatency + sync_steps(R, CollOp::reduce_scatter, n) * step_latency(g) +
-         max_bytes_sent(R, CollOp::reduce_scatter, n, bandwidth_term(bytes, g));
+  if (g.size <= 1 || bytes <= 0) return 0;
+  return ring_s(bytes, g, CollOp::reduce_scatter);
 }
 
 double all_gather_s(double bytes, const GroupPath& g) {
@@ -168,6 +173,19 @@ GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim) {
   const int gpn = c.gpus_per_node;
   GroupPath g;
   g.size = p.size * p.size2;
+  if (c.topology == Topology::torus) {
+    // The group holding rank 0; every group of the dimension is a shifted copy of it.
+    std::vector<int> ranks;
+    for (int i = 0; i < p.size2; i++)
+      for (int k = 0; k < p.size; k++) ranks.push_back(i * p.stride2 + k * p.stride);
+    const TorusPath t = torus_group(c.torus(), ranks);
+    g.torus = true;
+    g.per_node = g.size;  // one level: every byte over the torus links
+    g.intra_bw = t.links * c.intra_bw();
+    g.intra_lat = c.intra_latency();
+    g.hops = t.hops;
+    return g;
+  }
   g.intra_bw = c.intra_bw();
   g.intra_lat = c.intra_latency();
   g.net_bw = c.inter_bw_per_gpu();
@@ -209,6 +227,8 @@ GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim) {
       case Topology::ring:
         g.slowdown = node_stride;
         break;
+      case Topology::torus:  // handled above
+        break;
     }
   }
   g.net_bw /= g.slowdown;
@@ -218,6 +238,10 @@ GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim) {
 double p2p_s(double bytes, const ClusterSpec& c, const Layout& l) {
   if (l.pp <= 1 || bytes <= 0) return 0;
   const Placement p = placement(c, l, Dim::pp);
+  if (c.topology == Topology::torus) {
+    const TorusPath t = torus_send(c.torus(), 0, p.stride);
+    return t.hops * c.intra_latency() + bytes / (t.links * c.intra_bw());
+  }
   const int gpn = c.gpus_per_node;
   if (p.stride < gpn && gpn % p.stride == 0 && p.stride * l.pp <= gpn)
     return c.intra_latency() + bytes / c.intra_bw();  // every stage of a pipeline in one node
@@ -232,6 +256,8 @@ double p2p_s(double bytes, const ClusterSpec& c, const Layout& l) {
       break;
     case Topology::ring:
       slowdown = node_stride;
+      break;
+    case Topology::torus:  // handled above
       break;
   }
   return c.inter_latency() + bytes / (c.inter_bw_per_gpu() / slowdown);

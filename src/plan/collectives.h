@@ -49,6 +49,11 @@ struct GroupPath {
   double intra_bw = 0, intra_lat = 0;  // bytes/s per rank and direction; seconds per step
   double net_bw = 0, net_lat = 0;      // per rank share of the NICs, after topology slowdown
   double slowdown = 1;                 // the topology's factor already applied to net_bw
+  // A torus slice (plan/torus.h): intra_bw is the chip's share of the axes the group spans,
+  // intra_lat one hop, and a ring pass takes `hops` hops; no launch cost (XLA runs the step as
+  // one program).
+  bool torus = false;
+  int hops = 0;
 };
 
 double all_reduce_s(double bytes, const GroupPath& g);
@@ -68,6 +73,8 @@ enum class Dim { tp, cp, pp, dp };
 //              over two global links
 //   ring       the node stride: every hop of a group crosses that many physical links, and
 //              that many groups share each link
+//   torus      the links of the torus axes the group spans (plan/torus.h); nodes are hosts
+//              and play no part
 // (factors below 1 are 1). Derivation in docs/planner.md.
 GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim);
 

@@ -316,6 +316,43 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.source = "AMD MI300X product page; MAMF 781.9 of 1300 TFLOP/s; node overhead assumed";
       c.push_back(amd(d));
     }
+    // TPU v4: https://cloud.google.com/tpu/docs/v4 — 275 TFLOP/s bf16 per chip, 32 GiB HBM2 at
+    // 1,200 GB/s, measured power 90/170/192 W (min/mean/max), pods of 4,096 chips in a 3D
+    // torus, 1.1 PB/s of all-reduce and 24 TB/s of bisection bandwidth per pod. The Scaling
+    // Book (jax-ml/scaling-book tpus.md, 0819a7d): 4 chips per host (2×2×1), 45 GB/s per ICI
+    // link each way (6 links: 4,096 × 6 × 45 GB/s = 1.1 PB/s), about 25 GB/s of data-centre
+    // network per host. Matmul efficiency: the JAX Pallas guide (docs/pallas/tpu/matmul) times
+    // XLA's bf16 8192³ matmul at 92.3% of a TPU v5e's peak (same 128×128 MXUs; no v4
+    // measurement, and no sustained-versus-burst figure, is published). Assumed: HBM
+    // efficiency as NVIDIA's HBM (0.85), no per-kernel cost (XLA runs a step as one compiled
+    // program), 1 GiB reserved; the host's own power is not published and is left out.
+    {
+      DeviceSpec d;
+      d.name = "tpu-v4";
+      d.description = "Google TPU v4 (ICI 3D torus)";
+      d.arch = "tpu-v4";
+      d.peak_tflops_16 = 275;
+      d.memory_gib = 32;
+      d.reserved_gib = 1;
+      d.mem_bw_gbs = 1200;
+      d.mem_bw_efficiency = 0.85;
+      d.matmul_efficiency = 0.923;
+      d.kernel_overhead_us = 0;
+      d.tdp_w = 192;
+      d.node_overhead_w = 0;
+      d.gpus_per_node = 4;
+      d.intra_link = "ici";
+      d.intra_link_gbs = 45;
+      d.network = "ethernet";
+      d.nics_per_node = 2;
+      d.nic_gbps = 100;
+      d.torus_dims = 3;
+      d.max_slice_chips = 4096;
+      d.source =
+          "Google Cloud TPU v4 page; Scaling Book (ICI, hosts); XLA matmul 92.3% of peak on TPU "
+          "v5e (JAX Pallas guide); host power not published (left out)";
+      c.push_back(d);
+    }
     // This machine's CPU: 2 vCPUs of an AMD EPYC (AVX-512), one kiln process. docs/performance.md
     // measured the best fp32 oneDNN matmul at 180–200 GFLOP/s and a GPT-2 step's matmuls at
     // 150–180, so 0.85 of the peak; `kiln plan --calibrate` measured a STREAM triad at 52 GB/s on
@@ -407,6 +444,11 @@ void DeviceSpec::validate(const std::string& where) const {
         "{}: device '{}': peak_tflops_fp8 must not be negative and matmul_efficiency_fp8 is a "
         "fraction in [0, 1]",
         where, name);
+  if (torus_dims != 0 && (torus_dims != 3 || max_slice_chips < 1))
+    fail(
+        "{}: device '{}': torus_dims is 3 (a 3D torus; other tori are not modelled) with "
+        "max_slice_chips ≥ 1, or 0 for no torus",
+        where, name);
   if (kernel_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 || tdp_w < 0 ||
       node_overhead_w < 0)
     fail("{}: device '{}': overheads, cache and power must not be negative", where, name);
@@ -416,11 +458,14 @@ void DeviceSpec::validate(const std::string& where) const {
 // datasheet rate (nccl-tests: about 230–240 of 300 GB/s on DGX A100 NVLink, 23–24 of 25 GB/s
 // per HDR NIC); latencies per ring step follow NCCL's own tuning model (src/graph/tuning.cc,
 // ring/Simple: 3.4 µs NVLink, 5.7 µs PCIe, 9.6 µs network) and 30 µs for TCP over Ethernet.
+// ICI (TPU torus links): the Scaling Book's (sharding.md) 1 µs per hop, and its profiled
+// all-gather on a TPU v5e 4×4 axis, 680 µs against the 560 µs its link rate gives: 0.82.
 const std::vector<LinkKind>& link_kinds() {
   static const std::vector<LinkKind> kinds = {
       {"nvlink", false, 300, 0.80, 3.4, "NVLink/NVSwitch"},
       {"xgmi", false, 50, 0.70, 3.4, "AMD Infinity Fabric (xGMI)"},
       {"pcie", false, 32, 0.80, 5.7, "PCIe (Gen4 x16: 32 GB/s, Gen5: 64 GB/s each way)"},
+      {"ici", false, 45, 0.82, 1.0, "TPU inter-chip interconnect: GB/s per link, one way"},
       {"shm", false, 50, 1.00, 1.0, "shared memory between processes of one machine"},
       {"ib-hdr", true, 200, 0.92, 9.6, "InfiniBand HDR, 200 Gb/s per NIC"},
       {"ib-ndr", true, 400, 0.92, 9.6, "InfiniBand NDR, 400 Gb/s per NIC"},
@@ -447,7 +492,8 @@ Topology parse_topology(const std::string& s) {
   if (s == "spine-leaf") return Topology::spine_leaf;
   if (s == "dragonfly") return Topology::dragonfly;
   if (s == "ring") return Topology::ring;
-  fail("unknown topology '{}': use fat-tree, spine-leaf, dragonfly or ring", s);
+  if (s == "torus") return Topology::torus;
+  fail("unknown topology '{}': use fat-tree, spine-leaf, dragonfly, ring or torus", s);
 }
 
 const char* topology_name(Topology t) {
@@ -460,6 +506,8 @@ const char* topology_name(Topology t) {
       return "dragonfly";
     case Topology::ring:
       return "ring";
+    case Topology::torus:
+      return "torus";
   }
   return "?";
 }
@@ -490,8 +538,32 @@ double ClusterSpec::inter_latency() const {
   return find_link(network, true).latency_us * 1e-6;
 }
 
+TorusShape ClusterSpec::torus() const {
+  std::string problem;
+  const TorusShape t = torus_shape(total_gpus(), device.max_slice_chips, &problem);
+  if (!problem.empty()) fail("{}: {}", device.name, problem);
+  return t;
+}
+
+int ClusterSpec::tp_domain() const {
+  if (topology != Topology::torus) return gpus_per_node;
+  std::string problem;  // a size no slice has: layout_problem says so
+  const TorusShape t = torus_shape(total_gpus(), device.max_slice_chips, &problem);
+  return problem.empty() ? t.dim[0] : 1;
+}
+
 void ClusterSpec::validate() const {
   device.validate(device.name);
+  if (topology != Topology::torus && device.torus_dims > 0)
+    fail("{}: its chips join in an ICI torus; --topology {} does not apply to it", device.name,
+         topology_name(topology));
+  if (topology == Topology::torus && device.torus_dims == 0)
+    fail("{}: --topology torus needs chips joined by ICI links (tpu-v4)", device.name);
+  if (topology == Topology::torus) {
+    if (intra_link != "ici")
+      fail("{}: a torus slice's links are ICI, not {}", device.name, intra_link);
+    torus();
+  }
   if (gpus_per_node < 1) fail("--gpus-per-node must be at least 1, got {}", gpus_per_node);
   if (nodes < 1) fail("--nodes must be at least 1, got {}", nodes);
   find_link(intra_link, false);
@@ -514,6 +586,15 @@ void ClusterSpec::validate() const {
 std::string ClusterSpec::describe() const {
   std::string s = fmt::format("{} × {} ({} node{} × {}", total_gpus(), device.name, nodes,
                               nodes == 1 ? "" : "s", gpus_per_node);
+  if (topology == Topology::torus) {
+    const TorusShape t = torus();
+    s += fmt::format(", slice {} of ICI links{}, {} × {:g} GB/s each way per chip", t.name(),
+                     t.wrap[0] ? " with wraparound" : " (no wraparound)", 2 * device.torus_dims,
+                     intra_link_gbs);
+    if (nodes > 1)
+      s += fmt::format(", hosts on {} {} × {:g} Gb/s", network, nics_per_node, nic_gbps);
+    return s + ")";
+  }
   if (gpus_per_node > 1) s += fmt::format(", {} {:g} GB/s", intra_link, intra_link_gbs);
   if (nodes > 1) {
     s += fmt::format(", {} {} × {:g} Gb/s per node, {}", network, nics_per_node, nic_gbps,
@@ -535,6 +616,7 @@ ClusterSpec default_cluster(const DeviceSpec& d, int nodes) {
   c.nics_per_node = d.nics_per_node;
   c.nic_gbps = d.nic_gbps;
   if (d.network == "slingshot") c.topology = Topology::dragonfly;
+  if (d.torus_dims > 0) c.topology = Topology::torus;
   return c;
 }
 
@@ -628,6 +710,14 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
       {"device.cache_bw_gbs", num(&d.cache_bw_gbs)},
       {"device.tdp_w", num(&d.tdp_w)},
       {"device.node_overhead_w", num(&d.node_overhead_w)},
+      {"device.torus_dims",
+       [&](const toml::node& v, const std::string& k) {
+         d.torus_dims = value_of<int>(v, k, source);
+       }},
+      {"device.max_slice_chips",
+       [&](const toml::node& v, const std::string& k) {
+         d.max_slice_chips = value_of<int>(v, k, source);
+       }},
       {"node.gpus_per_node",
        [&](const toml::node& v, const std::string& k) {
          d.gpus_per_node = value_of<int>(v, k, source);
@@ -732,6 +822,8 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   out += fmt::format("cache_bw_gbs = {:.6g}\n", d.cache_bw_gbs);
   out += fmt::format("tdp_w = {:.6g}\n", d.tdp_w);
   out += fmt::format("node_overhead_w = {:.6g}\n", d.node_overhead_w);
+  if (d.torus_dims > 0)
+    out += fmt::format("torus_dims = {}\nmax_slice_chips = {}\n", d.torus_dims, d.max_slice_chips);
   out += "\n[node]\n";
   out += fmt::format("gpus_per_node = {}\n", d.gpus_per_node);
   out += fmt::format("intra_link = {}\n", q(d.intra_link));

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "plan/torus.h"
+
 namespace kiln::plan {
 
 // Training precision: fp32, 16-bit mixed precision, or fp8 (linear layers' matmuls in fp8 with
@@ -52,6 +54,12 @@ struct DeviceSpec {
   std::string network = "ib-ndr";
   int nics_per_node = 8;
   double nic_gbps = 400;  // Gb/s per NIC
+  // TPU-style chips: joined by ICI links in a torus of this many dimensions (3; 0: none), in
+  // slices of at most max_slice_chips (one pod). intra_link_gbs is then one link's one-way
+  // rate, and the chip has 2 links per dimension; nodes are the hosts, network their
+  // data-centre NICs.
+  int torus_dims = 0;
+  int max_slice_chips = 0;
 
   // The dense peak MFU is quoted against: fp32's, or the 16-bit one (fp8 runs too, as torchtitan
   // and Meta report them; the fp8 peak is peak_tflops_8).
@@ -82,7 +90,7 @@ struct LinkKind {
 const std::vector<LinkKind>& link_kinds();
 const LinkKind& find_link(const std::string& name, bool network);
 
-enum class Topology { fat_tree, spine_leaf, dragonfly, ring };
+enum class Topology { fat_tree, spine_leaf, dragonfly, ring, torus };
 Topology parse_topology(const std::string& s);
 const char* topology_name(Topology t);
 
@@ -107,6 +115,11 @@ struct ClusterSpec {
   RankOrder order = RankOrder::tp_dp_pp;
 
   int total_gpus() const { return gpus_per_node * nodes; }
+  // The torus slice of a torus cluster (plan/torus.h); throws kiln::Error for a size no slice
+  // has.
+  TorusShape torus() const;
+  // Devices a tensor-parallel group may span on the fast link: a node, or on a torus one axis.
+  int tp_domain() const;
   // Effective bandwidths in bytes/s and latencies in seconds (datasheet × link efficiency).
   double intra_bw() const;
   double inter_bw_per_gpu() const;  // a node's NICs shared by its devices, all sending at once

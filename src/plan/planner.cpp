@@ -31,7 +31,8 @@ std::string list_ints(const std::vector<int>& v) {
 // Tensor-parallel degrees that divide the node, the heads, the key/value heads and the MLP.
 std::vector<int> tp_options(const ModelSpec& m, const ClusterSpec& c) {
   std::vector<int> out;
-  for (int t : divisors(c.gpus_per_node, c.gpus_per_node))
+  const int domain = c.tp_domain();
+  for (int t : divisors(domain, domain))
     if (m.n_head % t == 0 && kv_heads_per_rank(m, t) > 0 && m.ffn_hidden % t == 0) out.push_back(t);
   return out;
 }
@@ -69,14 +70,16 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
   if (m.ffn_hidden % l.tp != 0)
     return fmt::format("tp={} does not divide the MLP width {} of {}; tp can be {}", l.tp,
                        m.ffn_hidden, m.name, list_ints(tps));
-  if (l.tp > c.gpus_per_node)
+  const int domain = c.tp_domain();
+  const char* where = c.topology == Topology::torus ? "the x axis of the slice" : "a node";
+  if (l.tp > domain)
     return fmt::format(
-        "tp={} spans nodes; kiln keeps tensor parallelism inside a node of {} "
-        "devices (its all-reduces run on the intra-node link); tp can be {}",
-        l.tp, c.gpus_per_node, list_ints(tps));
-  if (c.gpus_per_node % l.tp != 0)
-    return fmt::format("tp={} does not divide the {} devices of a node; tp can be {}", l.tp,
-                       c.gpus_per_node, list_ints(tps));
+        "tp={} spans more than {} ({} devices); kiln keeps tensor parallelism on the fast link; "
+        "tp can be {}",
+        l.tp, where, domain, list_ints(tps));
+  if (domain % l.tp != 0)
+    return fmt::format("tp={} does not divide the {} devices of {}; tp can be {}", l.tp, domain,
+                       where, list_ints(tps));
   return "";
 }
 
@@ -85,6 +88,11 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
 std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                            const Layout& l) {
   if (std::string p = precision_problem(c.device, j.dtype); !p.empty()) return p;
+  if (c.topology == Topology::torus) {
+    std::string p;
+    torus_shape(c.total_gpus(), c.device.max_slice_chips, &p);
+    if (!p.empty()) return p;
+  }
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) return tp;
   const int total = c.total_gpus();

@@ -420,7 +420,13 @@ std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s) 
     row("peak " + p.dtype + (p.dtype == "fp32" ? "" : " dense"),
         fmt::format("{} TFLOP/s per device, {} PFLOP/s in all", amount(p.per_gpu),
                     amount(p.total)));
-  if (s.gpus_per_node > 1)
+  if (s.topology == "torus")
+    row("ICI links (torus)",
+        fmt::format("{} GB/s per chip each way over all its links ({} as a collective's bus "
+                    "bandwidth), {} GB/s per host",
+                    amount(s.intra_per_gpu_gbs), amount(s.intra_per_gpu_effective_gbs),
+                    amount(s.intra_per_node_gbs)));
+  else if (s.gpus_per_node > 1)
     row("inside a node (" + s.intra_link + ")",
         fmt::format("{} GB/s per device each way ({} as a collective's bus bandwidth), {} GB/s "
                     "per node",
