@@ -109,6 +109,22 @@ TEST(PlanTorus, TensorParallelismStaysOnOneAxisAndSizesAreSlices) {
   EXPECT_TRUE(torus_size_ok(r.cluster.total_gpus(), 4096)) << r.cluster.total_gpus();
 }
 
+TEST(PlanTorus, HardwareFileKeepsTheTorus) {
+  const HardwareFile hw = parse_hardware_toml(
+      "[device]\nbase = \"tpu-v4\"\nname = \"tpu-v4-small-pod\"\nmax_slice_chips = 512\n"
+      "[cluster]\nnodes = 128\n",
+      "pod.toml");
+  EXPECT_EQ(hw.cluster.topology, Topology::torus);
+  EXPECT_EQ(hw.cluster.torus().name(), "8x8x8");
+  const std::string text = hardware_toml(hw.device, "round trip");
+  EXPECT_NE(text.find("torus_dims = 3\nmax_slice_chips = 512"), std::string::npos) << text;
+  EXPECT_EQ(parse_hardware_toml(text, "again.toml").device.max_slice_chips, 512);
+  ClusterSpec too_big = hw.cluster;
+  too_big.nodes = 256;
+  EXPECT_NE(kiln::testing::error_of([&] { too_big.validate(); }).find("more than one pod of 512"),
+            std::string::npos);
+}
+
 TEST(PlanTorus, CliPlansASliceAndRefusesWhatIsNotOne) {
   auto ok = run_kiln("plan --model llama2-7b --gpu tpu-v4 --gpus 256 --top 1");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
