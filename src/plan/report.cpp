@@ -73,6 +73,10 @@ nlohmann::json inputs_json(const PlanInputs& in) {
                             {"oversubscription", c.oversubscription},
                             {"nodes_per_domain", c.nodes_per_domain},
                             {"rank_order", rank_order_name(c.order)}};
+  if (c.topology == Topology::torus) {
+    const TorusShape t = c.torus();
+    cluster["torus"] = {{"slice", t.name()}, {"wraparound", t.wrap[0]}};
+  }
   nlohmann::json job = {
       {"seq_len", j.seq_len},
       {"global_batch_tokens", j.global_batch_tokens},

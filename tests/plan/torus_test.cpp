@@ -136,6 +136,9 @@ TEST(PlanTorus, CliPlansASliceAndRefusesWhatIsNotOne) {
   auto fat = run_kiln("plan --model llama2-7b --gpu tpu-v4 --gpus 64 --topology fat-tree");
   EXPECT_NE(fat.exit_code, 0);
   EXPECT_NE(fat.output.find("ICI torus"), std::string::npos) << fat.output;
+  auto json = run_kiln("plan --model llama2-7b --gpu tpu-v4 --gpus 128 --top 1 --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_NE(json.output.find("\"slice\": \"4x4x8\""), std::string::npos) << json.output;
   auto summary = run_kiln("plan --gpu tpu-v4 --gpus 4096");
   ASSERT_EQ(summary.exit_code, 0) << summary.output;
   EXPECT_NE(summary.output.find("512 links of 45 GB/s"), std::string::npos) << summary.output;
