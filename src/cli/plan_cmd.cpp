@@ -466,6 +466,9 @@ void plan(const PlanOpts& o, const Given& g) {
   ClusterSpec cluster = cluster_from(o, g);
   // A CPU trains in fp32 with kiln's unfused attention and kernels unless told otherwise.
   if (cluster.device.cpu && !g.software->count()) job.software = find_software("kiln");
+  // A TPU slice runs XLA, not a GPU framework.
+  if (cluster.topology == Topology::torus && !g.software->count() && !from_config)
+    job.software = find_software("maxtext");
   if (cluster.device.cpu && !g.dtype->count()) job.dtype = Dtype::fp32;
   if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
   if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
@@ -640,8 +643,8 @@ void register_plan(CLI::App& app) {
           ->group(J);
   g->software = cmd->add_option("--software", o->software,
                                 "what runs the job: megatron (default), nemo, deepspeed, fsdp, "
-                                "fsdp-compile, torchtitan, torchtitan-compile, kiln (default with "
-                                "--config); see --list-software")
+                                "fsdp-compile, torchtitan, torchtitan-compile, maxtext (default on "
+                                "a TPU), kiln (default with --config); see --list-software")
                     ->group(J);
   cmd->add_flag("--list-software", o->list_software, "list the software profiles and exit")
       ->group(J);

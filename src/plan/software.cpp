@@ -214,6 +214,22 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt_c.fp8_cast_bytes_per_e = 2, tt_c.fp8_cast_bytes_fixed = 2, tt_c.fp8_cast_kernels = 2;
     tt_c.async_tp = true;
     c.push_back(tt_c);
+    // MaxText (google/maxtext MaxText/configs/base.yml at 01c78bb): XLA compiles the step, so
+    // element-wise chains are fused into one kernel each; weight_dtype float32 keeps the weights,
+    // and so the gradients XLA reduces, in fp32 under bf16 activations; FSDP over the ICI axes by
+    // default. No forward + backward benchmark of a TPU attention kernel is published, so
+    // attention runs at the matmul rate (no figure for the architecture).
+    SoftwareProfile maxtext;
+    maxtext.name = "maxtext";
+    maxtext.description =
+        "MaxText on XLA (the tpu-v4 default): XLA-fused element-wise work, fp32 weights and "
+        "gradients, attention at the matmul rate (no TPU kernel benchmark published)";
+    maxtext.source = "google/maxtext MaxText/configs/base.yml (weight_dtype: float32)";
+    maxtext.grad_bytes_bf16 = maxtext.grad_bytes_fp16 = 4;
+    maxtext.fp8_cast_bytes_per_e = 1, maxtext.fp8_cast_bytes_fixed = 2;  // casts fused, as XLA
+    maxtext.fp8_cast_kernels = 1;                                        // fuses element-wise
+    maxtext.async_tp = false;
+    c.push_back(maxtext);
     SoftwareProfile kiln;
     kiln.name = "kiln";
     kiln.description =

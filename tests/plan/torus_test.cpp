@@ -130,6 +130,9 @@ TEST(PlanTorus, CliPlansASliceAndRefusesWhatIsNotOne) {
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("slice 4x8x8 of ICI links with wraparound"), std::string::npos)
       << ok.output;
+  EXPECT_NE(ok.output.find("software maxtext"), std::string::npos) << ok.output;  // XLA, not a
+  auto gpu = run_kiln("plan --model llama2-7b --gpu tpu-v4 --gpus 256 --top 1 --software fsdp");
+  EXPECT_NE(gpu.output.find("software fsdp"), std::string::npos) << gpu.output;  // GPU framework
   auto odd = run_kiln("plan --model llama2-7b --gpu tpu-v4 --gpus 48");
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.output.find("cannot have 48 chips"), std::string::npos) << odd.output;
