@@ -23,8 +23,8 @@ double step_latency(const GroupPath& g) {
   return g.nodes > 1 ? g.net_lat : g.intra_lat;
 }
 
-// A ring pass of `passes` rounds (1: reduce-scatter or all-gather, 2: all-reduce): NCCL's launch,
-// the steps in sequence and the bytes, or on a torus the hops and the bytes over its axes.
+// A ring reduce-scatter / all-gather (one pass) or all-reduce (two): NCCL's launch, the steps in
+// sequence and the bytes, or on a torus the hops of each pass and the bytes over its axes.
 double ring_s(double bytes, const GroupPath& g, CollOp op) {
   const int n = g.size;
   const CollAlgorithm R = CollAlgorithm::ring;
