@@ -538,18 +538,21 @@ double ClusterSpec::inter_latency() const {
   return find_link(network, true).latency_us * 1e-6;
 }
 
-TorusShape ClusterSpec::torus() const {
+std::string ClusterSpec::size_problem() const {
   std::string problem;
-  const TorusShape t = torus_shape(total_gpus(), device.max_slice_chips, &problem);
-  if (!problem.empty()) fail("{}: {}", device.name, problem);
-  return t;
+  if (topology == Topology::torus) torus_shape(total_gpus(), device.max_slice_chips, &problem);
+  return problem;
+}
+
+TorusShape ClusterSpec::torus() const {
+  if (const std::string p = size_problem(); !p.empty()) fail("{}: {}", device.name, p);
+  return torus_shape(total_gpus(), device.max_slice_chips, nullptr);
 }
 
 int ClusterSpec::tp_domain() const {
   if (topology != Topology::torus) return gpus_per_node;
-  std::string problem;  // a size no slice has: layout_problem says so
-  const TorusShape t = torus_shape(total_gpus(), device.max_slice_chips, &problem);
-  return problem.empty() ? t.dim[0] : 1;
+  return size_problem().empty() ? torus().dim[0]
+                                : 1;  // a size no slice has: layout_problem says so
 }
 
 void ClusterSpec::validate() const {

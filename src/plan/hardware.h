@@ -115,8 +115,10 @@ struct ClusterSpec {
   RankOrder order = RankOrder::tp_dp_pp;
 
   int total_gpus() const { return gpus_per_node * nodes; }
-  // The torus slice of a torus cluster (plan/torus.h); throws kiln::Error for a size no slice
-  // has.
+  // Why no cluster of this kind has this many devices ("" when one can: always, except a torus
+  // size no slice has).
+  std::string size_problem() const;
+  // The torus slice of a torus cluster (plan/torus.h); throws kiln::Error with size_problem().
   TorusShape torus() const;
   // Devices a tensor-parallel group may span on the fast link: a node, or on a torus one axis.
   int tp_domain() const;

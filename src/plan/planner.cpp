@@ -88,11 +88,7 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
 std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                            const Layout& l) {
   if (std::string p = precision_problem(c.device, j.dtype); !p.empty()) return p;
-  if (c.topology == Topology::torus) {
-    std::string p;
-    torus_shape(c.total_gpus(), c.device.max_slice_chips, &p);
-    if (!p.empty()) return p;
-  }
+  if (std::string p = c.size_problem(); !p.empty()) return p;
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) return tp;
   const int total = c.total_gpus();

@@ -27,8 +27,7 @@ DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& 
   for (int64_t n = lb; n <= max_nodes; n++) {
     ClusterSpec cc = c;
     cc.nodes = int(n);
-    if (c.topology == Topology::torus && !torus_size_ok(cc.total_gpus(), c.device.max_slice_chips))
-      continue;  // no slice has this many chips
+    if (!cc.size_problem().empty()) continue;  // e.g. no torus slice has this many chips
     const SearchResult r = search(m, cc, j, fixed);
     out.sizes_tried++;
     if (r.considered > 0) out.sizes_runnable++;
