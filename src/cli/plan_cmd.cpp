@@ -100,7 +100,7 @@ void list_models() {
 }
 
 void list_gpus() {
-  fmt::print("{:<14} {:>9} {:>8} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "bf16 TF", "fp8 TF",
+  fmt::print("{:<14} {:>9} {:>8} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "16-bit TF", "fp8 TF",
              "fp32 TF", "GiB", "HBM GB/s", "matmul", "TDP W", "description");
   for (const auto& d : device_catalog())
     fmt::print("{:<14} {:>9.4g} {:>8} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
@@ -470,6 +470,9 @@ void plan(const PlanOpts& o, const Given& g) {
   if (cluster.topology == Topology::torus && !g.software->count() && !from_config)
     job.software = find_software("maxtext");
   if (cluster.device.cpu && !g.dtype->count()) job.dtype = Dtype::fp32;
+  // A part with no bf16 multipliers (Ascend 910) trains in fp16 with loss scaling.
+  if (!cluster.device.bf16 && !g.dtype->count() && job.dtype == Dtype::bf16)
+    job.dtype = Dtype::fp16;
   if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
   if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
   if (const std::string p = attention_kernel_problem(cluster.device, job); !p.empty())

@@ -16,7 +16,8 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
   s.hbm_total_tb = s.hbm_per_gpu_gb * s.gpus / 1e3;
   s.hbm_bw_per_gpu_gbs = d.mem_bw_gbs;
   if (d.peak_tflops_16 > 0)
-    s.peaks.push_back({"bf16/fp16", d.peak_tflops_16, d.peak_tflops_16 * s.gpus / 1e3});
+    s.peaks.push_back(
+        {d.bf16 ? "bf16/fp16" : "fp16", d.peak_tflops_16, d.peak_tflops_16 * s.gpus / 1e3});
   if (d.peak_tflops_32 > 0)
     s.peaks.push_back({"fp32", d.peak_tflops_32, d.peak_tflops_32 * s.gpus / 1e3});
   if (d.peak_tflops_8 > 0)

@@ -18,7 +18,7 @@ struct PowerInputs {
 };
 
 struct PeakRate {
-  std::string dtype;   // "bf16/fp16" (dense), "fp32" or "fp8" (dense)
+  std::string dtype;   // "bf16/fp16" ("fp16" without bf16), "fp32" or "fp8" (all dense)
   double per_gpu = 0;  // TFLOP/s
   double total = 0;    // PFLOP/s
 };

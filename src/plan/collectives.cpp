@@ -212,6 +212,7 @@ GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim) {
     g.per_node = std::min(p.size, std::max(1, gpn / p.stride));
     g.nodes = (p.size + g.per_node - 1) / g.per_node;
   }
+  g.intra_bw = c.intra_bw_among(g.per_node);
   if (g.nodes > 1) {
     const int span = (g.nodes - 1) * node_stride + 1;  // nodes from the first member to the last
     switch (c.topology) {
@@ -244,7 +245,7 @@ double p2p_s(double bytes, const ClusterSpec& c, const Layout& l) {
   }
   const int gpn = c.gpus_per_node;
   if (p.stride < gpn && gpn % p.stride == 0 && p.stride * l.pp <= gpn)
-    return c.intra_latency() + bytes / c.intra_bw();  // every stage of a pipeline in one node
+    return c.intra_latency() + bytes / c.intra_bw_among(2);  // every stage in one node
   const double node_stride = std::max(1.0, double(p.stride) / gpn);
   double slowdown = 1;
   switch (c.topology) {

@@ -353,6 +353,54 @@ const std::vector<DeviceSpec>& device_catalog() {
           "v5e (JAX Pallas guide); host power not published (left out)";
       c.push_back(d);
     }
+    // Ascend 910 (2019; not the 910B, whose figures Huawei does not publish and secondary
+    // sources disagree on). Huawei's Hot Chips 31 talk (2019): 256 TFLOP/s FP16 from 32 Da Vinci
+    // cores whose cube units multiply FP16 and INT8 (no bf16), 350 W, 3 HCCS ports of 240 Gb/s,
+    // 2 × 100 Gb/s RoCE v2 on the I/O die; Huawei's launch (2019-08-23, and the Atlas 900
+    // announcement of 2019-09-18): 256 TFLOP/s FP16 per chip, clusters of "thousands" of chips,
+    // 256–1,024 PFLOP/s (1,024–4,096 chips), HCCS inside a server, 100G RoCE between servers.
+    // Memory: four HBM2 stacks, 32 GB (The Linley Group, Microprocessor Report, 2019-10-08:
+    // "Including 32GB of HBM2, the Ascend 910 processor dissipates 350W (TDP)"), 1.2 TB/s over
+    // the four (Huawei's book on the Ascend architecture, as summarised; four HBM2 stacks at
+    // 2.4 Gb/s per pin are 1.23 TB/s). The server (Atlas 800, model 9000): 8 processors, in two
+    // groups of 4 joined by HCCS; a job of up to 4 processors must sit in one group (Huawei's
+    // MindCluster scheduling guide, "Resource Allocation Constraints of Atlas Training
+    // Products"), and each processor has its own RoCE port, processors i and i+4 on one network
+    // plane (Huawei's HCCN Tool guide). kiln's node is one HCCS group: 4 processors, each with
+    // 3 links of 30 GB/s to the other three (90 GB/s each way), and 4 × 100 Gb/s RoCE; the
+    // traffic between a server's two groups is charged to RoCE, the plane HCCN puts it on.
+    // Assumed, as for the parts without a published MAMF: the H100 SXM's matmul fraction, HBM
+    // efficiency 0.85, 4 µs per kernel, 2 GiB reserved; no FP32 matrix rate is published (the
+    // vector unit's is not), so fp32 plans are refused. Host power: Huawei's Hot Chips slide
+    // gives a server of 8 processors and 2 CPUs at 6 kW, so 1.6 kW per group of 4 beyond the
+    // processors' 4 × 350 W.
+    {
+      DeviceSpec d;
+      d.name = "ascend-910";
+      d.description = "Huawei Ascend 910 32 GB (Atlas 800 model 9000, fp16 only)";
+      d.arch = "davinci";
+      d.peak_tflops_16 = 256;
+      d.bf16 = false;
+      d.memory_gib = 32e9 / (1 << 30);
+      d.reserved_gib = 2;
+      d.mem_bw_gbs = 1200;
+      d.mem_bw_efficiency = 0.85;
+      d.matmul_efficiency = 0.801 * kSustained;
+      d.kernel_overhead_us = 4;
+      d.tdp_w = 350;
+      d.node_overhead_w = 6000 / 2 - 4 * 350;
+      d.gpus_per_node = 4;
+      d.intra_link = "hccs";
+      d.intra_link_gbs = 90;
+      d.network = "roce";
+      d.nics_per_node = 4;
+      d.nic_gbps = 100;
+      d.source =
+          "Huawei Hot Chips 2019 and launch; Linley Microprocessor Report (32 GB HBM2, 350 W); "
+          "Huawei MindCluster and HCCN guides (server); matmul efficiency of the H100 SXM "
+          "assumed";
+      c.push_back(d);
+    }
     // This machine's CPU: 2 vCPUs of an AMD EPYC (AVX-512), one kiln process. docs/performance.md
     // measured the best fp32 oneDNN matmul at 180–200 GFLOP/s and a GPT-2 step's matmuls at
     // 150–180, so 0.85 of the peak; `kiln plan --calibrate` measured a STREAM triad at 52 GB/s on
@@ -397,9 +445,15 @@ std::string precision_problem(const DeviceSpec& d, Dtype dt) {
         "{} has no fp8 tensor cores (fp8 needs Hopper, Ada or Blackwell, or an MI300X: h100-sxm, "
         "h100-pcie, h200, b200, l40s, rtx4090, mi300x); plan with --dtype bf16",
         d.name);
+  const char* sixteen = d.bf16 ? "bf16" : "fp16";
+  if (dt == Dtype::bf16 && !d.bf16 && d.peak_tflops_16 > 0)
+    return fmt::format(
+        "{} multiplies fp16, not bf16 (its matrix units have no bf16); plan with --dtype fp16 "
+        "(mixed precision with loss scaling)",
+        d.name);
   if (d.peak_tflops(dt) <= 0)
     return fmt::format("{} has no {} peak in its description; plan with --dtype {}", d.name,
-                       dtype_name(dt), dt == Dtype::fp32 ? "bf16" : "fp32");
+                       dtype_name(dt), dt == Dtype::fp32 ? sixteen : "fp32");
   return "";
 }
 
@@ -458,20 +512,23 @@ void DeviceSpec::validate(const std::string& where) const {
 // datasheet rate (nccl-tests: about 230–240 of 300 GB/s on DGX A100 NVLink, 23–24 of 25 GB/s
 // per HDR NIC); latencies per ring step follow NCCL's own tuning model (src/graph/tuning.cc,
 // ring/Simple: 3.4 µs NVLink, 5.7 µs PCIe, 9.6 µs network) and 30 µs for TCP over Ethernet.
+// HCCS (Ascend 910): 3 links of 240 Gb/s per chip (Huawei, Hot Chips 2019), a full mesh of 4;
+// efficiency and step latency are NVLink's, assumed (no HCCL bus-bandwidth figure is published).
 // ICI (TPU torus links): the Scaling Book's (sharding.md) 1 µs per hop, and its profiled
 // all-gather on a TPU v5e 4×4 axis, 680 µs against the 560 µs its link rate gives: 0.82.
 const std::vector<LinkKind>& link_kinds() {
   static const std::vector<LinkKind> kinds = {
-      {"nvlink", false, 300, 0.80, 3.4, "NVLink/NVSwitch"},
-      {"xgmi", false, 50, 0.70, 3.4, "AMD Infinity Fabric (xGMI)"},
-      {"pcie", false, 32, 0.80, 5.7, "PCIe (Gen4 x16: 32 GB/s, Gen5: 64 GB/s each way)"},
-      {"ici", false, 45, 0.82, 1.0, "TPU inter-chip interconnect: GB/s per link, one way"},
-      {"shm", false, 50, 1.00, 1.0, "shared memory between processes of one machine"},
-      {"ib-hdr", true, 200, 0.92, 9.6, "InfiniBand HDR, 200 Gb/s per NIC"},
-      {"ib-ndr", true, 400, 0.92, 9.6, "InfiniBand NDR, 400 Gb/s per NIC"},
-      {"roce", true, 400, 0.90, 9.6, "RDMA over Converged Ethernet"},
-      {"slingshot", true, 200, 0.90, 9.6, "HPE Slingshot-11, 200 Gb/s per NIC"},
-      {"ethernet", true, 100, 0.70, 30, "Ethernet with TCP sockets"},
+      {"nvlink", false, 300, 0.80, 3.4, false, "NVLink/NVSwitch"},
+      {"xgmi", false, 50, 0.70, 3.4, false, "AMD Infinity Fabric (xGMI)"},
+      {"pcie", false, 32, 0.80, 5.7, false, "PCIe (Gen4 x16: 32 GB/s, Gen5: 64 GB/s each way)"},
+      {"ici", false, 45, 0.82, 1.0, false, "TPU inter-chip interconnect: GB/s per link, one way"},
+      {"hccs", false, 90, 0.80, 3.4, true, "Huawei HCCS: 4 Ascend 910s fully meshed, 3 × 30 GB/s"},
+      {"shm", false, 50, 1.00, 1.0, false, "shared memory between processes of one machine"},
+      {"ib-hdr", true, 200, 0.92, 9.6, false, "InfiniBand HDR, 200 Gb/s per NIC"},
+      {"ib-ndr", true, 400, 0.92, 9.6, false, "InfiniBand NDR, 400 Gb/s per NIC"},
+      {"roce", true, 400, 0.90, 9.6, false, "RDMA over Converged Ethernet"},
+      {"slingshot", true, 200, 0.90, 9.6, false, "HPE Slingshot-11, 200 Gb/s per NIC"},
+      {"ethernet", true, 100, 0.70, 30, false, "Ethernet with TCP sockets"},
   };
   return kinds;
 }
@@ -524,6 +581,12 @@ const char* rank_order_name(RankOrder o) {
 
 double ClusterSpec::intra_bw() const {
   return intra_link_gbs * 1e9 * find_link(intra_link, false).efficiency;
+}
+
+double ClusterSpec::intra_bw_among(int members) const {
+  if (!find_link(intra_link, false).mesh || gpus_per_node <= 1) return intra_bw();
+  const int peers = std::clamp(members - 1, 1, gpus_per_node - 1);
+  return intra_bw() * peers / (gpus_per_node - 1);
 }
 
 double ClusterSpec::inter_bw_per_gpu() const {
@@ -699,6 +762,11 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
        }},
       {"device.arch", str(&d.arch)},
       {"device.peak_tflops_bf16", num(&d.peak_tflops_16)},
+      {"device.bf16",
+       [&](const toml::node& v, const std::string& k) {
+         if (!v.is_boolean()) fail("{}: hardware key '{}' must be true or false", source, k);
+         d.bf16 = *v.value<bool>();
+       }},
       {"device.peak_tflops_fp8", num(&d.peak_tflops_8)},
       {"device.peak_tflops_fp32", num(&d.peak_tflops_32)},
       {"device.memory_gib", num(&d.memory_gib)},
@@ -809,6 +877,7 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   out += fmt::format("cpu = {}\n", d.cpu ? "true" : "false");
   // A peak of 0 means "not supported": the key is left out rather than written as 0.
   if (d.peak_tflops_16 > 0) out += fmt::format("peak_tflops_bf16 = {:.6g}\n", d.peak_tflops_16);
+  if (!d.bf16) out += "bf16 = false\n";  // peak_tflops_bf16 is then fp16's
   if (d.peak_tflops_32 > 0) out += fmt::format("peak_tflops_fp32 = {:.6g}\n", d.peak_tflops_32);
   if (d.peak_tflops_8 > 0) out += fmt::format("peak_tflops_fp8 = {:.6g}\n", d.peak_tflops_8);
   if (!d.arch.empty()) out += fmt::format("arch = {}\n", q(d.arch));

@@ -25,10 +25,11 @@ struct DeviceSpec {
   std::string description;
   std::string source;  // where the numbers come from
   bool cpu = false;
-  // Architecture: ampere, hopper, blackwell, ada, cdna2, cdna3, cpu (software profiles give
-  // kernel rates per architecture; "" for none known).
+  // Architecture: ampere, hopper, blackwell, ada, cdna2, cdna3, tpu-v4, davinci, cpu (software
+  // profiles give kernel rates per architecture; "" for none known).
   std::string arch;
   double peak_tflops_16 = 0;     // dense bf16/fp16 matrix peak (0: not supported)
+  bool bf16 = true;              // false: that peak is fp16's only (no bf16 multipliers)
   double peak_tflops_8 = 0;      // dense fp8 matrix peak (0: no fp8 tensor cores)
   double peak_tflops_32 = 0;     // fp32 peak
   double memory_gib = 0;         // capacity
@@ -85,6 +86,10 @@ struct LinkKind {
   double default_bw = 0;  // GB/s per device and direction (intra) or Gb/s per NIC (network)
   double efficiency = 0;  // fraction of the bandwidth a collective's bus bandwidth reaches
   double latency_us = 0;  // per step of a ring or tree
+  // A full mesh of point-to-point links (HCCS): default_bw is a device's links together, and a
+  // group reaches its k−1 peers in the node over k−1 of the node's n−1 links; a switch (NVLink)
+  // gives any group all of it.
+  bool mesh = false;
   std::string what;
 };
 const std::vector<LinkKind>& link_kinds();
@@ -124,6 +129,9 @@ struct ClusterSpec {
   int tp_domain() const;
   // Effective bandwidths in bytes/s and latencies in seconds (datasheet × link efficiency).
   double intra_bw() const;
+  // A group with `members` ranks on one node: intra_bw(), or on a full mesh the share of the
+  // links that reach its members (members − 1 of gpus_per_node − 1; one link for a send).
+  double intra_bw_among(int members) const;
   double inter_bw_per_gpu() const;  // a node's NICs shared by its devices, all sending at once
   double intra_latency() const;
   double inter_latency() const;

@@ -228,7 +228,7 @@ TEST(PlanPlanner, UnknownHardwareListsTheCatalog) {
   const std::string e = error_of([] { find_device("tpu-v5p"); });
   EXPECT_NE(e.find("unknown GPU 'tpu-v5p' (did you mean 'tpu-v4'?)"), std::string::npos) << e;
   EXPECT_NE(e.find("a100-40gb, a100-80gb, h100-sxm, h100-pcie, h100-96gb-500w, h200, b200, l40s, "
-                   "rtx4090, mi250x, mi300x, tpu-v4, cpu"),
+                   "rtx4090, mi250x, mi300x, tpu-v4, ascend-910, cpu"),
             std::string::npos)
       << e;
   EXPECT_NE(error_of([] { find_device("h100"); }).find("did you mean"), std::string::npos);
