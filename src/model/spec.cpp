@@ -34,8 +34,11 @@ void ModelSpec::validate(const std::string& where) const {
   positive(ffn_hidden, "ffn_hidden");
   positive(vocab, "vocab");
   positive(max_seq, "max_seq");
-  if (hidden % n_head != 0)
-    fail("{}: hidden size {} is not a multiple of n_head {}", where, hidden, n_head);
+  if (head_size < 0) fail("{}: model head size must be positive (or 0 for hidden / n_head)", where);
+  if (head_size == 0 && hidden % n_head != 0)
+    fail(
+        "{}: hidden size {} is not a multiple of n_head {} (give the head size if it is set apart)",
+        where, hidden, n_head);
   if (n_head % n_kv_head != 0)
     fail(
         "{}: n_head {} is not a multiple of n_kv_head {} (each key/value head serves a group of "

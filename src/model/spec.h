@@ -35,9 +35,10 @@ struct ModelSpec {
   int hidden = 0;               // h
   int n_head = 0;               // a: query heads
   int n_kv_head = 0;            // g: key/value heads (== a without grouped-query attention)
-  int ffn_hidden = 0;           // f
-  int64_t vocab = 0;            // V as the run's matmuls see it (padded where the run pads it)
-  int max_seq = 0;              // context length the model was built for
+  int head_size = 0;   // d: per head; 0 for h / a (Gemma 7B and MaxText's configs set it apart)
+  int ffn_hidden = 0;  // f
+  int64_t vocab = 0;   // V as the run's matmuls see it (padded where the run pads it)
+  int max_seq = 0;     // context length the model was built for
   FfnKind ffn = FfnKind::gelu;
   NormKind norm = NormKind::layernorm;
   bool learned_positions = true;  // a (max_seq, h) position table; else rotary (no parameters)
@@ -45,7 +46,7 @@ struct ModelSpec {
   bool tied_embeddings = true;    // the LM head reuses the token embedding
   bool dropout = false;           // dropout layers present: masks are stored, extra passes run
 
-  int head_dim() const { return hidden / n_head; }
+  int head_dim() const { return head_size > 0 ? head_size : hidden / n_head; }
   // Throws kiln::Error naming the field (and `where`, e.g. a file) when a shape is impossible.
   void validate(const std::string& where) const;
 };

@@ -113,6 +113,19 @@ std::vector<Preset> make_presets() {
       {llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), 8192, 4 << 20, 15e12, l3_src});
   p.push_back({llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192), 8192, 16 << 20,
                15.6e12, l3_src});
+  // Gemma 7B: Gemma Team 2024 ("Gemma: Open Models Based on Gemini Research and Technology",
+  // arXiv:2403.08295), table 1: d_model 3072, 28 layers, 16 heads (and 16 key/value heads) of
+  // 256, so the heads are wider than d_model (16 × 256 = 4096); GeGLU feed-forward of 49,152 (a
+  // gate and an up projection of 24,576 each: three matrices, as SwiGLU), vocabulary 256,128
+  // tied to the output, context 8192; 6T training tokens (section 3). Its batch was not
+  // published; kiln uses Llama 2's 4M tokens.
+  {
+    ModelSpec g = llama("gemma-7b", 28, 3072, 16, 16, 24576, 256128, 8192);
+    g.head_size = 256;
+    g.tied_embeddings = true;
+    p.push_back({g, 8192, 4 << 20, 6e12,
+                 "Gemma Team 2024 (Gemma), tables 1 and 2, section 3; batch assumed (Llama 2's)"});
+  }
   return p;
 }
 

@@ -198,7 +198,8 @@ std::string inputs_text(const PlanInputs& in) {
   std::string s = fmt::format(
       "model    {} ({} parameters: {} layers, hidden {}, {} heads{}, MLP {} {}, vocabulary {})\n",
       m.name, si(double(pc.total)), m.n_layer, m.hidden, m.n_head,
-      m.n_kv_head != m.n_head ? fmt::format(" / {} key-value", m.n_kv_head) : "",
+      (m.head_size > 0 ? fmt::format(" of {}", m.head_size) : std::string()) +
+          (m.n_kv_head != m.n_head ? fmt::format(" / {} key-value", m.n_kv_head) : ""),
       m.ffn == FfnKind::swiglu ? "SwiGLU" : "GELU", m.ffn_hidden, m.vocab);
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(

@@ -16,6 +16,34 @@ TEST(PlanModelSpec, ParameterCountsMatchReleasedModels) {
   EXPECT_EQ(count_params(find_preset("llama3-405b").model).total, 405853388800);
 }
 
+// Gemma 7B's heads are wider than its model (16 × 256 = 4096 against d_model 3072). The Gemma
+// report (arXiv:2403.08295), table 2: 786,825,216 embedding and 7,751,248,896 non-embedding
+// parameters; without the head size kiln would count 3072-wide attention and miss by 403M.
+TEST(PlanModelSpec, AHeadSizeSetApartFromTheWidthCountsAsGemmaReports) {
+  const ModelSpec m = find_preset("gemma-7b").model;
+  EXPECT_EQ(m.head_dim(), 256);
+  const ParamCounts c = count_params(m);
+  EXPECT_EQ(c.embedding, 786825216);
+  EXPECT_EQ(c.total - c.embedding, 7751248896);
+  EXPECT_EQ(c.head, 0);  // tied
+  // The score and value products run over 16 heads of 256, not over d_model.
+  EXPECT_DOUBLE_EQ(attention_core_forward_flops_per_token(m, 8192), 4.0 * 28 * 16 * 256 * 8192);
+  ModelSpec odd = m;
+  odd.head_size = 0;  // 3072 / 16 = 192: a different model, and a valid one
+  EXPECT_EQ(odd.head_dim(), 192);
+  odd.n_head = odd.n_kv_head = 7;
+  try {
+    odd.validate("gemma.toml");
+    FAIL();
+  } catch (const Error& e) {  // 3072 / 7 with no head size given
+    EXPECT_NE(std::string(e.what()).find("not a multiple of n_head 7 (give the head size"),
+              std::string::npos)
+        << e.what();
+  }
+  odd.head_size = 256;
+  EXPECT_NO_THROW(odd.validate("gemma.toml"));
+}
+
 // Narayanan et al. 2021, table 1: the 1T model has 1008.0B parameters, P = 12·l·h²·(1 +
 // 13/(12h) + (V + s)/(12·l·h)); the formula leaves out the final LayerNorm's 2h.
 TEST(PlanModelSpec, MegatronParameterFormula) {

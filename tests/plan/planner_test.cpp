@@ -224,6 +224,15 @@ TEST(PlanPlanner, LayoutErrorsNameTheProblem) {
   EXPECT_EQ(l.to_string(), "tp=8,pp=16,dp=8,mb=1,zero=1,recompute=none");
 }
 
+// A preset whose heads are set apart from its width says so, and plans.
+TEST(PlanPlanner, GemmaPlansWithItsWideHeads) {
+  auto r = kiln::testing::run_kiln("plan --model gemma-7b --gpu h100-sxm --nodes 8 --top 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("8.54B parameters: 28 layers, hidden 3072, 16 heads of 256"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(PlanPlanner, UnknownHardwareListsTheCatalog) {
   const std::string e = error_of([] { find_device("tpu-v5p"); });
   EXPECT_NE(e.find("unknown GPU 'tpu-v5p' (did you mean 'tpu-v4'?)"), std::string::npos) << e;

@@ -63,6 +63,7 @@ ModelSpec model_of(const json& j, const std::string& id) {
     m.family = j["family"];
     m.n_layer = j["layers"], m.hidden = j["hidden"];
     m.n_head = j["heads"], m.n_kv_head = j["kv_heads"], m.ffn_hidden = j["ffn"];
+    m.head_size = j.value("head_dim", 0);  // 0: hidden / heads
     m.ffn = j["ffn_kind"] == "swiglu" ? FfnKind::swiglu : FfnKind::gelu;
     m.norm = j["norm"] == "rmsnorm" ? NormKind::rmsnorm : NormKind::layernorm;
     m.vocab = j["vocab"], m.max_seq = j["max_seq"];
