@@ -47,7 +47,7 @@ struct PlanOpts {
   int nodes = 1, gpus = 0, gpus_per_node = 8, nics_per_node = 8;
   std::string intra_link, network, topology = "fat-tree", rank_order = "tp-dp-pp";
   double intra_link_gbs = 0, nic_gbps = 0, oversubscription = 1;
-  int nodes_per_domain = 32;
+  int nodes_per_domain = 32, slices = 1;
   // job
   int seq_len = 0;
   std::string batch_tokens, tokens;
@@ -77,7 +77,7 @@ struct PlanOpts {
 // Which flags were given (they override a hardware file and the device's usual server).
 struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
-      *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *seq_len,
+      *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *slices, *seq_len,
       *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather,
       *cp_comm, *attention_kernel, *days, *budget;
 };
@@ -183,6 +183,7 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   if (g.oversubscription->count()) c.oversubscription = o.oversubscription;
   if (g.nodes_per_domain->count()) c.nodes_per_domain = o.nodes_per_domain;
   if (g.rank_order->count()) c.order = parse_rank_order(o.rank_order);
+  if (g.slices->count()) c.slices = o.slices;
   c.validate();
   return c;
 }
@@ -292,9 +293,9 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
   // A sane cap: 131,072 devices, more than the largest published training clusters; a
   // description with no network between nodes stays on one node.
   const bool network = in.cluster.nics_per_node > 0 && in.cluster.nic_gbps > 0;
-  // A torus stays within one slice of the pod (multi-slice is not modelled).
+  // A torus keeps its number of slices (one unless --slices), each at most a pod.
   const bool torus = in.cluster.topology == Topology::torus;
-  const int max_devices = torus ? in.cluster.device.max_slice_chips : 1 << 17;
+  const int max_devices = torus ? in.cluster.device.max_slice_chips * in.cluster.slices : 1 << 17;
   const int max_nodes = network ? std::max(1, max_devices / in.cluster.gpus_per_node) : 1;
   const DeadlineResult r =
       smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes);
@@ -626,6 +627,10 @@ void register_plan(CLI::App& app) {
                                         "nodes under one leaf (spine-leaf) or in one group "
                                         "(dragonfly); default 32")
                             ->group(H);
+  g->slices = cmd->add_option("--slices", o->slices,
+                              "TPU: slices of the same size joined over the hosts' data-centre "
+                              "network (multi-slice); default 1")
+                  ->group(H);
   g->rank_order = cmd->add_option("--rank-order", o->rank_order,
                                   "placement, innermost first: tp-dp-pp (Megatron-LM) or "
                                   "tp-pp-dp (Llama 3, torchtitan)")
@@ -738,7 +743,8 @@ void register_plan(CLI::App& app) {
       ->group(J);
   cmd->add_option("--layout", o->layout,
                   "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention "
-                  "(also vpp=N, sp=0|1); without it every layout is searched")
+                  "(also vpp=N, sp=0|1, cp=N, asynctp=1, shard=N for hybrid sharding: ZeRO "
+                  "over groups of N data-parallel ranks); without it every layout is searched")
       ->group(L);
   g->days = cmd->add_option("--days", o->days,
                             "find the smallest cluster (whole nodes) that trains the model in "

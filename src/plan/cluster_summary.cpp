@@ -51,7 +51,12 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
   // through two links of one node's bandwidth each.
   const int half = c.nodes / 2;
   const double full = half * node_gbs;
-  if (c.topology == Topology::torus) {
+  if (c.topology == Topology::torus && c.slices > 1) {
+    // Slices meet only over their hosts' data-centre NICs: a cut between halves of the slices.
+    s.bisection_gbs = full;
+    s.bisection_how = fmt::format("{} slices over the data-centre network: {} hosts × {:g} GB/s",
+                                  c.slices, half, node_gbs);
+  } else if (c.topology == Topology::torus) {
     // A cut across the longest axis of the slice: the links of one cross-section, twice over
     // when the axis wraps round.
     const TorusShape t = c.torus();

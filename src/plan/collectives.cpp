@@ -29,7 +29,11 @@ double ring_s(double bytes, const GroupPath& g, CollOp op) {
   const int n = g.size;
   const CollAlgorithm R = CollAlgorithm::ring;
   const double moved = max_bytes_sent(R, op, n, bandwidth_term(bytes, g));
-  if (g.torus) return (op == CollOp::all_reduce ? 2 : 1) * g.hops * g.intra_lat + moved;
+  if (g.torus) {
+    // Each pass: the hops round the slice's axes, then a step over the network per slice.
+    const double pass = g.hops * g.intra_lat + (g.nodes > 1 ? (g.nodes - 1) * g.net_lat : 0.0);
+    return (op == CollOp::all_reduce ? 2 : 1) * pass + moved;
+  }
   return kBaseLatency + sync_steps(R, op, n) * step_latency(g) + moved;
 }
 
@@ -54,6 +58,17 @@ Placement placement(const ClusterSpec& c, const Layout& l, Dim dim) {
       return {l.dp, dp_inner ? l.tp : l.tp * l.pp};
     case Dim::pp:
       return {l.pp, dp_inner ? tc * l.dp : tc};
+    case Dim::shard:
+    case Dim::replica: {
+      const Placement all = placement(c, l, Dim::dp);
+      const int z = l.zero_group();
+      if (z == l.dp_cp()) return dim == Dim::shard ? all : Placement{};
+      const int dp_stride = dp_inner ? tc : tc * l.pp;
+      const int dp_in_shard = l.cp > 1 ? z / l.cp : z;  // shard is a multiple of cp
+      if (dim == Dim::replica) return {l.replicas(), dp_stride * dp_in_shard};
+      if (l.cp > 1) return {l.cp, l.tp, dp_in_shard, dp_stride};
+      return {z, dp_stride};
+    }
   }
   return {};
 }
@@ -151,7 +166,7 @@ double all_reduce_s(double bytes, const GroupPath& g) {
   if (n <= 1 || bytes <= 0) return 0;
   const double w = bandwidth_term(bytes, g);
   const double ring = ring_s(bytes, g, CollOp::all_reduce);
-  if (g.nodes <= 1) return ring;
+  if (g.nodes <= 1 || g.torus) return ring;
   double tree =
       kBaseLatency +
       2.0 * (std::ceil(std::log2(double(g.nodes))) * g.net_lat + (g.per_node - 1) * g.intra_lat) +
@@ -174,16 +189,31 @@ GroupPath group_path(const ClusterSpec& c, const Layout& l, Dim dim) {
   GroupPath g;
   g.size = p.size * p.size2;
   if (c.topology == Topology::torus) {
-    // The group holding rank 0; every group of the dimension is a shifted copy of it.
-    std::vector<int> ranks;
+    // The group holding rank 0; every group of the dimension is a shifted copy of it. Ranks fill
+    // one slice after another: the members in rank 0's slice ring over the torus links, and a
+    // group spanning slices is two levels, as nodes on NICs are, the slices' hosts sending over
+    // the data-centre network.
+    const TorusShape shape = c.torus();
+    const int per_slice = shape.chips();
+    std::map<int, std::vector<int>> by_slice;
     for (int i = 0; i < p.size2; i++)
-      for (int k = 0; k < p.size; k++) ranks.push_back(i * p.stride2 + k * p.stride);
-    const TorusPath t = torus_group(c.torus(), ranks);
+      for (int k = 0; k < p.size; k++) {
+        const int r = i * p.stride2 + k * p.stride;
+        by_slice[r / per_slice].push_back(r % per_slice);
+      }
     g.torus = true;
-    g.per_node = g.size;  // one level: every byte over the torus links
+    g.nodes = int(by_slice.size());
+    g.per_node = 0;
+    for (const auto& [slice, members] : by_slice)
+      g.per_node = std::max(g.per_node, int(members.size()));
+    const TorusPath t = torus_group(shape, by_slice.begin()->second);
     g.intra_bw = t.links * c.intra_bw();
     g.intra_lat = c.intra_latency();
     g.hops = t.hops;
+    if (g.nodes > 1) {
+      g.net_bw = c.inter_bw_per_gpu();
+      g.net_lat = c.inter_latency();
+    }
     return g;
   }
   g.intra_bw = c.intra_bw();
@@ -240,7 +270,10 @@ double p2p_s(double bytes, const ClusterSpec& c, const Layout& l) {
   if (l.pp <= 1 || bytes <= 0) return 0;
   const Placement p = placement(c, l, Dim::pp);
   if (c.topology == Topology::torus) {
-    const TorusPath t = torus_send(c.torus(), 0, p.stride);
+    const TorusShape shape = c.torus();
+    if (p.stride >= shape.chips())  // stages in different slices: the hosts' network
+      return c.inter_latency() + bytes / c.inter_bw_per_gpu();
+    const TorusPath t = torus_send(shape, 0, p.stride);
     return t.hops * c.intra_latency() + bytes / (t.links * c.intra_bw());
   }
   const int gpn = c.gpus_per_node;

@@ -51,7 +51,8 @@ struct GroupPath {
   double slowdown = 1;                 // the topology's factor already applied to net_bw
   // A torus slice (plan/torus.h): intra_bw is the chip's share of the axes the group spans,
   // intra_lat one hop, and a ring pass takes `hops` hops; no launch cost (XLA runs the step as
-  // one program).
+  // one program). A group over several slices has `nodes` slices of `per_node` members, and
+  // net_bw is a chip's share of its host's data-centre NICs.
   bool torus = false;
   int hops = 0;
 };
@@ -61,8 +62,10 @@ double reduce_scatter_s(double bytes, const GroupPath& g);
 double all_gather_s(double bytes, const GroupPath& g);
 
 // Which parallel dimension a group belongs to: dp is the group gradients are reduced over and
-// ZeRO shards over, the dp × cp ranks holding the same weights.
-enum class Dim { tp, cp, pp, dp };
+// ZeRO shards over, the dp × cp ranks holding the same weights; with hybrid sharding (shard=)
+// ZeRO shards over `shard` of them (the innermost) and each shard's gradients are all-reduced
+// across the `replica` group, the ranks holding the same shard.
+enum class Dim { tp, cp, pp, dp, shard, replica };
 
 // How the groups of one dimension lie on the cluster for `l` (placing ranks in the cluster's
 // rank order), with the slowdown the topology puts on their traffic between nodes:

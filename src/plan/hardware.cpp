@@ -603,13 +603,17 @@ double ClusterSpec::inter_latency() const {
 
 std::string ClusterSpec::size_problem() const {
   std::string problem;
-  if (topology == Topology::torus) torus_shape(total_gpus(), device.max_slice_chips, &problem);
+  if (topology != Topology::torus) return "";
+  if (slices < 1) return fmt::format("--slices must be at least 1, got {}", slices);
+  if (total_gpus() % slices != 0)
+    return fmt::format("{} chips do not make {} slices of the same size", total_gpus(), slices);
+  torus_shape(total_gpus() / slices, device.max_slice_chips, &problem);
   return problem;
 }
 
 TorusShape ClusterSpec::torus() const {
   if (const std::string p = size_problem(); !p.empty()) fail("{}: {}", device.name, p);
-  return torus_shape(total_gpus(), device.max_slice_chips, nullptr);
+  return torus_shape(total_gpus() / slices, device.max_slice_chips, nullptr);
 }
 
 int ClusterSpec::tp_domain() const {
@@ -625,6 +629,9 @@ void ClusterSpec::validate() const {
          topology_name(topology));
   if (topology == Topology::torus && device.torus_dims == 0)
     fail("{}: --topology torus needs chips joined by ICI links (tpu-v4)", device.name);
+  if (topology != Topology::torus && slices != 1)
+    fail("{}: --slices {} joins TPU slices over the data-centre network; it needs a torus device",
+         device.name, slices);
   if (topology == Topology::torus) {
     if (intra_link != "ici")
       fail("{}: a torus slice's links are ICI, not {}", device.name, intra_link);
@@ -654,7 +661,8 @@ std::string ClusterSpec::describe() const {
                               nodes == 1 ? "" : "s", gpus_per_node);
   if (topology == Topology::torus) {
     const TorusShape t = torus();
-    s += fmt::format(", slice {} of ICI links{}, {} × {:g} GB/s each way per chip", t.name(),
+    s += fmt::format(", {}slice {} of ICI links{}, {} × {:g} GB/s each way per chip",
+                     slices > 1 ? fmt::format("{} × ", slices) : "", t.name(),
                      t.wrap[0] ? " with wraparound" : " (no wraparound)", 2 * device.torus_dims,
                      intra_link_gbs);
     if (nodes > 1)
@@ -816,6 +824,10 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
       {"cluster.nodes_per_domain",
        cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
          c.nodes_per_domain = value_of<int>(v, k, source);
+       })},
+      {"cluster.slices",
+       cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {
+         c.slices = value_of<int>(v, k, source);
        })},
       {"cluster.rank_order",
        cluster_key([&](ClusterSpec& c, const toml::node& v, const std::string& k) {

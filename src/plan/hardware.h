@@ -118,12 +118,16 @@ struct ClusterSpec {
   double oversubscription = 1;  // spine-leaf: leaf down/up bandwidth; dragonfly: global taper
   int nodes_per_domain = 32;    // nodes under one leaf (spine-leaf) or in one group (dragonfly)
   RankOrder order = RankOrder::tp_dp_pp;
+  // A torus cluster of several slices joined over the hosts' data-centre network (MaxText's
+  // multi-slice): ranks fill one slice after another; 1 for one slice (and for non-torus).
+  int slices = 1;
 
   int total_gpus() const { return gpus_per_node * nodes; }
   // Why no cluster of this kind has this many devices ("" when one can: always, except a torus
   // size no slice has).
   std::string size_problem() const;
-  // The torus slice of a torus cluster (plan/torus.h); throws kiln::Error with size_problem().
+  // The torus slice of a torus cluster, one of `slices` alike (plan/torus.h); throws
+  // kiln::Error with size_problem().
   TorusShape torus() const;
   // Devices a tensor-parallel group may span on the fast link: a node, or on a torus one axis.
   int tp_domain() const;

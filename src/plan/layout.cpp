@@ -26,6 +26,7 @@ std::string Layout::to_string() const {
   if (cp > 1) s += fmt::format(",cp={}", cp);
   if (async_tp) s += ",asynctp=1";
   if (tp > 1 && !sp) s += ",sp=0";
+  if (shard > 0 && dp > 0 && shard != dp_cp()) s += fmt::format(",shard={}", shard);
   return s;
 }
 
@@ -41,6 +42,7 @@ std::string LayoutKeys::given(const Layout& l) const {
   if (recompute) parts.push_back(fmt::format("recompute={}", l.recompute_text()));
   if (sp) parts.push_back(fmt::format("sp={:d}", l.sp));
   if (async_tp) parts.push_back(fmt::format("asynctp={:d}", l.async_tp));
+  if (shard) parts.push_back(fmt::format("shard={}", l.shard));
   std::string s;
   for (size_t i = 0; i < parts.size(); i++) s += (i ? "," : "") + parts[i];
   return s;
@@ -65,8 +67,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
   Layout l;
   l.dp = 0;
   bool sp_given = false;
-  const std::vector<std::string> keys = {"tp",  "cp",   "pp",        "dp", "mb",
-                                         "vpp", "zero", "recompute", "sp", "asynctp"};
+  const std::vector<std::string> keys = {"tp",   "cp",        "pp", "dp",      "mb",   "vpp",
+                                         "zero", "recompute", "sp", "asynctp", "shard"};
   std::set<std::string> seen;
   size_t pos = 0;
   if (text.empty())
@@ -96,6 +98,7 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
                  : key == "zero"      ? &keys_given.zero
                  : key == "recompute" ? &keys_given.recompute
                  : key == "asynctp"   ? &keys_given.async_tp
+                 : key == "shard"     ? &keys_given.shard
                                       : &keys_given.sp;
     *flag = true;
     if (key == "recompute") {
@@ -155,6 +158,8 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
       l.mb = v;
     else if (key == "vpp")
       l.vpp = v;
+    else if (key == "shard")
+      l.shard = v;
   }
   if (!sp_given) l.sp = l.tp > 1;
   if (l.tp == 1) l.sp = false;

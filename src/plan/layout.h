@@ -42,9 +42,16 @@ struct Layout {
   int full_every = 1;         // recompute=full/N: one block in N (recompute is full)
   bool sp = false;
   bool async_tp = false;
+  // Hybrid sharding (FSDP's HYBRID_SHARD, torchtitan's dp_shard, MaxText's slices): ZeRO shards
+  // over groups of `shard` of the dp·cp ranks and each group is a replica of the others, whose
+  // gradients are all-reduced across the replicas. 0: over all of them.
+  int shard = 0;
 
-  // The ranks holding the same weights, over which gradients are reduced and ZeRO shards.
+  // The ranks holding the same weights, over which gradients are reduced.
   int dp_cp() const { return dp * cp; }
+  // The ranks ZeRO shards over, and how many copies of each shard there are.
+  int zero_group() const { return shard > 0 ? shard : dp_cp(); }
+  int replicas() const { return dp_cp() / zero_group(); }
   // "none", "attention", "full", "op" or "full/2".
   std::string recompute_text() const;
   // Blocks recomputed in full, as a share of all (full/N: 1/N).
@@ -57,18 +64,18 @@ struct Layout {
 // Which keys a --layout gave. The planner searches the keys left out, the given ones fixed.
 struct LayoutKeys {
   bool tp = false, pp = false, dp = false, mb = false, vpp = false, zero = false, recompute = false,
-       sp = false, cp = false, async_tp = false;
+       sp = false, cp = false, async_tp = false, shard = false;
   // Every key the search varies is given (dp follows from tp and pp; sp defaults to tp > 1).
   bool all() const { return tp && pp && mb && vpp && zero && recompute; }
   std::string given(const Layout& l) const;  // "tp=8,mb=4": the given keys with their values
   std::string open() const;                  // "pp, vpp, zero and recompute": the keys left out
 };
 
-// Parses "key=value,..." with keys tp, cp, pp, dp, mb, vpp, zero, recompute, sp. Keys left out
-// keep their defaults (tp, cp, pp, mb, vpp = 1, zero = 0, recompute none, sp on when tp > 1); dp
-// left out
-// is 0, meaning "whatever the devices leave" (filled in by the planner); `given`, when not null,
-// says which keys the text gave. Throws kiln::Error naming the bad key or value.
+// Parses "key=value,..." with keys tp, cp, pp, dp, mb, vpp, zero, recompute, sp, asynctp and
+// shard. Keys left out keep their defaults (tp, cp, pp, mb, vpp = 1, zero = 0, recompute none,
+// sp on when tp > 1, shard over all of dp·cp); dp left out is 0, meaning "whatever the devices
+// leave" (filled in by the planner); `given`, when not null, says which keys the text gave.
+// Throws kiln::Error naming the bad key or value.
 Layout parse_layout(const std::string& text, LayoutKeys* given = nullptr);
 // The same layout apart from the ZeRO stage (search tables list one of each).
 inline bool same_but_zero(const Layout& a, const Layout& b) {

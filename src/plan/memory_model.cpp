@@ -50,7 +50,8 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
   const double e = activation_bytes(j.dtype);
   const double n = rank_tokens(j, l);
   const double rep = l.sp ? 1.0 / l.tp : 1.0;
-  const double dp = l.dp_cp();  // ZeRO shards over the ranks holding the same weights
+  const double dp = l.zero_group();  // ZeRO shards over the ranks holding the same weights, or
+                                     // over each replica's share of them (shard=)
   const double per_layer_slice = double(count_params(m).per_layer) / l.tp;
   const double act_layer = kept_activation_bytes(m, j, l);
   const double act_layer_full = layer_activation_bytes(m, j, l, Recompute::none);

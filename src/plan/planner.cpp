@@ -100,6 +100,23 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
                          int64_t(model_ranks) * l.dp, total, c.describe(), total / model_ranks);
     return fmt::format("{} = {} does not divide the cluster's {} devices", mr, model_ranks, total);
   }
+  if (l.shard > 0) {
+    const int group = l.dp_cp();
+    if (group % l.shard != 0)
+      return fmt::format(
+          "shard={} does not divide the {} data-parallel ranks{} (hybrid sharding splits them "
+          "into replicas of shard ranks each)",
+          l.shard, group, l.cp > 1 ? " (dp×cp)" : "");
+    if (l.cp > 1 && l.shard % l.cp != 0)
+      return fmt::format(
+          "shard={} splits a context-parallel group of {}; with cp > 1 shard is a multiple of "
+          "cp",
+          l.shard, l.cp);
+    if (l.shard < group && l.zero == 0)
+      return fmt::format(
+          "shard={} shards ZeRO state over replicas, and zero=0 has none; use zero=1, 2 or 3",
+          l.shard);
+  }
   if (l.async_tp && (l.tp == 1 || !l.sp))
     return "asynctp=1 overlaps sequence parallelism's all-gathers and reduce-scatters with the "
            "matmuls; it needs tp > 1 with sp";
@@ -257,23 +274,31 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
           std::vector<int> zeros;
           for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
           if (k.zero) zeros = {v.zero};
+          // Hybrid sharding where the cluster has slices (ZeRO inside each, replicas across the
+          // data-centre network, as MaxText shards), or as given.
+          std::vector<int> shards = {0};
+          if (c.slices > 1 && (dp * cp) % c.slices == 0) shards.push_back(dp * cp / c.slices);
+          if (k.shard) shards = {v.shard};
           for (int vpp : vpps)
             for (int zero : zeros)
-              for (const Layout& rc : recomputes) {
-                Layout l;
-                l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
-                l.recompute = rc.recompute;
-                l.recompute_op = rc.recompute_op;
-                l.full_every = rc.full_every;
-                l.sp = tp > 1 && (!k.sp || v.sp);
-                l.async_tp = async_tp && l.sp;
-                Estimate e = evaluate(m, c, j, l);
-                if (!e.valid()) continue;
-                out.considered++;
-                if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
-                  out.least_memory = e;
-                (e.fits() ? out.fitting : oom).push_back(std::move(e));
-              }
+              for (int shard : shards)
+                for (const Layout& rc : recomputes) {
+                  if (shard > 0 && zero == 0 && !k.shard) continue;
+                  Layout l;
+                  l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = mb, l.vpp = vpp, l.zero = zero;
+                  l.shard = shard;
+                  l.recompute = rc.recompute;
+                  l.recompute_op = rc.recompute_op;
+                  l.full_every = rc.full_every;
+                  l.sp = tp > 1 && (!k.sp || v.sp);
+                  l.async_tp = async_tp && l.sp;
+                  Estimate e = evaluate(m, c, j, l);
+                  if (!e.valid()) continue;
+                  out.considered++;
+                  if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
+                    out.least_memory = e;
+                  (e.fits() ? out.fitting : oom).push_back(std::move(e));
+                }
         }
       }
     }
@@ -315,6 +340,10 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   field(k.vpp, "vpp", std::to_string(v.vpp), "1–8 where the layers split evenly");
   field(k.zero, "zero", std::to_string(v.zero), "0–3");
   field(k.recompute, "recompute", v.recompute_text(), join(rc_text));
+  if (k.shard)
+    out.fixed.push_back({"shard", std::to_string(v.shard)});
+  else if (c.slices > 1)
+    out.searched.push_back({"shard", "all of dp, or one slice's share for hybrid sharding"});
   if (k.cp) {
     out.fixed.push_back({"cp", std::to_string(v.cp)});
   } else if (!cps_tried.empty()) {

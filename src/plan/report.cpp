@@ -75,7 +75,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
                             {"rank_order", rank_order_name(c.order)}};
   if (c.topology == Topology::torus) {
     const TorusShape t = c.torus();
-    cluster["torus"] = {{"slice", t.name()}, {"wraparound", t.wrap[0]}};
+    cluster["torus"] = {{"slice", t.name()}, {"wraparound", t.wrap[0]}, {"slices", c.slices}};
   }
   nlohmann::json job = {
       {"seq_len", j.seq_len},
@@ -231,9 +231,11 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   };
   mem_row("weights", m.weights);
   mem_row("gradients", m.grads);
-  mem_row(l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over {}={})", l.zero,
-                                   l.cp > 1 ? "dp×cp" : "dp", l.dp_cp())
-                     : std::string("optimizer state"),
+  mem_row(l.zero > 0 && l.replicas() > 1
+              ? fmt::format("optimizer state (ZeRO-{} over shard={})", l.zero, l.zero_group())
+          : l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over {}={})", l.zero,
+                                     l.cp > 1 ? "dp×cp" : "dp", l.dp_cp())
+                       : std::string("optimizer state"),
           m.optimizer);
   mem_row(fmt::format("activations (recompute {})", l.recompute_text()), m.activations);
   mem_row("backward working set, ZeRO-3 gathers", m.transient);

@@ -238,7 +238,14 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     cp_layer = fwd * (1 + l.full_share()) + bwd;
   }
 
+  // ZeRO's collectives run over its shard group (all of dp·cp, or one replica's with shard=);
+  // hybrid sharding then all-reduces each shard's gradients across the replicas.
   const GroupPath dpg = group_path(c, l, Dim::dp);
+  const GroupPath zg = group_path(c, l, Dim::shard), rg = group_path(c, l, Dim::replica);
+  const double z_ranks = l.zero_group();
+  auto reduce_grads = [&](double bytes) {  // ZeRO's reduce-scatter, then across the replicas
+    return reduce_scatter_s(bytes, zg) + all_reduce_s(bytes / z_ranks, rg);
+  };
   const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
   std::vector<StageTimes> st(stages.size());
   for (size_t i = 0; i < stages.size(); i++) {
@@ -276,8 +283,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       const size_t n_units = units.size();
       std::vector<double> ag(n_units), rs(n_units);
       for (size_t k = 0; k < n_units; k++) {
-        ag[k] = z3 ? all_gather_s(units[k].params * sb.gathered, dpg) : 0.0;
-        rs[k] = reduce_scatter_s(units[k].params * sb.grads, dpg);
+        ag[k] = z3 ? all_gather_s(units[k].params * sb.gathered, zg) : 0.0;
+        rs[k] = reduce_grads(units[k].params * sb.grads);
       }
       const double gathers_bwd = 1 + l.full_share();            // a full recompute gathers again
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
@@ -325,8 +332,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.gathered;
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
-    if (l.zero == 1) after_bwd = reduce_scatter_s(grads, dpg);
-    if (l.zero == 1 || l.zero == 2) before_fwd = all_gather_s(weights, dpg);
+    if (l.zero == 1) after_bwd = reduce_grads(grads);
+    if (l.zero == 1 || l.zero == 2) before_fwd = all_gather_s(weights, zg);
     const double k = double(i) / l.vpp;
     const double bwd_window = st[i].bwd + st[i].recompute + k * mean_bwd;
     const double fwd_window = st[i].fwd + k * mean_fwd;
@@ -341,7 +348,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // fp32 master, m, v read and written, 16-bit weights written, gradients read), plus the
   // gradient-norm read and the zeroing write of the gradients.
   for (const Stage& s : stages) {
-    const double shard = s.params / (l.zero >= 1 ? l.dp_cp() : 1);
+    const double shard = s.params / (l.zero >= 1 ? l.zero_group() : 1);
     const double per_param =
         2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));

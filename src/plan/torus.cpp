@@ -70,8 +70,8 @@ TorusShape torus_shape(int chips, int max_chips, std::string* problem) {
   if (problem)
     *problem = chips > max_chips
                    ? fmt::format(
-                         "{} chips is more than one pod of {}: slices joined over the data-centre "
-                         "network (multi-slice) are not modelled; plan at most {} chips",
+                         "a slice of {} chips is more than one pod of {}: join slices of at "
+                         "most {} chips over the data-centre network with --slices N",
                          chips, max_chips, max_chips)
                    : fmt::format("a slice cannot have {} chips; it can have {}", chips,
                                  torus_sizes(max_chips));

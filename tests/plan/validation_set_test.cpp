@@ -93,6 +93,7 @@ ClusterSpec cluster_of(const json& r) {
   if (o.contains("oversubscription")) c.oversubscription = o["oversubscription"];
   if (o.contains("nodes_per_domain")) c.nodes_per_domain = o["nodes_per_domain"];
   if (o.contains("rank_order")) c.order = parse_rank_order(o["rank_order"]);
+  if (o.contains("slices")) c.slices = o["slices"];
   const json d = r.value("device_overrides", json::object());
   if (d.contains("memory_gib")) c.device.memory_gib = d["memory_gib"];
   if (d.contains("mem_bw_gbs")) c.device.mem_bw_gbs = d["mem_bw_gbs"];
@@ -140,6 +141,7 @@ PublishedRun run_of(const json& r) {
                                  l["recompute"].get<std::string>(), l["sp"].get<bool>() ? 1 : 0);
   if (l.contains("cp")) text += fmt::format(",cp={}", l["cp"].get<int>());
   if (l.contains("asynctp")) text += fmt::format(",asynctp={}", l["asynctp"].get<int>());
+  if (l.contains("shard")) text += fmt::format(",shard={}", l["shard"].get<int>());
   run.layout = parse_layout(text);
   return run;
 }
