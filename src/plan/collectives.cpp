@@ -271,7 +271,8 @@ double p2p_s(double bytes, const ClusterSpec& c, const Layout& l) {
   const Placement p = placement(c, l, Dim::pp);
   if (c.topology == Topology::torus) {
     const TorusShape shape = c.torus();
-    if (p.stride >= shape.chips())  // stages in different slices: the hosts' network
+    // A pipeline reaching past its slice: its sends between slices take the hosts' network.
+    if (int64_t(p.stride) * l.pp > shape.chips())
       return c.inter_latency() + bytes / c.inter_bw_per_gpu();
     const TorusPath t = torus_send(shape, 0, p.stride);
     return t.hops * c.intra_latency() + bytes / (t.links * c.intra_bw());

@@ -77,7 +77,7 @@ struct LayoutKeys {
 // leave" (filled in by the planner); `given`, when not null, says which keys the text gave.
 // Throws kiln::Error naming the bad key or value.
 Layout parse_layout(const std::string& text, LayoutKeys* given = nullptr);
-// The same layout apart from the ZeRO stage (search tables list one of each).
+// The same layout apart from the ZeRO stage and shard group (search tables list one of each).
 inline bool same_but_zero(const Layout& a, const Layout& b) {
   return a.tp == b.tp && a.cp == b.cp && a.pp == b.pp && a.dp == b.dp && a.mb == b.mb &&
          a.vpp == b.vpp && a.async_tp == b.async_tp && a.recompute_text() == b.recompute_text() &&

@@ -134,6 +134,12 @@ TEST(PlanMultiSlice, AGroupAcrossSlicesIsTwoLevels) {
   const GroupPath tp = group_path(two, parse_layout("tp=4,pp=1,dp=32"), Dim::tp);
   EXPECT_EQ(tp.nodes, 1);
   EXPECT_NEAR(p2p_s(S, two, parse_layout("tp=1,pp=2,dp=64")), 30e-6 + S / dcn, 1e-9);
+  // Placed stages-first (tp-pp-dp), a pipeline of 4 stays in its slice, on the ICI links.
+  ClusterSpec inner = two;
+  inner.order = RankOrder::tp_pp_dp;
+  const double ici_send = p2p_s(S, inner, parse_layout("tp=4,pp=4,dp=8"));
+  EXPECT_LE(ici_send, 1e-6 * 4 + S / (45e9 * 0.82));  // a link at least, a few hops
+  EXPECT_LT(ici_send, 0.2 * S / dcn);
 }
 
 TEST(PlanMultiSlice, CliPlansSlicesAndSearchesHybridSharding) {
