@@ -253,7 +253,10 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   // Asynchronous TP where the software runs it: in the model it only hides collective time
   // (plan/time_model.cpp), never adds any, so the search takes it wherever it can rather than
   // trying both.
-  const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp;
+  // Not on Ascend: Megatron-LM's --tp-comm-overlap is Transformer Engine's CUDA userbuffers, and
+  // no Ascend counterpart's overlap is sourced.
+  const bool no_async_here = c.device.arch == "davinci";
+  const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp && !no_async_here;
   auto one_cp = [&](int cp) {
     for (int tp : tps) {
       for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
@@ -363,6 +366,10 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     out.not_searched.push_back({"sp", "1 wherever tp > 1 (it saves memory at the same traffic)"});
   if (k.async_tp)
     out.fixed.push_back({"asynctp", v.async_tp ? "1" : "0"});
+  else if (j.software.async_tp && no_async_here)
+    out.not_searched.push_back(
+        {"asynctp", fmt::format("0 ({}'s overlap is CUDA's; none is modelled on {})",
+                                j.software.name, c.device.name)});
   else if (j.software.async_tp)
     out.not_searched.push_back(
         {"asynctp",

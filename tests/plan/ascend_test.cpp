@@ -93,6 +93,8 @@ TEST(PlanAscend, CliPlansInFp16AndRefusesWhatTheChipLacks) {
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("fp16, flash attention"), std::string::npos) << ok.output;
   EXPECT_NE(ok.output.find("16 nodes × 4, hccs 90 GB/s"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("asynctp=0 (megatron's overlap is CUDA's"), std::string::npos)
+      << ok.output;
   auto bf16 = run_kiln("plan --model llama2-7b --gpu ascend-910 --gpus 64 --dtype bf16");
   EXPECT_NE(bf16.exit_code, 0);
   EXPECT_NE(bf16.output.find("plan with --dtype fp16"), std::string::npos) << bf16.output;
