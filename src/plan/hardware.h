@@ -75,6 +75,7 @@ struct DeviceSpec {
 // cores for fp8, naming what to plan with instead.
 std::string precision_problem(const DeviceSpec& d, Dtype dt);
 
+// The catalog, with each entry's sources beside it (plan/device_catalog.cpp).
 const std::vector<DeviceSpec>& device_catalog();
 // Throws kiln::Error listing the catalog (and the closest name) when `name` is unknown.
 const DeviceSpec& find_device(const std::string& name);

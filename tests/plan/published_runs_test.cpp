@@ -1,6 +1,6 @@
 // The planner against published training runs. Every case states its source and the layout and
 // cluster it assumes; none is tuned: the only calibration is each device's matmul efficiency in
-// the catalog (src/plan/hardware.cpp), taken from matmul benchmarks, not from these runs.
+// the catalog (src/plan/device_catalog.cpp), taken from matmul benchmarks, not from these runs.
 // docs/planner.md has the same numbers as tables.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
