@@ -44,10 +44,13 @@ struct DeviceSpec {
   double attention_efficiency = 1;
   double mem_bw_efficiency = 0;   // fraction of the bandwidth a streaming kernel reaches
   double kernel_overhead_us = 0;  // fixed cost of every kernel: launch, ramp-up, tail
-  double cache_mib = 0;           // last-level cache that memory-bound kernels run from when
-  double cache_bw_gbs = 0;        //   their data fits (measured on CPUs; 0 leaves it out)
-  double tdp_w = 0;               // power of one device at full load
-  double node_overhead_w = 0;     // the rest of a server (CPUs, NICs, fans, storage), per node
+  // How much slower compute runs while a data-parallel collective is in flight beside it (its
+  // kernels hold SMs and memory bandwidth): 0.189 is 18.9% slower. 0: no contention.
+  double overlap_slowdown = 0;
+  double cache_mib = 0;        // last-level cache that memory-bound kernels run from when
+  double cache_bw_gbs = 0;     //   their data fits (measured on CPUs; 0 leaves it out)
+  double tdp_w = 0;            // power of one device at full load
+  double node_overhead_w = 0;  // the rest of a server (CPUs, NICs, fans, storage), per node
   // The server this device usually comes in; cluster flags override each.
   int gpus_per_node = 8;
   std::string intra_link = "nvlink";

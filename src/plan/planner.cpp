@@ -565,7 +565,7 @@ std::string limiter(const Estimate& e) {
   std::vector<std::pair<double, const char*>> parts = {
       {t.bubble, "bubble"},       {t.tp_comm, "TP comm"},     {t.cp_comm, "CP comm"},
       {t.pp_p2p, "PP sends"},     {t.dp_exposed, "DP comm"},  {t.zero_exposed, "ZeRO comm"},
-      {t.recompute, "recompute"}, {t.optimizer, "optimizer"},
+      {t.recompute, "recompute"}, {t.optimizer, "optimizer"}, {t.contention, "overlap contention"},
   };
   std::sort(parts.begin(), parts.end(), [](auto& a, auto& b) { return a.first > b.first; });
   std::string s;

@@ -141,6 +141,7 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
                  {"zero_exposed", t.zero_exposed},
                  {"dp_comm_total", t.dp_comm},
                  {"dp_exposed", t.dp_exposed},
+                 {"overlap_contention", t.contention},
                  {"optimizer", t.optimizer}};
   const int N = in.cluster.total_gpus();
   j["tokens_per_step"] = e.tokens_per_step;
@@ -266,6 +267,7 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   if (l.zero >= 2 && l.dp > 1) time_row("ZeRO per-micro-batch traffic (exposed)", t.zero_exposed);
   if (l.dp > 1 && l.zero < 3)
     time_row(fmt::format("data-parallel traffic (exposed of {:.3g} s)", t.dp_comm), t.dp_exposed);
+  if (t.contention > 0) time_row("compute slowed beside hidden collectives", t.contention);
   time_row("optimizer", t.optimizer);
   s += fmt::format("  {:<42} {:>9.4g}\n", "step", t.step);
 

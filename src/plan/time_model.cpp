@@ -152,6 +152,7 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
 
 struct StageTimes {
   double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, cp = 0, p2p = 0, zero = 0;
+  double zero_hidden = 0;
   double total() const { return compute + tp + cp + p2p + zero; }
 };
 
@@ -300,6 +301,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                            : std::max(0.0, gathers_bwd * ag[k] + rs[k + 1] - units[k + 1].bwd);
       }
       x.zero = j.overlap_dp ? exposed_fwd + exposed_bwd : serial;
+      x.zero_hidden = serial - x.zero;
     }
   }
   size_t crit = 0;
@@ -327,6 +329,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // last backward, all-gather of the updated 16-bit weights (ZeRO-1/2) before the next forward.
   // Stage k finishes its last backward k stage-backwards before stage 0 and starts its first
   // forward k stage-forwards after it, which is time its collectives can hide in.
+  double dp_hidden = 0;
   for (size_t i = 0; i < stages.size(); i++) {
     if (l.dp_cp() <= 1) break;
     const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.gathered;
@@ -342,6 +345,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                                         : after_bwd + before_fwd;
     tb.dp_comm = std::max(tb.dp_comm, after_bwd + before_fwd);
     tb.dp_exposed = std::max(tb.dp_exposed, exposed);
+    dp_hidden = std::max(dp_hidden, after_bwd + before_fwd - exposed);
   }
 
   // The optimizer reads and writes its state, the weights and the gradients once (16-bit mixed:
@@ -353,7 +357,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
         2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
   }
-  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer;
+  // The hidden data-parallel and ZeRO collectives ran beside compute for as long as they took,
+  // and that compute ran overlap_slowdown slower. Tensor-parallel overlaps (Megatron's
+  // userbuffers, torchtitan's async TP) move chunks by peer copies rather than NCCL kernels and
+  // are not charged; no measurement of their contention was found.
+  tb.contention = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_hidden);
+  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention;
   return tb;
 }
 

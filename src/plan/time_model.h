@@ -18,7 +18,9 @@
 //   pipeline  = m · t_slowest + (p − 1)/v · t_mean      (bubble fraction (p−1)/(v·m + p − 1)
 //                                                      for equal stages: Narayanan et al. 2021)
 //   + data-parallel/ZeRO collectives not hidden behind backward (or the next forward)
-//   + the optimizer (memory-bound: reads and writes of state per parameter).
+//   + the optimizer (memory-bound: reads and writes of state per parameter)
+//   + the compute that ran beside hidden data-parallel/ZeRO collectives × the device's
+//     overlap_slowdown (their kernels hold SMs and memory bandwidth while in flight).
 #pragma once
 #include "plan/hardware.h"
 #include "plan/job.h"
@@ -39,7 +41,8 @@ struct TimeBreakdown {      // seconds per step
   double dp_comm = 0;       // once-per-step data-parallel traffic, all of it
   double dp_exposed = 0;    //   the part not hidden behind compute
   double optimizer = 0;
-  double step = 0;  // the sum of the exposed parts
+  double contention = 0;  // compute slowed by the hidden data-parallel collectives beside it
+  double step = 0;        // the sum of the exposed parts
 };
 
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,

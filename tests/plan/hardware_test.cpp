@@ -45,11 +45,13 @@ TEST(PlanHardware, WrittenFileReadsBack) {
   d.peak_tflops_32 = 0.1875;
   d.cache_mib = 32;
   d.cache_bw_gbs = 95.5;
+  d.overlap_slowdown = 0.25;
   const HardwareFile hw = parse_hardware_toml(hardware_toml(d, "measured\non a test"), "x.toml");
   EXPECT_EQ(hw.device.name, "this-cpu");
   EXPECT_TRUE(hw.device.cpu);
   EXPECT_DOUBLE_EQ(hw.device.peak_tflops_32, 0.1875);
   EXPECT_DOUBLE_EQ(hw.device.cache_bw_gbs, 95.5);
+  EXPECT_DOUBLE_EQ(hw.device.overlap_slowdown, 0.25);
   EXPECT_EQ(hw.cluster.gpus_per_node, 1);
 }
 
@@ -72,6 +74,11 @@ TEST(PlanHardware, ErrorsNameTheKeyAndTheFile) {
   EXPECT_NE(error_of([] {
               parse_hardware_toml("[gpu]\nx = 1\n", "d.toml");
             }).find("d.toml: unknown table or key 'gpu'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_hardware_toml("[device]\nbase = \"h100-sxm\"\noverlap_slowdown = 1.5\n",
+                                  "f.toml");
+            }).find("f.toml: device 'h100-sxm': overlap_slowdown is the fraction"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_hardware_toml("[device\n", "e.toml"); }).find("e.toml:1:"),
             std::string::npos);

@@ -84,8 +84,38 @@ TEST(PlanTimeModel, OverlapHidesDataParallelTraffic) {
   EXPECT_GT(serial.dp_comm, 0);
   EXPECT_DOUBLE_EQ(serial.dp_exposed, serial.dp_comm);
   EXPECT_LT(overlapped.dp_exposed, serial.dp_exposed);
-  EXPECT_NEAR(serial.step - serial.dp_exposed, overlapped.step - overlapped.dp_exposed,
-              1e-9 * serial.step);
+  EXPECT_DOUBLE_EQ(serial.contention, 0);
+  EXPECT_NEAR(serial.step - serial.dp_exposed,
+              overlapped.step - overlapped.dp_exposed - overlapped.contention, 1e-9 * serial.step);
+}
+
+// Compute beside a hidden collective runs overlap_slowdown slower (NCCL's kernels hold SMs):
+// the step pays that fraction of every second a data-parallel or ZeRO collective was hidden,
+// which is what the serial schedule exposes minus what the overlapped one does.
+TEST(PlanTimeModel, HiddenCollectivesSlowTheComputeBesideThem) {
+  const ModelSpec m = even_model();
+  DeviceSpec d = find_device("h100-sxm");
+  EXPECT_DOUBLE_EQ(d.overlap_slowdown, 0.189);
+  EXPECT_DOUBLE_EQ(find_device("tpu-v4").overlap_slowdown, 0);
+  for (int zero : {0, 1, 2, 3}) {
+    Layout l;
+    l.dp = 64, l.mb = 1, l.zero = zero;
+    JobSpec j = job(64 * 4);
+    auto run = [&](double slowdown, bool overlap) {
+      d.overlap_slowdown = slowdown;
+      j.overlap_dp = overlap;
+      return step_time(m, default_cluster(d, 8), j, l, 4);
+    };
+    const TimeBreakdown serial = run(0.189, false), free = run(0, true), slowed = run(0.189, true);
+    const double hidden =
+        (serial.zero_exposed + serial.dp_exposed) - (slowed.zero_exposed + slowed.dp_exposed);
+    EXPECT_GT(hidden, 0) << "zero=" << zero;
+    EXPECT_NEAR(slowed.contention, 0.189 * hidden, 1e-9 * slowed.step) << "zero=" << zero;
+    EXPECT_DOUBLE_EQ(free.contention, 0);
+    EXPECT_NEAR(slowed.step - free.step, slowed.contention, 1e-9 * slowed.step);
+    // Overlap still pays: hiding a collective costs a fifth of it, exposing it costs all.
+    EXPECT_LT(slowed.step, serial.step) << "zero=" << zero;
+  }
 }
 
 // ZeRO-3 works layer by layer (docs/planner.md, "ZeRO-2/3 unit by unit"): each layer's gather
