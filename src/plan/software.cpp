@@ -191,6 +191,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp.rmsnorm = rmsnorm_eager, fsdp.rotary = rotary_eager, fsdp.swiglu = swiglu_eager;
     fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
     fsdp.fp8_cast_kernels = 1;
+    fsdp.zero2_unit_gathers = true;
     c.push_back(fsdp);
     SoftwareProfile fsdp_c = fsdp;
     fsdp_c.name = "fsdp-compile";

@@ -68,6 +68,11 @@ struct SoftwareProfile {
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;
+  // ZeRO-2 as FSDP's SHARD_GRAD_OP (and FSDP2 without resharding after forward) runs it: each
+  // unit's weights are gathered before its forward, every micro-batch, and kept through its
+  // backward. Otherwise as DeepSpeed's ZeRO-2: whole 16-bit weights kept, gathered once per
+  // step after the update.
+  bool zero2_unit_gathers = false;
 
   // Flash attention's rate on `d` for a kernel over `tokens` keys and queries, in FLOP/s, or 0
   // when the profile has no figure for its architecture.

@@ -280,14 +280,16 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                               double(pc.final_norm) / t;
         units.push_back({head_p, head_fwd, head_bwd});
       }
-      const bool z3 = l.zero >= 3;
+      // FSDP's ZeRO-2 (SHARD_GRAD_OP) gathers each unit before its forward and keeps it
+      // through backward; ZeRO-3 gathers it again for backward (and for a full recompute).
+      const bool z3 = l.zero >= 3, fwd_gathers = z3 || j.software.zero2_unit_gathers;
       const size_t n_units = units.size();
       std::vector<double> ag(n_units), rs(n_units);
       for (size_t k = 0; k < n_units; k++) {
-        ag[k] = z3 ? all_gather_s(units[k].params * sb.gathered, zg) : 0.0;
+        ag[k] = fwd_gathers ? all_gather_s(units[k].params * sb.gathered, zg) : 0.0;
         rs[k] = reduce_grads(units[k].params * sb.grads);
       }
-      const double gathers_bwd = 1 + l.full_share();            // a full recompute gathers again
+      const double gathers_bwd = z3 ? 1 + l.full_share() : 0.0;
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
       for (size_t k = 0; k < n_units; k++) {
         serial += ag[k] + gathers_bwd * ag[k] + rs[k];
@@ -336,7 +338,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
     if (l.zero == 1) after_bwd = reduce_grads(grads);
-    if (l.zero == 1 || l.zero == 2) before_fwd = all_gather_s(weights, zg);
+    if (l.zero == 1 || (l.zero == 2 && !j.software.zero2_unit_gathers))
+      before_fwd = all_gather_s(weights, zg);
     const double k = double(i) / l.vpp;
     const double bwd_window = st[i].bwd + st[i].recompute + k * mean_bwd;
     const double fwd_window = st[i].fwd + k * mean_fwd;

@@ -146,6 +146,41 @@ TEST(PlanTimeModel, ZeroThreeExposesPerLayerLatencyThatGrowsWithTheGroup) {
   EXPECT_GT(exposed(4, false), small);
 }
 
+// ZeRO-2 as FSDP runs it (SHARD_GRAD_OP: "unshards before the forward, does not reshard them after
+// the forward, and only reshards them after the backward") gathers each unit once per micro-batch,
+// before its forward; DeepSpeed's ZeRO-2 keeps whole weights and gathers them once per step. So,
+// serially, FSDP's ZeRO-2 moves one gather per unit more than DeepSpeed's per micro-batch and one
+// less than ZeRO-3 (which gathers again for backward), and has no once-per-step gather.
+TEST(PlanTimeModel, FsdpZeroTwoGathersEachUnitBeforeItsForward) {
+  const ModelSpec m = even_model();
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 8);
+  JobSpec j = job(64 * 2);
+  j.overlap_dp = false;
+  Layout l;
+  l.dp = 64, l.mb = 1;
+  auto run = [&](const char* software, int zero) {
+    j.software = find_software(software);
+    l.zero = zero;
+    return step_time(m, c, j, l, 2);
+  };
+  const TimeBreakdown ds2 = run("deepspeed", 2), fsdp2 = run("fsdp", 2), fsdp3 = run("fsdp", 3);
+  EXPECT_GT(ds2.dp_comm, 0);  // the once-per-step gather of the updated weights
+  EXPECT_DOUBLE_EQ(fsdp2.dp_comm, 0);
+  const double one_gather_per_unit = fsdp2.zero_exposed - ds2.zero_exposed;
+  EXPECT_GT(one_gather_per_unit, 0);
+  EXPECT_NEAR(fsdp3.zero_exposed - fsdp2.zero_exposed, one_gather_per_unit,
+              1e-9 * fsdp3.zero_exposed);
+  // The units' gathers, each with its own ring latency, for each of the two micro-batches.
+  const ParamCounts pc = count_params(m);
+  const GroupPath g = group_path(c, l, Dim::shard);
+  const double gathered = state_bytes(j).gathered;
+  double units = all_gather_s(double(pc.embedding) * gathered, g) +
+                 m.n_layer * all_gather_s(double(pc.per_layer) * gathered, g);
+  units += all_gather_s(double((m.tied_embeddings ? 0 : pc.head) + pc.final_norm) * gathered, g);
+  EXPECT_NEAR(one_gather_per_unit, 2 * units, 1e-9 * units);
+  EXPECT_GT(one_gather_per_unit, 2 * ds2.dp_comm);  // the latencies of more, smaller gathers
+}
+
 // Ring costs (docs/planner.md): all-reduce base + 2(n−1)α + 2(n−1)/n·S/B, reduce-scatter and
 // all-gather half the steps and bytes; between nodes the bytes go over k NICs in parallel.
 TEST(PlanCollectives, RingAndTreeCosts) {
