@@ -165,6 +165,11 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.fp8_cast_bytes_per_e = 1, megatron.fp8_cast_bytes_fixed = 2;
     megatron.fp8_cast_kernels = 1;
     megatron.async_tp = true;
+    // Megatron-Core's VocabParallelCrossEntropy (tensor_parallel/cross_entropy.py; the fused
+    // variant needs --cross-entropy-loss-fusion): forward logits.float() (e in, 4 out), max (4),
+    // subtract in place (8), exp in place (8), sum (4), divide in place (8); backward multiply in
+    // place by the output gradient (8) and the cast back to 16 bits (4 in, e out).
+    megatron.loss_bytes_per_e = 2, megatron.loss_bytes_fixed = 48, megatron.loss_kernels = 8;
     c.push_back(megatron);
     SoftwareProfile nemo = megatron;
     nemo.name = "nemo";
@@ -192,6 +197,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
     fsdp.fp8_cast_kernels = 1;
     fsdp.zero2_unit_gathers = true;
+    // llm-foundry's MPT defaults to loss_fn: fused_crossentropy (llmfoundry/models/mpt/
+    // modeling_mpt.py: flash-attn's fused cross-entropy): a forward kernel reads the logits and a
+    // backward kernel reads them again and writes their gradient.
+    fsdp.loss_bytes_per_e = 3, fsdp.loss_bytes_fixed = 0, fsdp.loss_kernels = 2;
     c.push_back(fsdp);
     SoftwareProfile fsdp_c = fsdp;
     fsdp_c.name = "fsdp-compile";
@@ -207,6 +216,12 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt.grad_bytes_bf16 = tt.grad_bytes_fp16 = 4;
     tt.fp8_cast_bytes_per_e = 7, tt.fp8_cast_bytes_fixed = 3, tt.fp8_cast_kernels = 6;
     tt.fsdp_pp_once_per_step = true;
+    // train.py: cross_entropy(pred.flatten(0, 1).float(), labels), eager under both profiles
+    // ("compiling loss function causes CUDA errors, turning off for now"): the cast (e in, 4
+    // out), log_softmax (reads the row three times: max, sum of exp, output; writes it: 16);
+    // backward the zeroed gradient of nll_loss (4), log_softmax's backward (sum pass, then
+    // gradient and output in, gradient out: 16) and the cast back (4 in, e out).
+    tt.loss_bytes_per_e = 2, tt.loss_bytes_fixed = 44, tt.loss_kernels = 6;
     c.push_back(tt);
     SoftwareProfile tt_c = tt;
     tt_c.name = "torchtitan-compile";
@@ -229,6 +244,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     maxtext.grad_bytes_bf16 = maxtext.grad_bytes_fp16 = 4;
     maxtext.fp8_cast_bytes_per_e = 1, maxtext.fp8_cast_bytes_fixed = 2;  // casts fused, as XLA
     maxtext.fp8_cast_kernels = 1;                                        // fuses element-wise
+    maxtext.loss_bytes_per_e = 3, maxtext.loss_bytes_fixed = 0, maxtext.loss_kernels = 2;  // fused
     maxtext.async_tp = false;
     c.push_back(maxtext);
     SoftwareProfile kiln;

@@ -73,6 +73,13 @@ struct SoftwareProfile {
   // backward. Otherwise as DeepSpeed's ZeRO-2: whole 16-bit weights kept, gathered once per
   // step after the update.
   bool zero2_unit_gathers = false;
+  // The loss over the vocabulary (softmax cross-entropy, forward and backward, with its casts):
+  // bytes read and written per logit element, all kernels together, = loss_bytes_per_e × e +
+  // loss_bytes_fixed for logits of e bytes, in loss_kernels kernels. The default (9e + 36 in 3
+  // kernels) is what kiln charged every software before the profiles counted their own.
+  double loss_bytes_per_e = 9, loss_bytes_fixed = 36;
+  int loss_kernels = 3;
+  double loss_bytes(double e) const { return loss_bytes_per_e * e + loss_bytes_fixed; }
 
   // Flash attention's rate on `d` for a kernel over `tokens` keys and queries, in FLOP/s, or 0
   // when the profile has no figure for its architecture.

@@ -204,9 +204,11 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // The LM head and loss on the last stage; the embedding on the first.
   const double V = double(m.vocab);
   const double head_fwd = r.matmul(n, V / t, m.hidden) + r.elementwise(2 * n * m.hidden * e * rep);
-  const double head_bwd = r.matmul(n, m.hidden, V / t) + r.matmul(m.hidden, V / t, n) +
-                          r.elementwise(4 * n * m.hidden * e * rep) +
-                          r.elementwise(n * V / t * (3 * e + 12), 3);
+  const double head_bwd =
+      r.matmul(n, m.hidden, V / t) + r.matmul(m.hidden, V / t, n) +
+      r.elementwise(4 * n * m.hidden * e * rep) +
+      r.elementwise(n * V / t * j.software.loss_bytes(e) / j.software.loss_kernels,
+                    j.software.loss_kernels);
   const double embed = r.elementwise(n * m.hidden * e, 1) + r.elementwise(2 * n * m.hidden * e, 1);
 
   // Pipeline sends: the boundary activation and its gradient, split over the tp ranks (sequence

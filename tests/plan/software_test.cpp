@@ -89,17 +89,24 @@ TEST(PlanSoftware, DeepSpeedPipelineSendsTheWholeActivationFromEveryRank) {
 }
 
 // Gradients reduced in fp32 (torchtitan's FSDP2 default) move twice the bytes of bf16 ones
-// (FSDP under Composer): with no overlap the ZeRO-2 traffic is what differs, its bandwidth term
-// doubled and its ring latency (63 steps per layer here) the same.
+// (FSDP under Composer): with no overlap the ZeRO-2 reduce-scatters are what differ, their
+// bandwidth term doubled and their ring latency (63 steps per layer here) the same. FSDP's ZeRO-2
+// also gathers each unit's 16-bit weights before its forward, the same in both; ZeRO-3 gathers
+// them once more (for backward), so that difference is the gathers.
 TEST(PlanSoftware, Fp32GradientReductionMovesTwiceTheBytes) {
   const ModelSpec m = find_preset("llama2-7b").model;
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 8);
   JobSpec bf16 = job_with("fsdp-compile", 4096, 64),
           fp32 = job_with("torchtitan-compile", 4096, 64);
   bf16.overlap_dp = fp32.overlap_dp = false;
-  const Layout l = layout(1, 1, 64, 2);
-  const double z16 = step_time(m, c, bf16, l, 1).zero_exposed;
-  const double z32 = step_time(m, c, fp32, l, 1).zero_exposed;
+  const Layout l = layout(1, 1, 64, 2), l3 = layout(1, 1, 64, 3);
+  const double gathers =
+      step_time(m, c, bf16, l3, 1).zero_exposed - step_time(m, c, bf16, l, 1).zero_exposed;
+  EXPECT_NEAR(gathers,
+              step_time(m, c, fp32, l3, 1).zero_exposed - step_time(m, c, fp32, l, 1).zero_exposed,
+              1e-9 * gathers);
+  const double z16 = step_time(m, c, bf16, l, 1).zero_exposed - gathers;
+  const double z32 = step_time(m, c, fp32, l, 1).zero_exposed - gathers;
   EXPECT_GT(z32, 1.7 * z16);
   EXPECT_LT(z32, 2.0 * z16);
 }
@@ -166,8 +173,11 @@ TEST(PlanSoftware, GradReduceOverridesTheProfilesGradientDtype) {
   EXPECT_DOUBLE_EQ(memory_per_gpu(m, c, fp32, l, 1).grads,
                    2 * memory_per_gpu(m, c, bf16, l, 1).grads);
   bf16.overlap_dp = fp32.overlap_dp = false;
-  EXPECT_GT(step_time(m, c, fp32, l, 1).zero_exposed,
-            1.7 * step_time(m, c, bf16, l, 1).zero_exposed);
+  const double gathers =  // FSDP's ZeRO-2 gathers, the same in both (see above)
+      step_time(m, c, bf16, layout(1, 1, 64, 3), 1).zero_exposed -
+      step_time(m, c, bf16, l, 1).zero_exposed;
+  EXPECT_GT(step_time(m, c, fp32, l, 1).zero_exposed - gathers,
+            1.7 * (step_time(m, c, bf16, l, 1).zero_exposed - gathers));
   JobSpec bad = bf16;
   bad.grad_reduce = Dtype::fp8;
   try {

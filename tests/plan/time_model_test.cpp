@@ -37,7 +37,10 @@ JobSpec job(int64_t seqs) {
 TEST(PlanTimeModel, PipelineBubbleFollowsTheScheduleFormula) {
   const ModelSpec m = even_model();
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 8);
-  const JobSpec j = job(32);
+  JobSpec j = job(32);
+  // Equal stages: the 128-word head is negligible, and so is its loss when it is one kernel (an
+  // eager loss's several kernels' fixed costs would make the last stage measurably longer).
+  j.software.loss_kernels = 1;
   Layout l;
   l.tp = 8, l.pp = 8, l.dp = 1, l.mb = 1, l.sp = true;
   for (int v : {1, 2, 4}) {
@@ -179,6 +182,32 @@ TEST(PlanTimeModel, FsdpZeroTwoGathersEachUnitBeforeItsForward) {
   units += all_gather_s(double((m.tied_embeddings ? 0 : pc.head) + pc.final_norm) * gathered, g);
   EXPECT_NEAR(one_gather_per_unit, 2 * units, 1e-9 * units);
   EXPECT_GT(one_gather_per_unit, 2 * ds2.dp_comm);  // the latencies of more, smaller gathers
+}
+
+// The loss is the profile's count of bytes per logit element in its kernels: two profiles that
+// differ only there differ by exactly those bytes over the memory bandwidth and the kernels'
+// fixed costs, on the last stage, once per micro-batch. Megatron's vocab-parallel cross-entropy
+// moves 2e + 48 bytes per element in 8 kernels, llm-foundry's fused one 3e in 2.
+TEST(PlanTimeModel, TheLossMovesTheProfilesBytesPerLogit) {
+  ModelSpec m = even_model();
+  m.vocab = 131072;
+  const DeviceSpec d = find_device("h100-sxm");
+  const ClusterSpec c = default_cluster(d, 1);
+  JobSpec j = job(8);
+  Layout l;
+  l.dp = 8, l.mb = 1;
+  EXPECT_DOUBLE_EQ(find_software("megatron").loss_bytes(2), 52);
+  EXPECT_DOUBLE_EQ(find_software("fsdp").loss_bytes(2), 6);
+  EXPECT_DOUBLE_EQ(find_software("torchtitan").loss_bytes(2), 48);
+  SoftwareProfile a = find_software("megatron"), b = a;
+  b.loss_bytes_per_e = 3, b.loss_bytes_fixed = 0, b.loss_kernels = 2;
+  j.software = a;
+  const double ta = step_time(m, c, j, l, 1).compute;
+  j.software = b;
+  const double tb = step_time(m, c, j, l, 1).compute;
+  const double logits = 2048.0 * m.vocab;  // one sequence per rank and micro-batch
+  const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency;
+  EXPECT_NEAR(ta - tb, logits * (52 - 6) / bw + (8 - 2) * d.kernel_overhead_us * 1e-6, 1e-9 * ta);
 }
 
 // Ring costs (docs/planner.md): all-reduce base + 2(n−1)α + 2(n−1)/n·S/B, reduce-scatter and
