@@ -605,7 +605,7 @@ void register_plan(CLI::App& app) {
                                      "devices per node (default: the device's usual server)")
                          ->group(H);
   g->intra_link = cmd->add_option("--intra-link", o->intra_link,
-                                  "link inside a node: nvlink, xgmi, pcie or shm")
+                                  "link inside a node: nvlink, xgmi, xgmi-mesh, hccs, pcie or shm")
                       ->group(H);
   g->intra_link_gbs = cmd->add_option("--intra-link-gbs", o->intra_link_gbs,
                                       "its bandwidth per device and direction, GB/s")

@@ -295,7 +295,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.matmul_efficiency = 0.601;  // its burst is already sustained
       d.tdp_w = 750;
       d.node_overhead_w = 4000;
-      d.intra_link = "xgmi";
+      d.intra_link = "xgmi-mesh";  // a pair gets one link, 64 GB/s each way
       d.intra_link_gbs = 448;
       d.network = "ib-ndr";
       d.nic_gbps = 400;

@@ -90,12 +90,17 @@ void DeviceSpec::validate(const std::string& where) const {
 // ring/Simple: 3.4 µs NVLink, 5.7 µs PCIe, 9.6 µs network) and 30 µs for TCP over Ethernet.
 // HCCS (Ascend 910): 3 links of 240 Gb/s per chip (Huawei, Hot Chips 2019), a full mesh of 4;
 // efficiency and step latency are NVLink's, assumed (no HCCL bus-bandwidth figure is published).
+// xGMI on the MI300X platform: each GPU's 7 Infinity Fabric links (128 GB/s both ways each, the
+// MI300X datasheet) reach the 7 others directly, 896 GB/s in all: a full mesh, so a group of k
+// gets k − 1 links, not the 448 GB/s each way that all of them give together.
 // ICI (TPU torus links): the Scaling Book's (sharding.md) 1 µs per hop, and its profiled
 // all-gather on a TPU v5e 4×4 axis, 680 µs against the 560 µs its link rate gives: 0.82.
 const std::vector<LinkKind>& link_kinds() {
   static const std::vector<LinkKind> kinds = {
       {"nvlink", false, 300, 0.80, 3.4, false, "NVLink/NVSwitch"},
       {"xgmi", false, 50, 0.70, 3.4, false, "AMD Infinity Fabric (xGMI)"},
+      {"xgmi-mesh", false, 448, 0.70, 3.4, true,
+       "AMD Infinity Fabric, 8 GPUs fully meshed (MI300X platform: 7 × 64 GB/s each way)"},
       {"pcie", false, 32, 0.80, 5.7, false, "PCIe (Gen4 x16: 32 GB/s, Gen5: 64 GB/s each way)"},
       {"ici", false, 45, 0.82, 1.0, false, "TPU inter-chip interconnect: GB/s per link, one way"},
       {"hccs", false, 90, 0.80, 3.4, true, "Huawei HCCS: 4 Ascend 910s fully meshed, 3 × 30 GB/s"},

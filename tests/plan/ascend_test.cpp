@@ -49,6 +49,11 @@ TEST(PlanAscend, AMeshGroupGetsTheLinksThatReachItsMembers) {
   // A pipeline send between stages of one group takes one link.
   const double send = p2p_s(S, ascend(4), parse_layout("tp=1,pp=4,dp=1"));
   EXPECT_NEAR(send, 3.4e-6 + S / link, 1e-9);
+  // The MI300X platform is a mesh of 8: a pair gets one of a GPU's 7 links, 8 get all of them.
+  const ClusterSpec mi = default_cluster(find_device("mi300x"), 1);
+  const double xgmi_link = 448e9 / 7 * 0.70;
+  EXPECT_NEAR(group_path(mi, parse_layout("tp=2,pp=1,dp=4"), Dim::tp).intra_bw, xgmi_link, 1);
+  EXPECT_NEAR(group_path(mi, parse_layout("tp=8,pp=1,dp=1"), Dim::tp).intra_bw, 7 * xgmi_link, 1);
   // NVLink: a pair gets what a group of 8 gets.
   const ClusterSpec dgx = default_cluster(find_device("a100-80gb"), 1);
   EXPECT_DOUBLE_EQ(group_path(dgx, parse_layout("tp=2,pp=1,dp=4"), Dim::tp).intra_bw,
