@@ -333,7 +333,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // last backward, all-gather of the updated 16-bit weights (ZeRO-1/2) before the next forward.
   // Stage k finishes its last backward k stage-backwards before stage 0 and starts its first
   // forward k stage-forwards after it, which is time its collectives can hide in.
-  double dp_hidden = 0;
+  double dp_beside = 0;
   for (size_t i = 0; i < stages.size(); i++) {
     if (l.dp_cp() <= 1) break;
     const double grads = stages[i].params * sb.grads, weights = stages[i].params * sb.gathered;
@@ -350,7 +350,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                                         : after_bwd + before_fwd;
     tb.dp_comm = std::max(tb.dp_comm, after_bwd + before_fwd);
     tb.dp_exposed = std::max(tb.dp_exposed, exposed);
-    dp_hidden = std::max(dp_hidden, after_bwd + before_fwd - exposed);
+    // What of it runs beside this stage's compute, not beside its idle warm-up and cool-down:
+    // the gradients' collective starts during the last backward, the weights' gather at the
+    // step's start, k stage-forwards before this stage's first forward.
+    if (j.overlap_dp)
+      dp_beside = std::max(dp_beside, std::min(after_bwd, st[i].bwd + st[i].recompute) +
+                                          std::clamp(before_fwd - k * mean_fwd, 0.0, st[i].fwd));
   }
 
   // The optimizer reads and writes its state, the weights and the gradients once (16-bit mixed:
@@ -362,11 +367,11 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
         2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
   }
-  // The hidden data-parallel and ZeRO collectives ran beside compute for as long as they took,
-  // and that compute ran overlap_slowdown slower. Tensor-parallel overlaps (Megatron's
+  // The hidden data-parallel and ZeRO collectives ran beside compute, which ran
+  // overlap_slowdown slower for as long as they did. Tensor-parallel overlaps (Megatron's
   // userbuffers, torchtitan's async TP) move chunks by peer copies rather than NCCL kernels and
   // are not charged; no measurement of their contention was found.
-  tb.contention = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_hidden);
+  tb.contention = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_beside);
   tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention;
   return tb;
 }

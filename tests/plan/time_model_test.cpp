@@ -119,6 +119,15 @@ TEST(PlanTimeModel, HiddenCollectivesSlowTheComputeBesideThem) {
     // Overlap still pays: hiding a collective costs a fifth of it, exposing it costs all.
     EXPECT_LT(slowed.step, serial.step) << "zero=" << zero;
   }
+  // Under pipeline parallelism a stage's once-per-step traffic also hides in its idle warm-up
+  // and cool-down, where there is no compute to slow: only what runs beside compute is charged.
+  Layout l;
+  l.pp = 4, l.dp = 16, l.mb = 1, l.zero = 1;
+  JobSpec j = job(16 * 16);
+  d.overlap_slowdown = 0.189;
+  const TimeBreakdown t = step_time(m, default_cluster(d, 8), j, l, 16);
+  EXPECT_GT(t.contention, 0);
+  EXPECT_LT(t.contention, 0.189 * (t.dp_comm - t.dp_exposed));
 }
 
 // ZeRO-3 works layer by layer (docs/planner.md, "ZeRO-2/3 unit by unit"): each layer's gather
