@@ -289,16 +289,22 @@ void check_positive(double v, const char* flag, const char* what) {
 }
 
 // --days D: the smallest cluster of whole nodes that trains the job in D days.
-void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed) {
+// slices_fixed: --slices (or a hardware file's cluster.slices above 1) was given.
+void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed,
+               bool slices_fixed) {
   // A sane cap: 131,072 devices, more than the largest published training clusters; a
   // description with no network between nodes stays on one node.
   const bool network = in.cluster.nics_per_node > 0 && in.cluster.nic_gbps > 0;
-  // A torus keeps its number of slices (one unless --slices), each at most a pod.
+  // A torus keeps the number of slices --slices gives; without it the search splits sizes
+  // beyond a pod into the fewest slices over the data-centre network, up to the same cap.
   const bool torus = in.cluster.topology == Topology::torus;
-  const int max_devices = torus ? in.cluster.device.max_slice_chips * in.cluster.slices : 1 << 17;
+  const bool fixed_slices = torus && slices_fixed;
+  const int pod = in.cluster.device.max_slice_chips;
+  const int max_slices = torus && !fixed_slices ? std::max(1, (1 << 17) / pod) : 1;
+  const int max_devices = fixed_slices ? pod * in.cluster.slices : 1 << 17;
   const int max_nodes = network ? std::max(1, max_devices / in.cluster.gpus_per_node) : 1;
   const DeadlineResult r =
-      smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes);
+      smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes, max_slices);
   const int per = in.cluster.gpus_per_node;
   if (!r.found) {
     std::string seen =
@@ -333,17 +339,20 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
     j["days_target"] = {{"days_max", o.days},
                         {"nodes", r.cluster.nodes},
                         {"gpus", r.cluster.total_gpus()},
+                        {"slices", r.cluster.slices},
                         {"sizes_searched", r.sizes_tried},
                         {"searched_from_nodes", r.first_nodes}};
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print(
-      "--days {:g}: the smallest cluster is {} node{} ({} × {}), {} in {:.3g} days ({} size{} "
+      "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {:.3g} days ({} size{} "
       "searched from {} node{}, the least that the sustained matmul rate allows)\n\n",
       o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
-      r.cluster.device.name, e.layout.to_string(), e.days, r.sizes_tried,
-      r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s");
+      r.cluster.device.name,
+      r.cluster.slices > 1 ? fmt::format(" in {} slices", r.cluster.slices) : "",
+      e.layout.to_string(), e.days, r.sizes_tried, r.sizes_tried == 1 ? "" : "s", r.first_nodes,
+      r.first_nodes == 1 ? "" : "s");
   fmt::print("{}{}", inputs_text(found), estimate_text(e, found));
 }
 
@@ -487,7 +496,7 @@ void plan(const PlanOpts& o, const Given& g) {
       if (fixed.keys.dp)
         fail("--days searches the cluster size, so dp follows from it; leave dp out of --layout");
     }
-    return plan_days(o, in, fixed);
+    return plan_days(o, in, fixed, g.slices->count() > 0 || cluster.slices > 1);
   }
 
   if (!o.layout.empty()) {

@@ -18,16 +18,29 @@ int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpe
   return std::max<int64_t>(1, int64_t(std::floor(devices / c.gpus_per_node)));
 }
 
+// `n` nodes of `c`'s kind as a cluster: on a torus in the fewest slices of a size Google offers
+// (up to max_slices; 1 keeps c.slices). False when no split works.
+bool cluster_of_nodes(const ClusterSpec& c, int64_t n, int max_slices, ClusterSpec* out) {
+  *out = c;
+  out->nodes = int(n);
+  if (c.topology != Topology::torus || max_slices <= 1) return out->size_problem().empty();
+  for (int s = 1; s <= max_slices; s++) {
+    out->slices = s;
+    if (out->size_problem().empty()) return true;
+  }
+  return false;
+}
+
 DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                                         double days, const FixedFields& fixed, int max_nodes) {
+                                         double days, const FixedFields& fixed, int max_nodes,
+                                         int max_slices) {
   DeadlineResult out;
   const int64_t lb = nodes_lower_bound(m, c, j, days);
   out.first_nodes = lb;
   out.cluster = c;
   for (int64_t n = lb; n <= max_nodes; n++) {
-    ClusterSpec cc = c;
-    cc.nodes = int(n);
-    if (!cc.size_problem().empty()) continue;  // e.g. no torus slice has this many chips
+    ClusterSpec cc;
+    if (!cluster_of_nodes(c, n, max_slices, &cc)) continue;  // e.g. no torus slice this size
     const SearchResult r = search(m, cc, j, fixed);
     out.sizes_tried++;
     if (r.considered > 0) out.sizes_runnable++;

@@ -12,7 +12,9 @@ namespace kiln::plan {
 // The smallest cluster, in whole nodes of `c`'s kind (c.nodes is ignored), whose fastest
 // fitting layout (with `fixed`'s fields) trains the job in at most `days`. Sizes are tried from
 // a lower bound upwards — every matmul weight's 6 FLOPs per token at the device's sustained
-// matmul rate, which no layout beats — up to `max_nodes`.
+// matmul rate, which no layout beats — up to `max_nodes`. On a TPU torus with max_slices > 1
+// each size is split into the fewest slices (at most max_slices, each a slice Google offers)
+// joined over the data-centre network; with max_slices 1 it keeps c.slices.
 struct DeadlineResult {
   bool found = false;
   ClusterSpec cluster;      // the cluster found (or the largest tried)
@@ -26,7 +28,7 @@ struct DeadlineResult {
 };
 DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                          double days, const FixedFields& fixed = {},
-                                         int max_nodes = 16384);
+                                         int max_nodes = 16384, int max_slices = 1);
 // The nodes below which no layout can train the job in `days` (at least 1).
 int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, double days);
 

@@ -293,6 +293,16 @@ TEST(PlanCli, DaysFindsTheSmallestClusterThatMakesTheDeadline) {
               std::string::npos)
         << r.output;
   }
+  // On a TPU beyond a pod: slices over the data-centre network, unless --slices holds them.
+  r = run_kiln("plan --model llama2-70b --gpu tpu-v4 --tokens 2T --days 10 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["days_target"]["slices"].get<int>(), 1) << r.output;
+  EXPECT_EQ(j["days_target"]["slices"], j["cluster"]["torus"]["slices"]);
+  r = run_kiln("plan --model llama2-70b --gpu tpu-v4 --tokens 2T --days 10 --slices 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no cluster of up to 1024 nodes of 4 × tpu-v4"), std::string::npos)
+      << r.output;
   r = run_kiln("plan --model llama2-7b --gpu a100-80gb --days 30 --nodes 4");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--days searches the cluster size; leave out --nodes"), std::string::npos)

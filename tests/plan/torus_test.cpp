@@ -109,6 +109,27 @@ TEST(PlanTorus, TensorParallelismStaysOnOneAxisAndSizesAreSlices) {
   EXPECT_TRUE(torus_size_ok(r.cluster.total_gpus(), 4096)) << r.cluster.total_gpus();
 }
 
+// Beyond a pod, --days splits a size into the fewest slices Google offers, joined over the
+// data-centre network; held to one slice (--slices 1) the same deadline is out of reach.
+TEST(PlanTorus, DeadlineBeyondAPodUsesSlices) {
+  const Preset& p = find_preset("llama2-70b");
+  JobSpec j = p.job();
+  j.train_tokens = 2e12;
+  const int pod_hosts = 4096 / 4;
+  const DeadlineResult one = smallest_cluster_for_days(p.model, tpu_v4(4), j, 10, {}, pod_hosts);
+  EXPECT_FALSE(one.found);
+  const DeadlineResult many =
+      smallest_cluster_for_days(p.model, tpu_v4(4), j, 10, {}, 32 * pod_hosts, 32);
+  ASSERT_TRUE(many.found);
+  EXPECT_LE(many.best.days, 10);
+  const ClusterSpec& c = many.cluster;
+  EXPECT_GT(c.slices, 1);
+  EXPECT_EQ(c.total_gpus() % c.slices, 0);
+  EXPECT_TRUE(torus_size_ok(c.total_gpus() / c.slices, 4096)) << c.describe();
+  // The fewest slices: one fewer would need a slice larger than a pod.
+  EXPECT_GT(c.total_gpus() / (c.slices - 1), 4096) << c.describe();
+}
+
 TEST(PlanTorus, HardwareFileKeepsTheTorus) {
   const HardwareFile hw = parse_hardware_toml(
       "[device]\nbase = \"tpu-v4\"\nname = \"tpu-v4-small-pod\"\nmax_slice_chips = 512\n"
