@@ -184,6 +184,11 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   if (g.nodes_per_domain->count()) c.nodes_per_domain = o.nodes_per_domain;
   if (g.rank_order->count()) c.order = parse_rank_order(o.rank_order);
   if (g.slices->count()) c.slices = o.slices;
+  // --days chooses the size: check the rest of the description on the smallest cluster of its
+  // slices (a host of chips each), not on the one host the size defaults to.
+  if (g.days->count() && c.topology == Topology::torus && c.slices > 1 && !g.nodes->count() &&
+      !g.gpus->count())
+    c.nodes = c.slices;
   c.validate();
   return c;
 }
@@ -324,12 +329,13 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
     fail(
         "--days {:g}: no cluster of up to {} node{} of {} × {} ({} devices{}) trains {} on {} "
         "tokens in {:g} days ({} size{} searched from {} node{}; {}); allow more --days, or "
-        "train fewer --tokens",
+        "train fewer --tokens{}",
         o.days, max_nodes, max_nodes == 1 ? "" : "s", per, in.cluster.device.name,
         int64_t(max_nodes) * per,
         network ? "" : "; the hardware describes no network between nodes: give --nic-gbps",
         in.model.name, si(in.job.train_tokens), o.days, r.sizes_tried,
-        r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s", seen);
+        r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s", seen,
+        fixed_slices ? ", or leave out --slices to let the search join more slices" : "");
   }
   const PlanInputs found{in.model, r.cluster, in.job};
   const Estimate& e = r.best;

@@ -265,7 +265,7 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
     time_row(fmt::format("pipeline bubble ((p-1)/v of a stage's m)"), t.bubble);
   }
   if (l.zero >= 2 && l.dp > 1) time_row("ZeRO per-micro-batch traffic (exposed)", t.zero_exposed);
-  if (l.dp > 1 && l.zero < 3)
+  if (l.dp > 1 && t.dp_comm > 0)  // ZeRO-3 and FSDP's ZeRO-2 have no once-per-step traffic
     time_row(fmt::format("data-parallel traffic (exposed of {:.3g} s)", t.dp_comm), t.dp_exposed);
   if (t.contention > 0) time_row("compute slowed beside hidden collectives", t.contention);
   time_row("optimizer", t.optimizer);

@@ -18,13 +18,15 @@ int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpe
   return std::max<int64_t>(1, int64_t(std::floor(devices / c.gpus_per_node)));
 }
 
-// `n` nodes of `c`'s kind as a cluster: on a torus in the fewest slices of a size Google offers
-// (up to max_slices; 1 keeps c.slices). False when no split works.
+// `n` nodes of `c`'s kind as a cluster: on a torus, up to a pod one slice, beyond it the fewest
+// slices of a size Google offers (up to max_slices; 1 keeps c.slices). False when none works.
 bool cluster_of_nodes(const ClusterSpec& c, int64_t n, int max_slices, ClusterSpec* out) {
   *out = c;
   out->nodes = int(n);
   if (c.topology != Topology::torus || max_slices <= 1) return out->size_problem().empty();
-  for (int s = 1; s <= max_slices; s++) {
+  out->slices = 1;
+  if (out->total_gpus() <= c.device.max_slice_chips) return out->size_problem().empty();
+  for (int s = 2; s <= max_slices; s++) {
     out->slices = s;
     if (out->size_problem().empty()) return true;
   }

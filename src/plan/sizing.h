@@ -13,8 +13,9 @@ namespace kiln::plan {
 // fitting layout (with `fixed`'s fields) trains the job in at most `days`. Sizes are tried from
 // a lower bound upwards — every matmul weight's 6 FLOPs per token at the device's sustained
 // matmul rate, which no layout beats — up to `max_nodes`. On a TPU torus with max_slices > 1
-// each size is split into the fewest slices (at most max_slices, each a slice Google offers)
-// joined over the data-centre network; with max_slices 1 it keeps c.slices.
+// a size up to a pod is one slice, and a larger one is split into the fewest slices (at most
+// max_slices, each a slice Google offers) joined over the data-centre network; with max_slices 1
+// it keeps c.slices.
 struct DeadlineResult {
   bool found = false;
   ClusterSpec cluster;      // the cluster found (or the largest tried)

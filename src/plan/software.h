@@ -69,9 +69,9 @@ struct SoftwareProfile {
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;
   // ZeRO-2 as FSDP's SHARD_GRAD_OP (and FSDP2 without resharding after forward) runs it: each
-  // unit's weights are gathered before its forward, every micro-batch, and kept through its
-  // backward. Otherwise as DeepSpeed's ZeRO-2: whole 16-bit weights kept, gathered once per
-  // step after the update.
+  // unit's weights are gathered before its forward, every micro-batch (outside no_sync), and
+  // kept through its backward. Otherwise as DeepSpeed's ZeRO-2: whole 16-bit weights kept, gathered
+  // once per step after the update.
   bool zero2_unit_gathers = false;
   // The loss over the vocabulary (softmax cross-entropy, forward and backward, with its casts):
   // bytes read and written per logit element, all kernels together, = loss_bytes_per_e × e +

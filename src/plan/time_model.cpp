@@ -369,8 +369,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   }
   // The hidden data-parallel and ZeRO collectives ran beside compute, which ran
   // overlap_slowdown slower for as long as they did. Tensor-parallel overlaps (Megatron's
-  // userbuffers, torchtitan's async TP) move chunks by peer copies rather than NCCL kernels and
-  // are not charged; no measurement of their contention was found.
+  // userbuffers, torchtitan's async TP) and context parallelism's ring passes are not charged:
+  // no measurement of their contention was found.
   tb.contention = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_beside);
   tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention;
   return tb;

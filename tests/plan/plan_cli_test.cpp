@@ -303,6 +303,18 @@ TEST(PlanCli, DaysFindsTheSmallestClusterThatMakesTheDeadline) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("no cluster of up to 1024 nodes of 4 × tpu-v4"), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("or leave out --slices to let the search join more slices"),
+            std::string::npos)
+      << r.output;
+  // --slices N keeps N slices of any size up to a pod (the one host --days starts from is not
+  // checked against it).
+  r = run_kiln("plan --model llama2-70b --gpu tpu-v4 --tokens 2T --days 10 --slices 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["days_target"]["slices"], 4);
+  r = run_kiln("plan --model llama2-70b --gpu tpu-v4 --tokens 2T --days 10 --slices 3");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no cluster of up to 3072 nodes of 4 × tpu-v4"), std::string::npos)
+      << r.output;
   r = run_kiln("plan --model llama2-7b --gpu a100-80gb --days 30 --nodes 4");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--days searches the cluster size; leave out --nodes"), std::string::npos)
