@@ -67,9 +67,11 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     if (st.first && m.dropout) mb.activations += st.in_flight_microbatches * n * m.hidden * rep;
     if (st.last) {
       // Final norm input and output, and the logits of the micro-batch in its loss: the
-      // vocabulary-parallel cross-entropy keeps an fp32 copy next to 16-bit logits.
+      // vocabulary-parallel (or eager) cross-entropy keeps an fp32 copy next to 16-bit logits;
+      // a fused loss keeps the logits and writes their gradient beside them.
       mb.activations += 2 * n * m.hidden * e * rep;
-      mb.activations += n * double(m.vocab) / l.tp * (e == 4 ? 4 : e + 4);
+      const double per_logit = j.software.fused_loss ? 2 * e : e == 4 ? 4 : e + 4;
+      mb.activations += n * double(m.vocab) / l.tp * per_logit;
     }
     // Backward needs the gradients of one layer's activations at a time (about one layer's
     // activations); full recompute also rebuilds one layer's activations; ZeRO-3 gathers the

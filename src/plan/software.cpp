@@ -201,6 +201,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // modeling_mpt.py: flash-attn's fused cross-entropy): a forward kernel reads the logits and a
     // backward kernel reads them again and writes their gradient.
     fsdp.loss_bytes_per_e = 3, fsdp.loss_bytes_fixed = 0, fsdp.loss_kernels = 2;
+    fsdp.fused_loss = true;  // flash_attn/ops/triton/cross_entropy.py: logits saved, a new dlogits
     c.push_back(fsdp);
     SoftwareProfile fsdp_c = fsdp;
     fsdp_c.name = "fsdp-compile";
@@ -222,6 +223,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // backward the zeroed gradient of nll_loss (4), log_softmax's backward (sum pass, then
     // gradient and output in, gradient out: 16) and the cast back (4 in, e out).
     tt.loss_bytes_per_e = 2, tt.loss_bytes_fixed = 44, tt.loss_kernels = 6;
+    tt.fused_loss = false;
     c.push_back(tt);
     SoftwareProfile tt_c = tt;
     tt_c.name = "torchtitan-compile";

@@ -80,6 +80,10 @@ struct SoftwareProfile {
   double loss_bytes_per_e = 9, loss_bytes_fixed = 36;
   int loss_kernels = 3;
   double loss_bytes(double e) const { return loss_bytes_per_e * e + loss_bytes_fixed; }
+  // A fused loss kernel keeps the 16-bit logits for its backward and writes their gradient
+  // beside them (2e bytes per logit element); the eager and Megatron losses keep an fp32 copy
+  // next to the 16-bit logits (e + 4).
+  bool fused_loss = false;
 
   // Flash attention's rate on `d` for a kernel over `tokens` keys and queries, in FLOP/s, or 0
   // when the profile has no figure for its architecture.

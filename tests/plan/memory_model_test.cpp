@@ -73,6 +73,25 @@ TEST(PlanMemoryModel, SoftwareSetsTheGradientBytesAndFp8AddsAWeightCopy) {
   EXPECT_DOUBLE_EQ(sb.gathered, 2);  // ZeRO-3 gathers the bf16 weights
 }
 
+// The loss's logits: the eager and vocabulary-parallel losses keep an fp32 copy beside the
+// 16-bit logits (e + 4 bytes per element), llm-foundry's fused loss (the fsdp profile) keeps
+// the 16-bit logits and writes their gradient into a new tensor (2e): 2 bytes per logit less
+// in bf16, on the one micro-batch the last stage holds in its loss.
+TEST(PlanMemoryModel, AFusedLossKeepsNoFp32CopyOfTheLogits) {
+  Planned s = planned("llama2-7b", "a100-80gb", 1, Dtype::bf16, true);
+  s.job.software = find_software("fsdp");
+  EXPECT_TRUE(s.job.software.fused_loss);
+  EXPECT_FALSE(find_software("megatron").fused_loss);
+  EXPECT_FALSE(find_software("torchtitan").fused_loss);
+  Layout l;
+  l.dp = 8, l.mb = 2;
+  const double fused = memory_per_gpu(s.model, s.cluster, s.job, l, 1).activations;
+  s.job.software.fused_loss = false;
+  const double eager = memory_per_gpu(s.model, s.cluster, s.job, l, 1).activations;
+  const double logits = 2.0 * s.job.seq_len * s.model.vocab;  // mb 2 sequences
+  EXPECT_DOUBLE_EQ(eager - fused, 2 * logits);
+}
+
 // Korthikanti et al. 2022, section 4 (GPT-3 175B shapes, 16-bit activations, dropout, attention
 // scores kept): bytes per layer s·b·h·(10 + 24/t + 5as/(ht)) with tensor parallelism,
 // s·b·h·(34/t + 5as/(ht)) with sequence parallelism too, 34·s·b·h/t with selective recompute,
