@@ -49,6 +49,10 @@ const DeviceSpec& find_device(const std::string& name) {
        join_names(names));
 }
 
+bool DeviceSpec::nvidia() const {
+  return arch == "ampere" || arch == "hopper" || arch == "blackwell" || arch == "ada";
+}
+
 void DeviceSpec::validate(const std::string& where) const {
   if (peak_tflops_16 <= 0 && peak_tflops_32 <= 0)
     fail("{}: device '{}' needs peak_tflops_bf16 or peak_tflops_fp32", where, name);

@@ -71,6 +71,8 @@ struct DeviceSpec {
   // FLOP/s a large matmul of a linear layer sustains in training: fp8 runs them on the fp8
   // tensor cores, every other precision at its own peak.
   double linear_flops(Dtype d) const;
+  // An NVIDIA GPU (CUDA): ampere, hopper, blackwell or ada.
+  bool nvidia() const;
   void validate(const std::string& where) const;
 };
 

@@ -253,9 +253,11 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   // Asynchronous TP where the software runs it: in the model it only hides collective time
   // (plan/time_model.cpp), never adds any, so the search takes it wherever it can rather than
   // trying both.
-  // Not on Ascend: Megatron-LM's --tp-comm-overlap is Transformer Engine's CUDA userbuffers, and
-  // no Ascend counterpart's overlap is sourced.
-  const bool no_async_here = c.device.arch == "davinci";
+  // Only on NVIDIA GPUs: Megatron-LM's --tp-comm-overlap is Transformer Engine's CUDA
+  // userbuffers and torchtitan's is PyTorch's CUDA SymmetricMemory. No Ascend counterpart is
+  // sourced, and ROCm's Transformer Engine merged userbuffers only in 2026
+  // (ROCm/TransformerEngine#367), its overlap kernels for gfx950 (MI350, not in the catalog).
+  const bool no_async_here = !c.device.nvidia();
   const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp && !no_async_here;
   auto one_cp = [&](int cp) {
     for (int tp : tps) {

@@ -73,6 +73,23 @@ TEST(PlanAsyncTp, SearchTriesItOnlyWhereTheSoftwareRunsIt) {
   EXPECT_FALSE(find_software("torchtitan").async_tp);  // needs torch.compile
   EXPECT_FALSE(find_software("deepspeed").async_tp);
   EXPECT_FALSE(find_software("fsdp").async_tp);
+  // Only on NVIDIA GPUs (CUDA userbuffers, CUDA SymmetricMemory): not on an MI300X or an
+  // Ascend 910, where the search says why.
+  j.software = find_software("megatron");
+  for (const char* gpu : {"mi300x", "ascend-910"}) {
+    JobSpec jj = j;
+    if (std::string(gpu) == "ascend-910") jj.dtype = Dtype::fp16;
+    const int nodes = std::string(gpu) == "ascend-910" ? 64 : 4;  // 256 of 32 GB, 32 of 192 GB
+    const SearchResult other = search(m, default_cluster(find_device(gpu), nodes), jj);
+    ASSERT_FALSE(other.fitting.empty()) << gpu;
+    for (const Estimate& e : other.fitting) EXPECT_FALSE(e.layout.async_tp) << gpu;
+    bool said = false;
+    for (const SearchField& f : other.not_searched)
+      said = said || (f.key == "asynctp" && f.how.find("CUDA") != std::string::npos);
+    EXPECT_TRUE(said) << gpu;
+  }
+  EXPECT_TRUE(find_device("h100-sxm").nvidia());
+  EXPECT_FALSE(find_device("tpu-v4").nvidia());
   // Fixed off, it stays off.
   j.software = find_software("megatron");
   FixedFields off;
