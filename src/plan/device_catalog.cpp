@@ -47,13 +47,15 @@ constexpr double kFp8OverBf16 = kFp8Burst / 0.801;
 const std::vector<DeviceSpec>& device_catalog() {
   static const std::vector<DeviceSpec> cat = [] {
     std::vector<DeviceSpec> c;
-    auto nvidia = [](DeviceSpec d) {
-      d.mem_bw_efficiency = 0.85;
+    // What every NVIDIA and AMD GPU shares (the header comments above), at its HBM efficiency.
+    auto gpu = [](DeviceSpec d, double mem_bw_efficiency) {
+      d.mem_bw_efficiency = mem_bw_efficiency;
       d.kernel_overhead_us = 4;
       d.reserved_gib = 2;
       d.overlap_slowdown = kOverlapSlowdown;
       return d;
     };
+    auto nvidia = [&](DeviceSpec d) { return gpu(d, 0.85); };
     // A100 SXM4:
     // https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     // 312 TFLOP/s BF16 dense, 19.5 FP32, 40 GB HBM2 at 1,555 GB/s or 80 GB HBM2e at 2,039 GB/s,
@@ -244,13 +246,7 @@ const std::vector<DeviceSpec>& device_catalog() {
           "SXM assumed; server assumed";
       c.push_back(nvidia(d));
     }
-    auto amd = [](DeviceSpec d) {
-      d.mem_bw_efficiency = 0.80;
-      d.kernel_overhead_us = 4;
-      d.reserved_gib = 2;
-      d.overlap_slowdown = kOverlapSlowdown;
-      return d;
-    };
+    auto amd = [&](DeviceSpec d) { return gpu(d, 0.80); };
     // MI250X: https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html — one
     // package is two graphics compute dies (GCDs), each of which software sees as one GPU: per
     // GCD 191.5 TFLOP/s BF16 (383 per package), 47.9 FP32 vector, 64 GB HBM2e at 1.6 TB/s,
