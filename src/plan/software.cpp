@@ -64,8 +64,19 @@ int SoftwareProfile::zero_as_run(const Layout& l) const {
 //   default, torchtitan/config_manager.py); PyTorch FSDP under Composer (llm-foundry's PURE, and
 //   DEFAULT from Composer 0.13.5 to 0.16) and DeepSpeed reduce in the 16-bit training dtype;
 //   Composer 0.17's DEFAULT reduces in fp32, which a job says with --grad-reduce (JobSpec).
-// DeepSpeed's pipeline engine (deepspeed/runtime/pipe/engine.py) sends each stage's whole output
-//   from every tensor-parallel rank; Megatron-LM scatters it over the tp ranks.
+// Pipeline sends. Megatron-LM scatters the boundary activation and its gradient over the tp ranks
+//   and gathers them on arrival (scatter_gather_tensors_in_pipeline; with sequence parallelism
+//   they are split already), and sends and receives in batched pairs (send_forward_recv_backward).
+//   DeepSpeed's pipeline engine (deepspeed/runtime/pipe/engine.py) partitions the activation over
+//   the tp ranks (is_pipe_partitioned, since the engine's first version, 2020-09) and the receiver
+//   gathers it (PartitionedTensor.full()); it partitions the gradient as well since "Big science
+//   related changes" (#1407, 2021-09-29; before it is_grad_partitioned was False, and EleutherAI's
+//   DeeperSpeed fork of 2021-09 that GPT-NeoX-20B names still sends it whole). Its p2p.send and
+//   p2p.recv are blocking dist.send/recv (or a broadcast in a group of two), and TrainSchedule
+//   (pipe/schedule.py) issues RecvActivation and SendGrad, or SendActivation and RecvGrad, one
+//   after the other before each pass: four transfers on a stage's path per micro-batch where
+//   Megatron's pairs cost two. (A simulation of TrainSchedule's steps with blocking rendezvous,
+//   docs/planner.md, gives 4m + 2(p − 4) transfers per step; kiln charges the 4m.)
 // fp8 casts, per element of each tensor cast (a linear layer's input, weight and output
 //   gradient), bytes = a·e + b:
 //   Transformer Engine (delayed scaling, amax from history): one fused cast-transpose kernel
@@ -178,14 +189,24 @@ const std::vector<SoftwareProfile>& software_catalog() {
     SoftwareProfile ds = megatron;
     ds.name = "deepspeed";
     ds.description =
-        "Megatron-DeepSpeed: Megatron's fused kernels, DeepSpeed's pipeline engine (whole "
-        "activations sent from every tp rank), ZeRO reducing in the training dtype";
-    ds.source = "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py; FlashAttention-2 papers";
+        "Megatron-DeepSpeed: Megatron's fused kernels, DeepSpeed's pipeline engine (activations "
+        "and gradients partitioned over the tp ranks, blocking sends and receives), ZeRO "
+        "reducing in the training dtype";
+    ds.source =
+        "microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, p2p.py, schedule.py; "
+        "FlashAttention-2 papers";
     ds.flash_of_peak = fa2;
     ds.grad_bytes_bf16 = 2;
-    ds.p2p_split_tp = false;
+    ds.p2p_serial = true;
     ds.async_tp = false;
     c.push_back(ds);
+    SoftwareProfile ds2021 = ds;
+    ds2021.name = "deepspeed-2021";
+    ds2021.description =
+        "DeepSpeed's pipeline engine before September 2021 (and EleutherAI's DeeperSpeed of "
+        "then): as deepspeed, but every tp rank sends the whole activation gradient";
+    ds2021.p2p_grads_split_tp = false;
+    c.push_back(ds2021);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";
     fsdp.description =

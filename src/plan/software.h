@@ -58,7 +58,12 @@ struct SoftwareProfile {
   Composite rmsnorm, rotary, swiglu;
   double grad_bytes_bf16 = 2;  // gradients kept and reduced, bytes per element, bf16 training
   double grad_bytes_fp16 = 2;  //   and fp16 training (fp32 training: always 4)
-  bool p2p_split_tp = true;
+  // Pipeline sends: whether each tp rank sends its 1/tp slice of the boundary activation (and,
+  // separately, of its gradient) and the receiver gathers the slices over the tp group, or sends
+  // the whole tensor; and whether every send and receive is its own blocking call (a stage's
+  // micro-batch waits for four transfers) or a send and a receive go as one batched pair (two).
+  bool p2p_split_tp = true, p2p_grads_split_tp = true;
+  bool p2p_serial = false;
   // fp8: bytes read and written per element of a tensor cast to fp8 for a matmul, relative to
   // the element's 16-bit size e: reads for amax and cast, the fp8 copy and its transpose.
   double fp8_cast_bytes_per_e = 0;  // bytes = this × e + fp8_cast_bytes_fixed, per element

@@ -211,11 +211,20 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                     j.software.loss_kernels);
   const double embed = r.elementwise(n * m.hidden * e, 1) + r.elementwise(2 * n * m.hidden * e, 1);
 
-  // Pipeline sends: the boundary activation and its gradient, split over the tp ranks (sequence
-  // parallelism, or Megatron-LM's scatter-gather) unless the software sends every rank's copy,
-  // once per virtual stage.
-  const double p2p_bytes = j.software.p2p_split_tp ? act / t : act;
-  const double p2p_mb = l.pp > 1 ? 2.0 * l.vpp * p2p_s(p2p_bytes, c, l) : 0.0;
+  // Pipeline sends, once per virtual stage: the boundary activation forward and its gradient
+  // backward, each split over the tp ranks (sequence parallelism, Megatron-LM's scatter-gather,
+  // DeepSpeed's partitioned tensors) or every rank's whole copy, as the software sends them. A
+  // split tensor that is not sequence-parallel is gathered over the tp group on arrival. Blocking
+  // sends and receives (DeepSpeed's engine) put both of a pass's transfers, the one in and the
+  // one out, on the stage's path; a batched send-and-receive pair costs one transfer.
+  const SoftwareProfile& sw = j.software;
+  auto p2p_one = [&](bool split) {
+    const double gather = split && !l.sp && t > 1 ? all_gather_s(act, tpg) : 0.0;
+    return p2p_s(split ? act / t : act, c, l) + gather;
+  };
+  const double p2p_mb = l.pp > 1 ? (sw.p2p_serial ? 2.0 : 1.0) * l.vpp *
+                                       (p2p_one(sw.p2p_split_tp) + p2p_one(sw.p2p_grads_split_tp))
+                                 : 0.0;
 
   // Context parallelism: a ring of cp ranks passes each key/value chunk (n tokens' K and V on a
   // tp rank) cp − 1 times per layer, each pass during one chunk's attention (Megatron-Core and
