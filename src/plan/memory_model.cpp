@@ -45,7 +45,7 @@ double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout&
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                const Layout& given, int64_t micro_batches) {
   Layout l = given;
-  l.zero = j.software.zero_as_run(given);
+  l.zero = j.software.zero_as_run(given, j.dtype);
   const StateBytes sb = state_bytes(j);
   const double e = activation_bytes(j.dtype);
   const double n = rank_tokens(j, l);
@@ -61,7 +61,10 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     MemoryBreakdown mb;
     mb.stage = st.index;
     mb.weights = st.params * sb.weights / (l.zero >= 3 ? dp : 1);
-    mb.grads = st.params * sb.grads / (l.zero >= 2 ? dp : 1);
+    // DeepSpeed's BF16_Optimizer keeps full fp32 gradient copies beside the bf16 gradients.
+    mb.grads = j.software.runs_bf16_optimizer(given, j.dtype)
+                   ? st.params * (4 + sb.grads)
+                   : st.params * sb.grads / (l.zero >= 2 ? dp : 1);
     mb.optimizer = st.params * sb.optimizer / (l.zero >= 1 ? dp : 1);
     mb.activations = st.in_flight_layers * act_layer;
     if (st.first && m.dropout) mb.activations += st.in_flight_microbatches * n * m.hidden * rep;

@@ -194,7 +194,12 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
         "attention recompute does nothing with flash attention, which keeps no "
         "attention scores");
   if (l.zero > 0 && l.dp_cp() == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
-  if (j.software.zero_as_run(l) != l.zero)
+  if (j.software.runs_bf16_optimizer(l, j.dtype))
+    e.notes.push_back(
+        "DeepSpeed runs bf16 without ZeRO under its pipeline engine with its BF16_Optimizer: "
+        "optimizer state sharded over dp, each micro-batch's gradients added into fp32 copies, "
+        "the fp32 gradients all-reduced");
+  else if (j.software.zero_as_run(l, j.dtype) != l.zero)
     e.notes.push_back(fmt::format(
         "{} keeps each pipeline stage's weights gathered and its gradients unsharded through "
         "the step's micro-batches (FSDP's reshard_after_forward off under pp): ZeRO-{} holds "

@@ -29,7 +29,8 @@ double SoftwareProfile::grad_bytes(Dtype dt) const {
   return dt == Dtype::fp16 ? grad_bytes_fp16 : grad_bytes_bf16;
 }
 
-int SoftwareProfile::zero_as_run(const Layout& l) const {
+int SoftwareProfile::zero_as_run(const Layout& l, Dtype dt) const {
+  if (runs_bf16_optimizer(l, dt)) return 1;
   return fsdp_pp_once_per_step && l.pp > 1 && l.zero >= 2 ? 1 : l.zero;
 }
 
@@ -198,6 +199,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.flash_of_peak = fa2;
     ds.grad_bytes_bf16 = 2;
     ds.p2p_serial = true;
+    ds.bf16_optimizer = true;
     ds.async_tp = false;
     c.push_back(ds);
     SoftwareProfile ds2021 = ds;
@@ -206,6 +208,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "DeepSpeed's pipeline engine before September 2021 (and EleutherAI's DeeperSpeed of "
         "then): as deepspeed, but every tp rank sends the whole activation gradient";
     ds2021.p2p_grads_split_tp = false;
+    ds2021.bf16_optimizer = false;  // BF16_Optimizer came with #1801, 2022-04
     c.push_back(ds2021);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";

@@ -94,9 +94,19 @@ struct SoftwareProfile {
   // when the profile has no figure for its architecture.
   double flash_flops(const DeviceSpec& d, double tokens) const;
   double grad_bytes(Dtype dt) const;
-  // The ZeRO stage `l` runs as under this software: what its ranks hold and when they
-  // communicate (1 for ZeRO-2/3 under pipeline parallelism where fsdp_pp_once_per_step).
-  int zero_as_run(const Layout& l) const;
+  // DeepSpeed's BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py), which DeepSpeed runs for
+  // bf16 without ZeRO under its pipeline engine: fp32 master weights and Adam state sharded over
+  // dp (its own stage 1), every micro-batch's bf16 gradients added into full fp32 copies in a
+  // separate pass, the fp32 gradients all-reduced over dp after the last micro-batch, the updated
+  // bf16 weights all-gathered.
+  bool bf16_optimizer = false;
+  bool runs_bf16_optimizer(const Layout& l, Dtype dt) const {
+    return bf16_optimizer && dt == Dtype::bf16 && l.zero == 0 && l.pp > 1;
+  }
+  // The ZeRO stage `l` runs as under this software in dtype `dt`: what its ranks hold and when
+  // they communicate (1 for ZeRO-2/3 under pipeline parallelism where fsdp_pp_once_per_step, and
+  // for DeepSpeed's BF16_Optimizer's sharding).
+  int zero_as_run(const Layout& l, Dtype dt) const;
 };
 
 // Attention kernels with a published forward + backward benchmark (--attention-kernel):

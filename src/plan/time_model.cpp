@@ -161,7 +161,7 @@ struct StageTimes {
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                         const Layout& given, int64_t micro_batches) {
   Layout l = given;
-  l.zero = j.software.zero_as_run(given);
+  l.zero = j.software.zero_as_run(given, j.dtype);
   const Rates r(c.device, j);
   const StateBytes sb = state_bytes(j);
   const double n = rank_tokens(j, l), e = r.e, t = l.tp;
@@ -258,6 +258,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   auto reduce_grads = [&](double bytes) {  // ZeRO's reduce-scatter, then across the replicas
     return reduce_scatter_s(bytes, zg) + all_reduce_s(bytes / z_ranks, rg);
   };
+  const bool bf16_opt = j.software.runs_bf16_optimizer(given, j.dtype);
   const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
   std::vector<StageTimes> st(stages.size());
   for (size_t i = 0; i < stages.size(); i++) {
@@ -266,6 +267,13 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     x.fwd = s.layers * lt.fwd + (s.first ? embed / 3 : 0) + (s.last ? head_fwd : 0);
     x.bwd = s.layers * lt.bwd + (s.first ? 2 * embed / 3 : 0) + (s.last ? head_bwd : 0);
     x.recompute = s.layers * rec;
+    if (bf16_opt) {
+      // After each backward, every parameter tensor's bf16 gradient is cast to fp32 (2 bytes
+      // read, 4 written) and added into its fp32 copy (8 read, 4 written): two kernels a tensor.
+      const double tensors =
+          s.layers * (m.bias ? 12.0 : 6.0) + (s.first ? 1 : 0) + (s.last ? 2 : 0);
+      x.bwd += r.elementwise(s.params * 18 / (2 * tensors), 2 * tensors);
+    }
     x.compute = x.fwd + x.bwd + x.recompute;
     x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
     x.cp = s.layers * cp_layer;
@@ -349,6 +357,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
     if (l.zero == 1) after_bwd = reduce_grads(grads);
+    if (bf16_opt) after_bwd = all_reduce_s(stages[i].params * 4, dpg);  // the fp32 copies
     if (l.zero == 1 || (l.zero == 2 && !j.software.zero2_unit_gathers))
       before_fwd = all_gather_s(weights, zg);
     const double k = double(i) / l.vpp;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "plan/planner.h"
+#include "plan/stages.h"
 #include "test_util.h"
 
 namespace kiln::plan {
@@ -171,6 +172,44 @@ TEST(PlanSoftware, DeepSpeedPipelineSendsArePartitionedAndBlocking) {
   EXPECT_LT(p_old, 4 * p_ds);
 }
 
+// DeepSpeed runs bf16 without ZeRO under its pipeline engine with BF16_Optimizer: the optimizer
+// state sharded as ZeRO-1's, full fp32 gradient copies beside the bf16 gradients, every
+// micro-batch's gradients added into them (18 bytes a parameter), the fp32 gradients all-reduced
+// (twice a reduce-scatter's bytes at twice the width) and the bf16 weights all-gathered. The
+// engine of 2021 had no such optimizer, and fp16 or pp = 1 do not run it.
+TEST(PlanSoftware, DeepSpeedBf16OptimizerAccumulatesAndReducesInFp32) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  JobSpec ds = job_with("deepspeed", 2048, 256);
+  ds.overlap_dp = false;
+  Layout z0 = layout(8, 8, 2, 0), z1 = layout(8, 8, 2, 1);
+  const int64_t mbs = 128;
+  ASSERT_TRUE(ds.software.runs_bf16_optimizer(z0, Dtype::bf16));
+  EXPECT_FALSE(ds.software.runs_bf16_optimizer(z1, Dtype::bf16));
+  EXPECT_FALSE(ds.software.runs_bf16_optimizer(z0, Dtype::fp16));
+  EXPECT_FALSE(ds.software.runs_bf16_optimizer(layout(8, 1, 16, 0), Dtype::bf16));
+  EXPECT_FALSE(find_software("deepspeed-2021").runs_bf16_optimizer(z0, Dtype::bf16));
+
+  const MemoryBreakdown m0 = memory_per_gpu(m, c, ds, z0, mbs),
+                        m1 = memory_per_gpu(m, c, ds, z1, mbs);
+  EXPECT_DOUBLE_EQ(m0.optimizer, m1.optimizer);  // sharded over dp either way
+  EXPECT_DOUBLE_EQ(m0.grads, 3 * m1.grads);      // fp32 copies (4) beside bf16 gradients (2)
+
+  const TimeBreakdown t0 = step_time(m, c, ds, z0, mbs), t1 = step_time(m, c, ds, z1, mbs);
+  // The pass after each backward, on the stage with the most parameters (the first: its layers
+  // and the embedding), at the device's sustained memory bandwidth; kernel overheads on top.
+  double most = 0;
+  for (const Stage& s : pipeline_stages(m, z0, mbs)) most = std::max(most, s.params);
+  const double bw = c.device.mem_bw_gbs * 1e9 * c.device.mem_bw_efficiency;
+  const double pass = 18 * most / bw;
+  EXPECT_GT(t0.compute - t1.compute, mbs * pass);
+  EXPECT_LT(t0.compute - t1.compute, 1.2 * mbs * pass);
+  // Traffic: all-reduce of 4 bytes + all-gather of 2 against reduce-scatter of 2 + all-gather of
+  // 2, ring bandwidth terms (n − 1)/n alike: (2·4 + 2) / (2 + 2) = 2.5, less the latency shares.
+  EXPECT_GT(t0.dp_comm, 2.3 * t1.dp_comm);
+  EXPECT_LT(t0.dp_comm, 2.5 * t1.dp_comm);
+}
+
 // Gradients reduced in fp32 (torchtitan's FSDP2 default) move twice the bytes of bf16 ones
 // (FSDP under Composer): with no overlap the ZeRO-2 reduce-scatters are what differ, their
 // bandwidth term doubled and their ring latency (63 steps per layer here) the same. FSDP's ZeRO-2
@@ -206,9 +245,9 @@ TEST(PlanSoftware, TorchtitanFsdpUnderPipelineGathersOncePerStep) {
   JobSpec resharding = tt;
   resharding.software.fsdp_pp_once_per_step = false;
   const Layout z3 = layout(8, 4, 8, 3), z1 = layout(8, 4, 8, 1);
-  EXPECT_EQ(tt.software.zero_as_run(z3), 1);
-  EXPECT_EQ(tt.software.zero_as_run(layout(8, 1, 32, 3)), 3);
-  EXPECT_EQ(find_software("fsdp").zero_as_run(z3), 3);
+  EXPECT_EQ(tt.software.zero_as_run(z3, Dtype::bf16), 1);
+  EXPECT_EQ(tt.software.zero_as_run(layout(8, 1, 32, 3), Dtype::bf16), 3);
+  EXPECT_EQ(find_software("fsdp").zero_as_run(z3, Dtype::bf16), 3);
   const int64_t mbs = 32;
   const TimeBreakdown once = step_time(m, c, tt, z3, mbs);
   EXPECT_DOUBLE_EQ(once.step, step_time(m, c, tt, z1, mbs).step);
