@@ -130,6 +130,16 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
         l.cp, 2 * l.cp, j.seq_len, 2 * l.cp);
   if (l.pp > m.n_layer)
     return fmt::format("pp={} is more stages than the {} layers of {}", l.pp, m.n_layer, m.name);
+  if (l.pp > 1 && !j.software.pipeline)
+    return fmt::format(
+        "pp={}: {} has no pipeline parallelism; use pp=1, or --software torchtitan or megatron "
+        "for a pipeline",
+        l.pp, j.software.name);
+  if (l.vpp > 1 && !j.software.interleaved_pp)
+    return fmt::format(
+        "vpp={}: {}'s pipeline engine runs one stage per rank (1F1B, no interleaved "
+        "schedule); use vpp=1, or --software megatron for interleaving",
+        l.vpp, j.software.name);
   if (l.recompute_op && !j.flash_attention)
     return "recompute=op (torchtitan's per-op checkpointing) keeps the flash-attention kernel's "
            "output; it needs --attention flash";
@@ -266,7 +276,8 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp && !no_async_here;
   auto one_cp = [&](int cp) {
     for (int tp : tps) {
-      for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : m.n_layer); pp++) {
+      const int max_pp = j.software.pipeline ? m.n_layer : 1;
+      for (int pp = k.pp ? v.pp : 1; pp <= (k.pp ? v.pp : max_pp); pp++) {
         if (N % (tp * cp * pp) != 0) continue;
         const int dp = N / (tp * cp * pp);
         if (k.dp && dp != v.dp) continue;
@@ -278,7 +289,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
           std::vector<int> vpps = {1};
           // Interleaving with as many layers per chunk in every chunk (uneven splits are allowed
           // for --layout, but the search keeps to the even ones Megatron-LM runs by default).
-          for (int x = 2; pp > 1 && x <= 8; x++)
+          for (int x = 2; pp > 1 && j.software.interleaved_pp && x <= 8; x++)
             if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
           if (k.vpp) vpps = {v.vpp};
           std::vector<int> zeros;
@@ -344,10 +355,18 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     return s;
   };
   field(k.tp, "tp", std::to_string(v.tp), join(tp_text));
-  field(k.pp, "pp", std::to_string(v.pp), fmt::format("1–{}", m.n_layer));
+  if (!k.pp && !j.software.pipeline)
+    out.not_searched.push_back(
+        {"pp", fmt::format("1 ({} has no pipeline parallelism)", j.software.name)});
+  else
+    field(k.pp, "pp", std::to_string(v.pp), fmt::format("1–{}", m.n_layer));
   field(k.dp, "dp", std::to_string(v.dp), "the devices left by tp·cp·pp");
   field(k.mb, "mb", std::to_string(v.mb), "divisors of a replica's batch up to 64");
-  field(k.vpp, "vpp", std::to_string(v.vpp), "1–8 where the layers split evenly");
+  if (!k.vpp && !j.software.interleaved_pp)
+    out.not_searched.push_back(
+        {"vpp", fmt::format("1 ({}'s pipeline has no interleaved schedule)", j.software.name)});
+  else
+    field(k.vpp, "vpp", std::to_string(v.vpp), "1–8 where the layers split evenly");
   field(k.zero, "zero", std::to_string(v.zero), "0–3");
   field(k.recompute, "recompute", v.recompute_text(), join(rc_text));
   if (k.shard)

@@ -199,6 +199,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.flash_of_peak = fa2;
     ds.grad_bytes_bf16 = 2;
     ds.p2p_serial = true;
+    ds.interleaved_pp = false;  // PipelineModule places one stage per rank; TrainSchedule is 1F1B
     ds.bf16_optimizer = true;
     ds.async_tp = false;
     c.push_back(ds);
@@ -221,6 +222,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
     fsdp.fp8_cast_kernels = 1;
     fsdp.zero2_unit_gathers = true;
+    fsdp.pipeline = false;  // Composer's parallelism is FSDP (and TP); metaseq's FSDP and TP
     // llm-foundry's MPT defaults to loss_fn: fused_crossentropy (llmfoundry/models/mpt/
     // modeling_mpt.py: flash-attn's fused cross-entropy): a forward kernel reads the logits and a
     // backward kernel reads them again and writes their gradient.
@@ -233,6 +235,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp_c.rmsnorm = fsdp_c.rotary = fsdp_c.swiglu = Composite{};
     c.push_back(fsdp_c);
     SoftwareProfile tt = fsdp;
+    tt.pipeline = true;  // torch.distributed.pipelining, with looped (interleaved) schedules
     tt.name = "torchtitan";
     tt.description =
         "torchtitan, eager: FSDP2 reducing gradients in fp32, SDPA's FlashAttention-2, eager "

@@ -64,6 +64,10 @@ struct SoftwareProfile {
   // micro-batch waits for four transfers) or a send and a receive go as one batched pair (two).
   bool p2p_split_tp = true, p2p_grads_split_tp = true;
   bool p2p_serial = false;
+  // Which pipeline schedules the software has: any pipeline parallelism (PyTorch FSDP under
+  // Composer/llm-foundry and metaseq has none), and interleaved virtual stages (vpp > 1;
+  // DeepSpeed's engine runs one stage per rank).
+  bool pipeline = true, interleaved_pp = true;
   // fp8: bytes read and written per element of a tensor cast to fp8 for a matmul, relative to
   // the element's 16-bit size e: reads for amax and cast, the fp8 copy and its transpose.
   double fp8_cast_bytes_per_e = 0;  // bytes = this × e + fp8_cast_bytes_fixed, per element

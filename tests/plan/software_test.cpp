@@ -210,6 +210,39 @@ TEST(PlanSoftware, DeepSpeedBf16OptimizerAccumulatesAndReducesInFp32) {
   EXPECT_LT(t0.dp_comm, 2.5 * t1.dp_comm);
 }
 
+// What each framework's pipeline can run: DeepSpeed's engine has no interleaved schedule and
+// FSDP under Composer/metaseq no pipeline at all, so the search never proposes them and a given
+// layout that asks for them is refused with what to use instead.
+TEST(PlanSoftware, SearchKeepsToThePipelinesTheSoftwareHas) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 32);
+  JobSpec mega = job_with("megatron", 2048, 1536), ds = job_with("deepspeed", 2048, 1536),
+          fsdp = job_with("fsdp", 2048, 1536);
+  auto any = [&](const JobSpec& j, auto pred) {
+    const SearchResult r = search(m, c, j);
+    EXPECT_FALSE(r.fitting.empty()) << j.software.name;
+    for (const Estimate& e : r.fitting)
+      if (pred(e.layout)) return true;
+    return false;
+  };
+  EXPECT_TRUE(any(mega, [](const Layout& l) { return l.vpp > 1; }));
+  EXPECT_FALSE(any(ds, [](const Layout& l) { return l.vpp > 1; }));
+  EXPECT_TRUE(any(ds, [](const Layout& l) { return l.pp > 1; }));
+  EXPECT_FALSE(any(fsdp, [](const Layout& l) { return l.pp > 1; }));
+
+  Layout l = layout(8, 8, 4, 1);
+  l.vpp = 2;
+  EXPECT_EQ(layout_problem(m, c, mega, l), "");
+  EXPECT_NE(layout_problem(m, c, ds, l).find("--software megatron for interleaving"),
+            std::string::npos)
+      << layout_problem(m, c, ds, l);
+  l.vpp = 1;
+  EXPECT_EQ(layout_problem(m, c, ds, l), "");
+  EXPECT_NE(layout_problem(m, c, fsdp, l).find("fsdp has no pipeline parallelism"),
+            std::string::npos)
+      << layout_problem(m, c, fsdp, l);
+}
+
 // Gradients reduced in fp32 (torchtitan's FSDP2 default) move twice the bytes of bf16 ones
 // (FSDP under Composer): with no overlap the ZeRO-2 reduce-scatters are what differ, their
 // bandwidth term doubled and their ring latency (63 steps per layer here) the same. FSDP's ZeRO-2
