@@ -135,8 +135,12 @@ const FlashRate& fa2_h100() {
 
 // The same charts give the kernels FlashAttention-2 was compared with (panel (d), causal, head
 // dimension 128): on A100 FlashAttention 55, 62, 69, 76, 80, 83; xformers 58, 72, 82, 87, 91, 92;
-// FlashAttention's Triton kernel 50, 61, 68, 74, 78, 80 TFLOP/s; on H100 FlashAttention 98, 109,
-// 108, 126, 135, 137 (the H100 chart has no xformers or Triton bars).
+// Triton 50, 61, 68, 74, 78, 80 TFLOP/s; on H100 FlashAttention 98, 109, 108, 126, 135, 137 (the
+// H100 chart has no xformers or Triton bars). The charts' "Triton" is OpenAI Triton's fused
+// attention (triton.ops.flash_attention: benchmarks/benchmark_flash_attention.py at 60499abc,
+// which imports it), not the Triton FlashAttention llm-foundry's attn_impl: triton runs
+// (HazyResearch's flash_attn_triton.py, whose header puts its forward + backward slightly below
+// FlashAttention 1's; plan such runs with flash1).
 const std::vector<AttentionKernel>& attention_kernels() {
   static const std::vector<AttentionKernel> k = {
       {"flash2", "FlashAttention-2 (Dao 2023)", {fa2_a100(), fa2_h100()}},
@@ -148,7 +152,8 @@ const std::vector<AttentionKernel>& attention_kernels() {
        "xformers memory-efficient attention (Llama 1)",
        {of_peak("ampere", 312, {58, 72, 82, 87, 91, 92})}},
       {"flash-triton",
-       "FlashAttention's Triton kernel (llm-foundry's attn_impl: triton)",
+       "OpenAI Triton's fused attention (triton.ops.flash_attention, 2023; llm-foundry's "
+       "attn_impl: triton is another kernel, planned as flash1)",
        {of_peak("ampere", 312, {50, 61, 68, 74, 78, 80})}},
   };
   return k;

@@ -115,7 +115,7 @@ struct SoftwareProfile {
 
 // Attention kernels with a published forward + backward benchmark (--attention-kernel):
 // flash2 (FlashAttention-2), flash1 (FlashAttention), xformers (memory-efficient attention) and
-// flash-triton (FlashAttention's Triton kernel), each with the curves of the architectures it
+// flash-triton (OpenAI Triton's fused attention), each with the curves of the architectures it
 // was measured on. Throws kiln::Error listing the kernels when `name` is unknown.
 struct AttentionKernel {
   std::string name, description;
