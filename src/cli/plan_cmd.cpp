@@ -664,11 +664,13 @@ void register_plan(CLI::App& app) {
   g->attention =
       cmd->add_option("--attention", o->attention, "flash (no score matrix kept) or unfused")
           ->group(J);
-  g->software = cmd->add_option("--software", o->software,
-                                "what runs the job: megatron (default), nemo, deepspeed, fsdp, "
-                                "fsdp-compile, torchtitan, torchtitan-compile, maxtext (default on "
-                                "a TPU), kiln (default with --config); see --list-software")
-                    ->group(J);
+  g->software =
+      cmd->add_option(
+             "--software", o->software,
+             "what runs the job: megatron (default), nemo, deepspeed, deepspeed-2021, fsdp, "
+             "fsdp-compile, torchtitan, torchtitan-compile, maxtext (default on "
+             "a TPU), kiln (default with --config); see --list-software")
+          ->group(J);
   cmd->add_flag("--list-software", o->list_software, "list the software profiles and exit")
       ->group(J);
   g->grad_reduce = cmd->add_option("--grad-reduce", o->grad_reduce,
@@ -684,7 +686,7 @@ void register_plan(CLI::App& app) {
           ->group(J);
   g->attention_kernel =
       cmd->add_option("--attention-kernel", o->attention_kernel,
-                      "flash2, flash1, xformers or flash-triton: the attention kernel whose "
+                      "flash2, flash1, xformers or openai-triton: the attention kernel whose "
                       "published benchmark sets flash attention's rate (default: the software "
                       "profile's)")
           ->group(J);

@@ -28,7 +28,7 @@ struct JobSpec {
   enum class CpComm { ring, all_gather };
   CpComm cp_comm = CpComm::ring;
   // The attention kernel whose published benchmark replaces the profile's flash-attention rate
-  // (--attention-kernel: flash2, flash1, xformers, flash-triton); empty: the profile's.
+  // (--attention-kernel: flash2, flash1, xformers, openai-triton); empty: the profile's.
   std::string attention_kernel;
   // fp8 only: ZeRO's weight all-gathers move the fp8 weights, 1 byte per parameter
   // (--fp8-param-gather: Megatron-Core's --fp8-param-gather, torchtitan's

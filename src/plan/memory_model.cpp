@@ -61,9 +61,10 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     MemoryBreakdown mb;
     mb.stage = st.index;
     mb.weights = st.params * sb.weights / (l.zero >= 3 ? dp : 1);
-    // DeepSpeed's BF16_Optimizer keeps full fp32 gradient copies beside the bf16 gradients.
+    // DeepSpeed's BF16_Optimizer keeps full fp32 gradient copies (4 bytes) beside the bf16
+    // gradients (2), whatever --grad-reduce says.
     mb.grads = j.software.runs_bf16_optimizer(given, j.dtype)
-                   ? st.params * (4 + sb.grads)
+                   ? st.params * 6
                    : st.params * sb.grads / (l.zero >= 2 ? dp : 1);
     mb.optimizer = st.params * sb.optimizer / (l.zero >= 1 ? dp : 1);
     mb.activations = st.in_flight_layers * act_layer;

@@ -138,8 +138,13 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
   if (l.vpp > 1 && !j.software.interleaved_pp)
     return fmt::format(
         "vpp={}: {}'s pipeline engine runs one stage per rank (1F1B, no interleaved "
-        "schedule); use vpp=1, or --software megatron for interleaving",
+        "schedule); use vpp=1, or --software megatron or torchtitan for interleaving",
         l.vpp, j.software.name);
+  if (l.pp > 1 && l.zero > j.software.max_zero_with_pp)
+    return fmt::format(
+        "zero={} with pp={}: {}'s pipeline engine runs ZeRO up to stage {} (\"ZeRO-2 and "
+        "ZeRO-3 are incompatible with pipeline parallelism\"); use zero={} or pp=1",
+        l.zero, l.pp, j.software.name, j.software.max_zero_with_pp, j.software.max_zero_with_pp);
   if (l.recompute_op && !j.flash_attention)
     return "recompute=op (torchtitan's per-op checkpointing) keeps the flash-attention kernel's "
            "output; it needs --attention flash";
@@ -206,9 +211,9 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   if (l.zero > 0 && l.dp_cp() == 1) e.notes.push_back("ZeRO shards nothing with dp=1");
   if (j.software.runs_bf16_optimizer(l, j.dtype))
     e.notes.push_back(
-        "DeepSpeed runs bf16 without ZeRO under its pipeline engine with its BF16_Optimizer: "
-        "optimizer state sharded over dp, each micro-batch's gradients added into fp32 copies, "
-        "the fp32 gradients all-reduced");
+        "DeepSpeed runs bf16 without ZeRO with its BF16_Optimizer: optimizer state sharded over "
+        "dp, each micro-batch's gradients added into fp32 copies, the fp32 gradients "
+        "all-reduced");
   else if (j.software.zero_as_run(l, j.dtype) != l.zero)
     e.notes.push_back(fmt::format(
         "{} keeps each pipeline stage's weights gathered and its gradients unsharded through "
@@ -293,7 +298,8 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
             if (m.n_layer % (pp * x) == 0 && micro % pp == 0) vpps.push_back(x);
           if (k.vpp) vpps = {v.vpp};
           std::vector<int> zeros;
-          for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) zeros.push_back(z);
+          const int max_zero = pp > 1 ? j.software.max_zero_with_pp : 3;
+          for (int z = 0; z <= (dp * cp > 1 ? max_zero : 0); z++) zeros.push_back(z);
           if (k.zero) zeros = {v.zero};
           // Hybrid sharding where the cluster has slices (ZeRO inside each, replicas across the
           // data-centre network, as MaxText shards), or as given.
@@ -367,7 +373,11 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
         {"vpp", fmt::format("1 ({}'s pipeline has no interleaved schedule)", j.software.name)});
   else
     field(k.vpp, "vpp", std::to_string(v.vpp), "1–8 where the layers split evenly");
-  field(k.zero, "zero", std::to_string(v.zero), "0–3");
+  field(k.zero, "zero", std::to_string(v.zero),
+        j.software.max_zero_with_pp < 3
+            ? fmt::format("0–3, 0–{} with pp > 1 ({}'s pipeline engine)",
+                          j.software.max_zero_with_pp, j.software.name)
+            : std::string("0–3"));
   field(k.recompute, "recompute", v.recompute_text(), join(rc_text));
   if (k.shard)
     out.fixed.push_back({"shard", std::to_string(v.shard)});

@@ -232,11 +232,14 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
   };
   mem_row("weights", m.weights);
   mem_row("gradients", m.grads);
-  mem_row(l.zero > 0 && l.replicas() > 1
-              ? fmt::format("optimizer state (ZeRO-{} over shard={})", l.zero, l.zero_group())
-          : l.zero > 0 ? fmt::format("optimizer state (ZeRO-{} over {}={})", l.zero,
-                                     l.cp > 1 ? "dp×cp" : "dp", l.dp_cp())
-                       : std::string("optimizer state"),
+  // The stage the software runs (DeepSpeed's BF16_Optimizer shards at zero=0, torchtitan's
+  // ZeRO-2/3 under pp holds ZeRO-1's state).
+  const int zr = j.software.zero_as_run(l, j.dtype);
+  mem_row(zr > 0 && l.replicas() > 1
+              ? fmt::format("optimizer state (ZeRO-{} over shard={})", zr, l.zero_group())
+          : zr > 0 ? fmt::format("optimizer state (ZeRO-{} over {}={})", zr,
+                                 l.cp > 1 ? "dp×cp" : "dp", l.dp_cp())
+                   : std::string("optimizer state"),
           m.optimizer);
   mem_row(fmt::format("activations (recompute {})", l.recompute_text()), m.activations);
   mem_row("backward working set, ZeRO-3 gathers", m.transient);

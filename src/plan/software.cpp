@@ -75,9 +75,12 @@ int SoftwareProfile::zero_as_run(const Layout& l, Dtype dt) const {
 //   DeeperSpeed fork of 2021-09 that GPT-NeoX-20B names still sends it whole). Its p2p.send and
 //   p2p.recv are blocking dist.send/recv (or a broadcast in a group of two), and TrainSchedule
 //   (pipe/schedule.py) issues RecvActivation and SendGrad, or SendActivation and RecvGrad, one
-//   after the other before each pass: four transfers on a stage's path per micro-batch where
-//   Megatron's pairs cost two. (A simulation of TrainSchedule's steps with blocking rendezvous,
-//   docs/planner.md, gives 4m + 2(p − 4) transfers per step; kiln charges the 4m.)
+//   after the other before each pass (SendGrad before RecvActivation since #2862, 2023): four
+//   transfers on a middle stage's path per micro-batch where Megatron's pairs cost two. A replay
+//   of TrainSchedule's steps with blocking rendezvous (tests/plan/software_test.cpp) gives 2m
+//   transfers per step at p = 2 and 4m − 2 to 4m + 2(p − 4) from p = 3; kiln charges 2 or 4 a
+//   micro-batch, in the bubble as well. Before each backward a stage also gathers its own
+//   partitioned output back (part_output.full()).
 // fp8 casts, per element of each tensor cast (a linear layer's input, weight and output
 //   gradient), bytes = a·e + b:
 //   Transformer Engine (delayed scaling, amax from history): one fused cast-transpose kernel
@@ -151,7 +154,7 @@ const std::vector<AttentionKernel>& attention_kernels() {
       {"xformers",
        "xformers memory-efficient attention (Llama 1)",
        {of_peak("ampere", 312, {58, 72, 82, 87, 91, 92})}},
-      {"flash-triton",
+      {"openai-triton",
        "OpenAI Triton's fused attention (triton.ops.flash_attention, 2023; llm-foundry's "
        "attn_impl: triton is another kernel, planned as flash1)",
        {of_peak("ampere", 312, {50, 61, 68, 74, 78, 80})}},
@@ -204,6 +207,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.flash_of_peak = fa2;
     ds.grad_bytes_bf16 = 2;
     ds.p2p_serial = true;
+    ds.p2p_rebuild_output = true;  // part_output.full() before each backward
+    ds.dp_after_last_microbatch = true;
+    ds.max_zero_with_pp = 1;    // pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+                                // parallelism"
     ds.interleaved_pp = false;  // PipelineModule places one stage per rank; TrainSchedule is 1F1B
     ds.bf16_optimizer = true;
     ds.async_tp = false;

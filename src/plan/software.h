@@ -60,10 +60,19 @@ struct SoftwareProfile {
   double grad_bytes_fp16 = 2;  //   and fp16 training (fp32 training: always 4)
   // Pipeline sends: whether each tp rank sends its 1/tp slice of the boundary activation (and,
   // separately, of its gradient) and the receiver gathers the slices over the tp group, or sends
-  // the whole tensor; and whether every send and receive is its own blocking call (a stage's
-  // micro-batch waits for four transfers) or a send and a receive go as one batched pair (two).
+  // the whole tensor; whether every send and receive is its own blocking call (a middle stage's
+  // micro-batch waits for four transfers) or a send and a receive go as one batched pair (two);
+  // and whether a stage keeps only its slice of its own output and gathers it back before the
+  // backward (DeepSpeed's partitioned outputs).
   bool p2p_split_tp = true, p2p_grads_split_tp = true;
-  bool p2p_serial = false;
+  bool p2p_serial = false, p2p_rebuild_output = false;
+  // The engine reduces gradients after a stage's last micro-batch (DeepSpeed's TrainSchedule
+  // issues ReduceGrads after its last step): with pp > 1 a stage's data-parallel traffic hides
+  // only in the other stages' remaining work, never beside its own compute.
+  bool dp_after_last_microbatch = false;
+  // The highest ZeRO stage the software runs with pp > 1 (DeepSpeed's pipeline engine asserts
+  // ZeRO < 2).
+  int max_zero_with_pp = 3;
   // Which pipeline schedules the software has: any pipeline parallelism (PyTorch FSDP under
   // Composer/llm-foundry and metaseq has none), and interleaved virtual stages (vpp > 1;
   // DeepSpeed's engine runs one stage per rank).
@@ -99,13 +108,14 @@ struct SoftwareProfile {
   double flash_flops(const DeviceSpec& d, double tokens) const;
   double grad_bytes(Dtype dt) const;
   // DeepSpeed's BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py), which DeepSpeed runs for
-  // bf16 without ZeRO under its pipeline engine: fp32 master weights and Adam state sharded over
-  // dp (its own stage 1), every micro-batch's bf16 gradients added into full fp32 copies in a
-  // separate pass, the fp32 gradients all-reduced over dp after the last micro-batch, the updated
-  // bf16 weights all-gathered.
+  // bf16 without ZeRO (under its pipeline engine from #1801; without a pipeline too since
+  // engine.py's get_data_types accumulates bf16 gradients in fp32 when ZeRO is off): fp32 master
+  // weights and Adam state sharded over dp (its own stage 1), every micro-batch's bf16 gradients
+  // added into full fp32 copies in a separate pass, the fp32 gradients all-reduced over dp after
+  // the last micro-batch, the updated bf16 weights all-gathered.
   bool bf16_optimizer = false;
   bool runs_bf16_optimizer(const Layout& l, Dtype dt) const {
-    return bf16_optimizer && dt == Dtype::bf16 && l.zero == 0 && l.pp > 1;
+    return bf16_optimizer && dt == Dtype::bf16 && l.zero == 0;
   }
   // The ZeRO stage `l` runs as under this software in dtype `dt`: what its ranks hold and when
   // they communicate (1 for ZeRO-2/3 under pipeline parallelism where fsdp_pp_once_per_step, and
@@ -115,7 +125,7 @@ struct SoftwareProfile {
 
 // Attention kernels with a published forward + backward benchmark (--attention-kernel):
 // flash2 (FlashAttention-2), flash1 (FlashAttention), xformers (memory-efficient attention) and
-// flash-triton (OpenAI Triton's fused attention), each with the curves of the architectures it
+// openai-triton (OpenAI Triton's fused attention), each with the curves of the architectures it
 // was measured on. Throws kiln::Error listing the kernels when `name` is unknown.
 struct AttentionKernel {
   std::string name, description;

@@ -214,17 +214,21 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // Pipeline sends, once per virtual stage: the boundary activation forward and its gradient
   // backward, each split over the tp ranks (sequence parallelism, Megatron-LM's scatter-gather,
   // DeepSpeed's partitioned tensors) or every rank's whole copy, as the software sends them. A
-  // split tensor that is not sequence-parallel is gathered over the tp group on arrival. Blocking
-  // sends and receives (DeepSpeed's engine) put both of a pass's transfers, the one in and the
-  // one out, on the stage's path; a batched send-and-receive pair costs one transfer.
+  // split tensor that is not sequence-parallel is gathered over the tp group on arrival, and
+  // DeepSpeed gathers its own partitioned output back before the backward. Blocking sends and
+  // receives (DeepSpeed's engine) put both of a pass's transfers, the one in and the one out, on
+  // a middle stage's path (pp ≥ 3); a batched send-and-receive pair costs one transfer.
   const SoftwareProfile& sw = j.software;
-  auto p2p_one = [&](bool split) {
-    const double gather = split && !l.sp && t > 1 ? all_gather_s(act, tpg) : 0.0;
-    return p2p_s(split ? act / t : act, c, l) + gather;
-  };
-  const double p2p_mb = l.pp > 1 ? (sw.p2p_serial ? 2.0 : 1.0) * l.vpp *
-                                       (p2p_one(sw.p2p_split_tp) + p2p_one(sw.p2p_grads_split_tp))
-                                 : 0.0;
+  const bool gathered = !l.sp && t > 1;
+  auto transfer = [&](bool split) { return p2p_s(split ? act / t : act, c, l); };
+  const double gather = gathered ? all_gather_s(act, tpg) : 0.0;
+  const double gathers = (sw.p2p_split_tp ? 1 : 0) + (sw.p2p_grads_split_tp ? 1 : 0) +
+                         (sw.p2p_split_tp && sw.p2p_rebuild_output ? 1 : 0);
+  const double p2p_mb =
+      l.pp > 1 ? l.vpp * ((sw.p2p_serial && l.pp >= 3 ? 2.0 : 1.0) *
+                              (transfer(sw.p2p_split_tp) + transfer(sw.p2p_grads_split_tp)) +
+                          gathers * gather)
+               : 0.0;
 
   // Context parallelism: a ring of cp ranks passes each key/value chunk (n tokens' K and V on a
   // tp rank) cp − 1 times per layer, each pass during one chunk's attention (Megatron-Core and
@@ -361,8 +365,11 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     if (l.zero == 1 || (l.zero == 2 && !j.software.zero2_unit_gathers))
       before_fwd = all_gather_s(weights, zg);
     const double k = double(i) / l.vpp;
-    const double bwd_window = st[i].bwd + st[i].recompute + k * mean_bwd;
-    const double fwd_window = st[i].fwd + k * mean_fwd;
+    // After the last micro-batch (DeepSpeed's engine) only the other stages' work is left to
+    // hide in; otherwise the stage's own last backward (and first forward) as well.
+    const bool own = !(sw.dp_after_last_microbatch && l.pp > 1);
+    const double bwd_window = (own ? st[i].bwd + st[i].recompute : 0.0) + k * mean_bwd;
+    const double fwd_window = (own ? st[i].fwd : 0.0) + k * mean_fwd;
     const double exposed = j.overlap_dp ? std::max(0.0, after_bwd - bwd_window) +
                                               std::max(0.0, before_fwd - fwd_window)
                                         : after_bwd + before_fwd;
@@ -371,7 +378,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     // What of it runs beside this stage's compute, not beside its idle warm-up and cool-down:
     // the gradients' collective starts during the last backward, the weights' gather at the
     // step's start, k stage-forwards before this stage's first forward.
-    if (j.overlap_dp)
+    if (j.overlap_dp && own)
       dp_beside = std::max(dp_beside, std::min(after_bwd, st[i].bwd + st[i].recompute) +
                                           std::clamp(before_fwd - k * mean_fwd, 0.0, st[i].fwd));
   }
@@ -381,8 +388,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // gradient-norm read and the zeroing write of the gradients.
   for (const Stage& s : stages) {
     const double shard = s.params / (l.zero >= 1 ? l.zero_group() : 1);
+    const double grad_bytes = bf16_opt ? 4.0 : sb.grads;  // BF16_Optimizer's fp32 copies
     const double per_param =
-        2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * sb.grads;
+        2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * grad_bytes;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
   }
   // The hidden data-parallel and ZeRO collectives ran beside compute, which ran

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "plan/collectives.h"
 #include "plan/planner.h"
 #include "plan/stages.h"
 #include "test_util.h"
@@ -138,21 +139,34 @@ double deepspeed_train_schedule(int m, int p, double fwd, double bwd, double tra
   return *std::max_element(clock.begin(), clock.end());
 }
 
-// With free transfers the schedule is 1F1B's (m + p − 1)(f + b); each transfer then costs about
-// four per micro-batch on the critical path, which is what kiln charges the deepspeed profiles.
-TEST(PlanSoftware, DeepSpeedTrainScheduleWaitsForFourTransfersPerMicroBatch) {
-  for (auto [m, p] : {std::pair{16, 4}, {32, 4}, {128, 12}, {240, 35}}) {
-    EXPECT_DOUBLE_EQ(deepspeed_train_schedule(m, p, 1, 3, 0), (m + p - 1) * 4.0);
+// With free transfers the schedule is 1F1B's (m + p − 1)(f + b). Each transfer then adds 2m at
+// p = 2 (the two stages only talk to each other) and 4m − 2 to 4m + 2(p − 4) from p = 3 (a middle
+// stage receives and sends in both directions, one blocking call after the other): kiln charges
+// the deepspeed profile 2 or 4 transfers a micro-batch, Megatron's batched pairs 2.
+TEST(PlanSoftware, DeepSpeedSendsCostWhatItsTrainScheduleWaitsFor) {
+  const ModelSpec m = find_preset("gpt2-1.5b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  JobSpec mega = job_with("megatron", 1024, 256), ds = job_with("deepspeed", 1024, 256);
+  for (int p : {2, 3, 4, 8}) {
+    const int m_mb = 32;
+    EXPECT_DOUBLE_EQ(deepspeed_train_schedule(m_mb, p, 1, 3, 0), (m_mb + p - 1) * 4.0);
     const double x = 0.01;
-    const double per_transfer = (deepspeed_train_schedule(m, p, 1, 3, x) - (m + p - 1) * 4.0) / x;
-    EXPECT_GE(per_transfer, 4.0 * m - 1e-6) << m << " micro-batches, " << p << " stages";
-    EXPECT_LE(per_transfer, 4.0 * m + 2.0 * p) << m << " micro-batches, " << p << " stages";
+    const double replay =
+        (deepspeed_train_schedule(m_mb, p, 1, 3, x) - (m_mb + p - 1) * 4.0) / x / m_mb;
+    // kiln, tp = 1 (no gathers): Megatron's two transfers a micro-batch against DeepSpeed's.
+    const Layout l = layout(1, p, 32 / p);
+    const double per_transfer = step_time(m, c, mega, l, 256).pp_p2p / 2;
+    const double kiln = step_time(m, c, ds, l, 256).pp_p2p / per_transfer;
+    EXPECT_DOUBLE_EQ(kiln, p == 2 ? 2.0 : 4.0) << p << " stages";
+    EXPECT_NEAR(kiln, replay, 2.0 * p / m_mb) << p << " stages";
   }
 }
 
-// kiln's charge: DeepSpeed partitions the activation and its gradient over the tp ranks as
-// Megatron-LM does (both gather on arrival without sequence parallelism), and waits for twice
-// the transfers; DeepSpeed before September 2021 sent every rank's whole gradient.
+// The sends as the sources run them, at tp = 8 without sequence parallelism, per micro-batch with
+// T a 1/tp slice's transfer, W a whole tensor's and G a gather of the tensor over the tp group:
+// Megatron 2T + 2G (each received slice gathered); DeepSpeed 4T + 3G (blocking, and the stage's
+// own output gathered back before the backward); DeepSpeed of 2021 2(T + W) + 2G (the gradient
+// sent whole from every rank).
 TEST(PlanSoftware, DeepSpeedPipelineSendsArePartitionedAndBlocking) {
   const ModelSpec m = find_preset("gpt3-175b").model;
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
@@ -161,22 +175,21 @@ TEST(PlanSoftware, DeepSpeedPipelineSendsArePartitionedAndBlocking) {
   mega.flash_attention = ds.flash_attention = old.flash_attention = false;
   Layout l = layout(8, 16, 1);
   l.sp = false;
-  const double p_mega = step_time(m, c, mega, l, 256).pp_p2p;
-  const double p_ds = step_time(m, c, ds, l, 256).pp_p2p;
-  EXPECT_NEAR(p_ds, 2 * p_mega, 1e-9 * p_mega);
-  // The whole gradient from each of 8 ranks (8× the slice's bytes over the network, no gather
-  // over NVLink): between 2× and 4× the partitioned sends, not 8× (the activations stay sliced,
-  // the latency is the same).
-  const double p_old = step_time(m, c, old, l, 256).pp_p2p;
-  EXPECT_GT(p_old, 2 * p_ds);
-  EXPECT_LT(p_old, 4 * p_ds);
+  const int64_t mbs = 256;
+  const double act = 2048.0 * m.hidden * 2;  // one sequence's boundary activation, bf16
+  const double T = p2p_s(act / 8, c, l), W = p2p_s(act, c, l);
+  const double G = all_gather_s(act, group_path(c, l, Dim::tp));
+  EXPECT_NEAR(step_time(m, c, mega, l, mbs).pp_p2p / mbs, 2 * T + 2 * G, 1e-12);
+  EXPECT_NEAR(step_time(m, c, ds, l, mbs).pp_p2p / mbs, 4 * T + 3 * G, 1e-12);
+  EXPECT_NEAR(step_time(m, c, old, l, mbs).pp_p2p / mbs, 2 * (T + W) + 2 * G, 1e-12);
+  EXPECT_GT(W, 6 * T);  // 8× the bytes, the same latency
 }
 
-// DeepSpeed runs bf16 without ZeRO under its pipeline engine with BF16_Optimizer: the optimizer
+// DeepSpeed runs bf16 without ZeRO with BF16_Optimizer: the optimizer
 // state sharded as ZeRO-1's, full fp32 gradient copies beside the bf16 gradients, every
 // micro-batch's gradients added into them (18 bytes a parameter), the fp32 gradients all-reduced
 // (twice a reduce-scatter's bytes at twice the width) and the bf16 weights all-gathered. The
-// engine of 2021 had no such optimizer, and fp16 or pp = 1 do not run it.
+// engine of 2021 had no such optimizer, and fp16 does not run it.
 TEST(PlanSoftware, DeepSpeedBf16OptimizerAccumulatesAndReducesInFp32) {
   const ModelSpec m = find_preset("gpt3-175b").model;
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
@@ -187,7 +200,7 @@ TEST(PlanSoftware, DeepSpeedBf16OptimizerAccumulatesAndReducesInFp32) {
   ASSERT_TRUE(ds.software.runs_bf16_optimizer(z0, Dtype::bf16));
   EXPECT_FALSE(ds.software.runs_bf16_optimizer(z1, Dtype::bf16));
   EXPECT_FALSE(ds.software.runs_bf16_optimizer(z0, Dtype::fp16));
-  EXPECT_FALSE(ds.software.runs_bf16_optimizer(layout(8, 1, 16, 0), Dtype::bf16));
+  EXPECT_TRUE(ds.software.runs_bf16_optimizer(layout(8, 1, 16, 0), Dtype::bf16));  // no pp too
   EXPECT_FALSE(find_software("deepspeed-2021").runs_bf16_optimizer(z0, Dtype::bf16));
 
   const MemoryBreakdown m0 = memory_per_gpu(m, c, ds, z0, mbs),
@@ -208,6 +221,28 @@ TEST(PlanSoftware, DeepSpeedBf16OptimizerAccumulatesAndReducesInFp32) {
   // 2, ring bandwidth terms (n − 1)/n alike: (2·4 + 2) / (2 + 2) = 2.5, less the latency shares.
   EXPECT_GT(t0.dp_comm, 2.3 * t1.dp_comm);
   EXPECT_LT(t0.dp_comm, 2.5 * t1.dp_comm);
+}
+
+// DeepSpeed's pipeline engine reduces gradients after a stage's last micro-batch: with overlap
+// on, its data-parallel traffic hides only in the other stages' remaining work (stage 0, the
+// last to finish, has none left), never beside its own compute, so nothing slows its kernels;
+// Megatron's overlaps its own last backward.
+TEST(PlanSoftware, DeepSpeedReducesAfterTheLastMicroBatch) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  JobSpec mega = job_with("megatron", 2048, 256), ds = job_with("deepspeed", 2048, 256);
+  const Layout l = layout(8, 8, 2, 1);
+  const TimeBreakdown d = step_time(m, c, ds, l, 128), g = step_time(m, c, mega, l, 128);
+  EXPECT_DOUBLE_EQ(d.contention, 0);
+  EXPECT_GT(g.contention, 0);
+  EXPECT_GT(d.dp_exposed, 0);
+  // Stage 0, the last to finish, has nothing left to hide in: overlap changes nothing.
+  ds.overlap_dp = false;
+  EXPECT_DOUBLE_EQ(step_time(m, c, ds, l, 128).dp_exposed, d.dp_exposed);
+  EXPECT_LT(g.dp_exposed, d.dp_exposed * 4 / 2);  // Megatron's fp32 gradients, partly hidden
+  // Without pp DeepSpeed's engine overlaps its reduction with the backward as any other.
+  EXPECT_GT(step_time(m, c, job_with("deepspeed", 2048, 256), layout(8, 1, 16, 1), 128).contention,
+            0);
 }
 
 // What each framework's pipeline can run: DeepSpeed's engine has no interleaved schedule and
@@ -233,11 +268,19 @@ TEST(PlanSoftware, SearchKeepsToThePipelinesTheSoftwareHas) {
   Layout l = layout(8, 8, 4, 1);
   l.vpp = 2;
   EXPECT_EQ(layout_problem(m, c, mega, l), "");
-  EXPECT_NE(layout_problem(m, c, ds, l).find("--software megatron for interleaving"),
+  EXPECT_NE(layout_problem(m, c, ds, l).find("--software megatron or torchtitan for interleaving"),
             std::string::npos)
       << layout_problem(m, c, ds, l);
   l.vpp = 1;
   EXPECT_EQ(layout_problem(m, c, ds, l), "");
+  // DeepSpeed's pipeline engine runs ZeRO-0/1 only; the search keeps to them.
+  l.zero = 3;
+  EXPECT_NE(layout_problem(m, c, ds, l).find("incompatible with pipeline parallelism"),
+            std::string::npos)
+      << layout_problem(m, c, ds, l);
+  EXPECT_EQ(layout_problem(m, c, mega, l), "");
+  EXPECT_FALSE(any(ds, [](const Layout& x) { return x.pp > 1 && x.zero > 1; }));
+  l.zero = 1;
   EXPECT_NE(layout_problem(m, c, fsdp, l).find("fsdp has no pipeline parallelism"),
             std::string::npos)
       << layout_problem(m, c, fsdp, l);
