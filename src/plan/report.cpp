@@ -264,7 +264,9 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
                  : "context-parallel key/value passes (exposed)",
              t.cp_comm);
   if (l.pp > 1) {
-    time_row("pipeline sends", t.pp_p2p);
+    time_row(in.model.tied_embeddings ? "pipeline sends, tied embedding's gradient sum"
+                                      : "pipeline sends",
+             t.pp_p2p);
     time_row(fmt::format("pipeline bubble ((p-1)/v of a stage's m)"), t.bubble);
   }
   if (l.zero >= 2 && l.dp > 1) time_row("ZeRO per-micro-batch traffic (exposed)", t.zero_exposed);

@@ -398,7 +398,17 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // userbuffers, torchtitan's async TP) and context parallelism's ring passes are not charged:
   // no measurement of their contention was found.
   tb.contention = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_beside);
-  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention;
+  // A tied embedding under pp lives on the first stage and, as a copy, on the last; after the
+  // last micro-batch their gradients are summed by an all-reduce of the two ranks (Megatron-Core's
+  // finalize_model_grads, _allreduce_word_embedding_grads, on the main gradients; DeepSpeed's
+  // ReduceTiedGrads), which waits for both: a two-rank all-reduce moves the tensor each way once,
+  // what one send of it costs. Counted with the pipeline's traffic.
+  if (l.pp > 1 && m.tied_embeddings) {
+    const double grad_bytes = bf16_opt ? 4.0 : sb.grads;
+    tb.pp_p2p += p2p_s(double(m.vocab) * m.hidden / t * grad_bytes, c, l);
+  }
+  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention +
+            (tb.pp_p2p - mbs * st[crit].p2p);
   return tb;
 }
 

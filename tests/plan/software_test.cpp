@@ -144,7 +144,8 @@ double deepspeed_train_schedule(int m, int p, double fwd, double bwd, double tra
 // stage receives and sends in both directions, one blocking call after the other): kiln charges
 // the deepspeed profile 2 or 4 transfers a micro-batch, Megatron's batched pairs 2.
 TEST(PlanSoftware, DeepSpeedSendsCostWhatItsTrainScheduleWaitsFor) {
-  const ModelSpec m = find_preset("gpt2-1.5b").model;
+  ModelSpec m = find_preset("gpt2-1.5b").model;
+  m.tied_embeddings = false;  // the sends alone (PlanSoftware.TiedEmbeddingGradientsAreSummedOnce)
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
   JobSpec mega = job_with("megatron", 1024, 256), ds = job_with("deepspeed", 1024, 256);
   for (int p : {2, 3, 4, 8}) {
@@ -168,7 +169,8 @@ TEST(PlanSoftware, DeepSpeedSendsCostWhatItsTrainScheduleWaitsFor) {
 // own output gathered back before the backward); DeepSpeed of 2021 2(T + W) + 2G (the gradient
 // sent whole from every rank).
 TEST(PlanSoftware, DeepSpeedPipelineSendsArePartitionedAndBlocking) {
-  const ModelSpec m = find_preset("gpt3-175b").model;
+  ModelSpec m = find_preset("gpt3-175b").model;
+  m.tied_embeddings = false;  // the sends alone
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
   JobSpec mega = job_with("megatron", 2048, 256), ds = job_with("deepspeed", 2048, 256),
           old = job_with("deepspeed-2021", 2048, 256);
@@ -183,6 +185,26 @@ TEST(PlanSoftware, DeepSpeedPipelineSendsArePartitionedAndBlocking) {
   EXPECT_NEAR(step_time(m, c, ds, l, mbs).pp_p2p / mbs, 4 * T + 3 * G, 1e-12);
   EXPECT_NEAR(step_time(m, c, old, l, mbs).pp_p2p / mbs, 2 * (T + W) + 2 * G, 1e-12);
   EXPECT_GT(W, 6 * T);  // 8× the bytes, the same latency
+}
+
+// A tied embedding's two copies (first stage, last stage) have their gradients summed once a
+// step by a two-rank all-reduce: the vocabulary × hidden / tp gradient in the gradients' dtype
+// (Megatron's fp32 main gradients), one send's worth each way; nothing without pp or untied.
+TEST(PlanSoftware, TiedEmbeddingGradientsAreSummedOnce) {
+  ModelSpec tied = find_preset("gpt3-175b").model, untied = tied;
+  ASSERT_TRUE(tied.tied_embeddings);
+  untied.tied_embeddings = false;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  const JobSpec mega = job_with("megatron", 2048, 256);
+  const Layout l = layout(8, 8, 2, 1);
+  const TimeBreakdown a = step_time(tied, c, mega, l, 128), b = step_time(untied, c, mega, l, 128);
+  const double sum = p2p_s(double(tied.vocab) * tied.hidden / 8 * 4, c, l);
+  // The last stage's copy is the size of the untied head it replaces, so nothing else moves.
+  EXPECT_NEAR(a.pp_p2p - b.pp_p2p, sum, 1e-12);
+  EXPECT_NEAR(a.step - b.step, sum, 1e-9);
+  EXPECT_GT(sum, 0.005);  // 3.2 GB of fp32 gradient between two nodes
+  const Layout no_pp = layout(8, 1, 16, 1);
+  EXPECT_DOUBLE_EQ(step_time(tied, c, mega, no_pp, 128).pp_p2p, 0);
 }
 
 // DeepSpeed runs bf16 without ZeRO with BF16_Optimizer: the optimizer
