@@ -403,12 +403,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // finalize_model_grads, _allreduce_word_embedding_grads, on the main gradients; DeepSpeed's
   // ReduceTiedGrads), which waits for both: a two-rank all-reduce moves the tensor each way once,
   // what one send of it costs. Counted with the pipeline's traffic.
-  if (l.pp > 1 && m.tied_embeddings) {
-    const double grad_bytes = bf16_opt ? 4.0 : sb.grads;
-    tb.pp_p2p += p2p_s(double(m.vocab) * m.hidden / t * grad_bytes, c, l);
-  }
-  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention +
-            (tb.pp_p2p - mbs * st[crit].p2p);
+  double tied_sum = 0;
+  if (l.pp > 1 && m.tied_embeddings)
+    tied_sum = p2p_s(double(m.vocab) * m.hidden / t * (bf16_opt ? 4.0 : sb.grads), c, l);
+  tb.pp_p2p += tied_sum;
+  tb.step =
+      mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention + tied_sum;
   return tb;
 }
 
