@@ -263,6 +263,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     return reduce_scatter_s(bytes, zg) + all_reduce_s(bytes / z_ranks, rg);
   };
   const bool bf16_opt = j.software.runs_bf16_optimizer(given, j.dtype);
+  // Bytes per parameter of the gradients the step reduces and the optimizer reads: the training
+  // dtype's, or BF16_Optimizer's fp32 copies.
+  const double step_grad_bytes = bf16_opt ? 4.0 : sb.grads;
   const std::vector<Stage> stages = pipeline_stages(m, l, micro_batches);
   std::vector<StageTimes> st(stages.size());
   for (size_t i = 0; i < stages.size(); i++) {
@@ -361,7 +364,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     double after_bwd = 0, before_fwd = 0;
     if (l.zero == 0) after_bwd = all_reduce_s(grads, dpg);
     if (l.zero == 1) after_bwd = reduce_grads(grads);
-    if (bf16_opt) after_bwd = all_reduce_s(stages[i].params * 4, dpg);  // the fp32 copies
+    if (bf16_opt) after_bwd = all_reduce_s(stages[i].params * step_grad_bytes, dpg);
     if (l.zero == 1 || (l.zero == 2 && !j.software.zero2_unit_gathers))
       before_fwd = all_gather_s(weights, zg);
     const double k = double(i) / l.vpp;
@@ -388,9 +391,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // gradient-norm read and the zeroing write of the gradients.
   for (const Stage& s : stages) {
     const double shard = s.params / (l.zero >= 1 ? l.zero_group() : 1);
-    const double grad_bytes = bf16_opt ? 4.0 : sb.grads;  // BF16_Optimizer's fp32 copies
     const double per_param =
-        2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * grad_bytes;
+        2 * sb.optimizer + (j.dtype == Dtype::fp32 ? 2 : 1) * sb.weights + 3 * step_grad_bytes;
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
   }
   // The hidden data-parallel and ZeRO collectives ran beside compute, which ran
@@ -405,7 +407,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // what one send of it costs. Counted with the pipeline's traffic.
   double tied_sum = 0;
   if (l.pp > 1 && m.tied_embeddings)
-    tied_sum = p2p_s(double(m.vocab) * m.hidden / t * (bf16_opt ? 4.0 : sb.grads), c, l);
+    tied_sum = p2p_s(double(m.vocab) * m.hidden / t * step_grad_bytes, c, l);
   tb.pp_p2p += tied_sum;
   tb.step =
       mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention + tied_sum;
