@@ -270,6 +270,12 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt_c.rmsnorm = tt_c.rotary = tt_c.swiglu = Composite{};
     tt_c.fp8_cast_bytes_per_e = 2, tt_c.fp8_cast_bytes_fixed = 2, tt_c.fp8_cast_kernels = 2;
     tt_c.async_tp = true;
+    // torch/_inductor/fx_passes/micro_pipeline_tp.py (torch at 1963fc8, the runs' commit):
+    // fuse_matmul_reduce_scatter needs the reduce-scatter's input to come from one matmul
+    // (_find_producer_matmul); torchtitan's TP plan (parallelize_llama.py) gathers each block's
+    // input once for wq/wk/wv and once for w1/w3, so in backward the partial input gradients
+    // are summed first.
+    tt_c.async_tp_dgrad_rs = false;
     c.push_back(tt_c);
     // MaxText (google/maxtext MaxText/configs/base.yml at 01c78bb): XLA compiles the step, so
     // element-wise chains are fused into one kernel each; weight_dtype float32 keeps the weights,

@@ -83,6 +83,14 @@ struct SoftwareProfile {
   double fp8_cast_bytes_fixed = 0;
   int fp8_cast_kernels = 0;  // kernels per cast tensor
   bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
+  // Under asynchronous TP, whether the backward's reduce-scatters of the column-parallel layers'
+  // input gradients (after QKV and MLP up) are micro-pipelined with their matmuls too. Megatron-
+  // Core (Transformer Engine's userbuffers) fuses QKV, and gate and up, into one linear each and
+  // overlaps their dgrad reduce-scatter; torchtitan's Llama has separate wq/wk/wv and w1/w3
+  // behind one all-gather, so the gradient arriving at that all-gather is a sum of matmuls, which
+  // PyTorch's micro-pipeline pass does not fuse with its reduce-scatter (it needs one producing
+  // matmul): those two run as plain collectives, exposed as without async TP.
+  bool async_tp_dgrad_rs = true;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;

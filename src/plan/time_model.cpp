@@ -196,8 +196,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     const std::vector<double>& mm = lt.linear_fwd;
     const double fwd =
         exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
-    const double bwd =
-        exposed(rs, mm[0]) + exposed(ag, mm[1]) + exposed(rs, mm[2]) + exposed(ag, mm[3]);
+    const bool dgrad_rs = j.software.async_tp_dgrad_rs;
+    const double bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
+                       (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
     tp_layer = fwd * (1 + l.full_share()) + bwd;
   }
 

@@ -44,6 +44,33 @@ TEST(PlanAsyncTp, CollectivesHideBehindTheirMatmulsButTheirFirstStep) {
             std::string::npos);
 }
 
+// torchtitan's Llama feeds wq/wk/wv (and w1/w3) from one all-gather, so in backward the input
+// gradient reaching it is a sum of matmuls, which PyTorch's micro-pipeline pass does not fuse
+// with the reduce-scatter; Megatron-Core's fused QKV and fc1 overlap theirs. With matmuls large
+// enough to hide everything but a collective's first step, torchtitan pays those two
+// reduce-scatters whole: 2 of the 12 collective passes a layer runs with full recompute (forward,
+// recomputed forward, backward; an all-gather and a reduce-scatter cost the same), each
+// (1 - 1/tp) more than hidden.
+TEST(PlanAsyncTp, TorchtitansBackwardInputGradientReduceScattersStayExposed) {
+  const ModelSpec m = find_preset("gpt3-175b").model;  // full heads: a large QKV matmul
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec j = job(8192, 64);
+  const Layout sync = parse_layout("tp=8,pp=1,dp=4,mb=4,zero=3,recompute=full");
+  Layout async = sync;
+  async.async_tp = true;
+  j.software = find_software("megatron");
+  const double t_sync = step_time(m, c, j, sync, 4).tp_comm;
+  const double megatron = step_time(m, c, j, async, 4).tp_comm;
+  j.software = find_software("torchtitan-compile");
+  EXPECT_DOUBLE_EQ(step_time(m, c, j, sync, 4).tp_comm, t_sync);  // the same collectives
+  const double titan = step_time(m, c, j, async, 4).tp_comm;
+  EXPECT_NEAR(megatron, t_sync / 8, 0.01 * t_sync);
+  EXPECT_NEAR(titan - megatron, t_sync * 2.0 / 12 * (1 - 1.0 / 8), 0.01 * t_sync);
+  EXPECT_LT(titan, t_sync);
+  EXPECT_FALSE(find_software("torchtitan-compile").async_tp_dgrad_rs);
+  EXPECT_TRUE(find_software("megatron").async_tp_dgrad_rs);
+}
+
 // The search takes asynctp=1 only where the software runs it (Megatron-Core's --tp-comm-overlap,
 // torchtitan under torch.compile), only with tp > 1 and sp, and never when the layout fixes
 // asynctp=0.
