@@ -664,13 +664,12 @@ void register_plan(CLI::App& app) {
   g->attention =
       cmd->add_option("--attention", o->attention, "flash (no score matrix kept) or unfused")
           ->group(J);
-  g->software =
-      cmd->add_option(
-             "--software", o->software,
-             "what runs the job: megatron (default), nemo, deepspeed, deepspeed-2021, fsdp, "
-             "fsdp-compile, torchtitan, torchtitan-compile, maxtext (default on "
-             "a TPU), kiln (default with --config); see --list-software")
-          ->group(J);
+  g->software = cmd->add_option("--software", o->software,
+                                "what runs the job: megatron (default), megatron-2021, nemo, "
+                                "deepspeed, deepspeed-2021, fsdp, "
+                                "fsdp-compile, torchtitan, torchtitan-compile, maxtext (default on "
+                                "a TPU), kiln (default with --config); see --list-software")
+                    ->group(J);
   cmd->add_flag("--list-software", o->list_software, "list the software profiles and exit")
       ->group(J);
   g->grad_reduce = cmd->add_option("--grad-reduce", o->grad_reduce,

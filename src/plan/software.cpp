@@ -185,6 +185,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.fp8_cast_bytes_per_e = 1, megatron.fp8_cast_bytes_fixed = 2;
     megatron.fp8_cast_kernels = 1;
     megatron.async_tp = true;
+    megatron.tp_dgrad_overlap = true;
     // Megatron-Core's VocabParallelCrossEntropy (tensor_parallel/cross_entropy.py; the fused
     // variant needs --cross-entropy-loss-fusion): forward logits.float() (e in, 4 out), max (4),
     // subtract in place (8), exp in place (8), sum (4), divide in place (8); backward multiply in
@@ -195,7 +196,19 @@ const std::vector<SoftwareProfile>& software_catalog() {
     nemo.name = "nemo";
     nemo.description = "NVIDIA NeMo: runs Megatron-Core, the megatron profile";
     c.push_back(nemo);
+    // Megatron-LM as of the SC'21 paper (Narayanan et al., arXiv:2104.04473, measured before
+    // 2021-09-02, when the branch slym/allreduce_custom merged ColumnParallelLinearWith-
+    // AsyncAllreduce into main): every tensor-parallel collective waits.
+    SoftwareProfile megatron21 = megatron;
+    megatron21.name = "megatron-2021";
+    megatron21.description =
+        "Megatron-LM of early 2021 (the SC'21 paper's): no overlap of the backward's "
+        "tensor-parallel collectives";
+    megatron21.tp_dgrad_overlap = false;
+    c.push_back(megatron21);
     SoftwareProfile ds = megatron;
+    // The Megatron forks DeepSpeed ran (BigScience's, EleutherAI's, MT-NLG's) date from 2021.
+    ds.tp_dgrad_overlap = false;
     ds.name = "deepspeed";
     ds.description =
         "Megatron-DeepSpeed: Megatron's fused kernels, DeepSpeed's pipeline engine (activations "

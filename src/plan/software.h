@@ -83,6 +83,10 @@ struct SoftwareProfile {
   double fp8_cast_bytes_fixed = 0;
   int fp8_cast_kernels = 0;  // kernels per cast tensor
   bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
+  // Without asynchronous TP: the column-parallel layers' backward input-gradient collective
+  // runs beside their weight-gradient matmul (and, with sequence parallelism, the gather of
+  // their saved input beside the input-gradient matmul), as Megatron-LM has since 2021-09.
+  bool tp_dgrad_overlap = false;
   // Under asynchronous TP, whether the backward's reduce-scatters of the column-parallel layers'
   // input gradients (after QKV and MLP up) are micro-pipelined with their matmuls too. Megatron-
   // Core (Transformer Engine's userbuffers) fuses QKV, and gate and up, into one linear each and

@@ -153,7 +153,8 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
 struct StageTimes {
   double compute = 0, recompute = 0, fwd = 0, bwd = 0, tp = 0, cp = 0, p2p = 0, zero = 0;
   double zero_hidden = 0;
-  double total() const { return compute + tp + cp + p2p + zero; }
+  double tp_slow = 0;  // compute slowed beside the NCCL collectives of tp that it hides
+  double total() const { return compute + tp + cp + p2p + zero + tp_slow; }
 };
 
 }  // namespace
@@ -183,6 +184,27 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
   double tp_layer = tp_one * (4 + 2 * l.full_share());
+  double tp_layer_hidden = 0;  // NCCL collectives run beside a matmul (they slow it: contention)
+  if (l.tp > 1 && !l.async_tp && j.software.tp_dgrad_overlap) {
+    // Megatron-LM since 2021-09 (tensor_parallel/layers.py,
+    // LinearWithGradAccumulationAndAsyncCommunication; Transformer Engine's Linear the same): a
+    // column-parallel layer's backward (QKV, MLP up) launches its input-gradient collective
+    // before the weight-gradient matmul and waits for it after, and with sequence parallelism
+    // first gathers the layer's saved input for that matmul during the input-gradient matmul.
+    // Those run beside matmuls of the forward's size; the row-parallel layers' gathers of the
+    // output gradient (sequence parallelism) are needed first and stay exposed.
+    const std::vector<double>& mm = lt.linear_fwd;
+    double bwd = 0;
+    for (double col : {mm[0], mm[2]}) {
+      const double input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
+      const double gather = l.sp ? all_gather_s(act, tpg) : 0.0;
+      const double exposed = std::max(0.0, input_grad - col) + std::max(0.0, gather - col);
+      bwd += exposed;
+      tp_layer_hidden += input_grad + gather - exposed;
+    }
+    if (l.sp) bwd += 2 * all_gather_s(act, tpg);
+    tp_layer = tp_one * 2 * (1 + l.full_share()) + bwd;
+  }
   if (l.async_tp && l.tp > 1 && l.sp) {
     // Asynchronous TP (torchtitan's micro-pipelined all-gather + matmul and matmul +
     // reduce-scatter): each collective goes in tp steps, one chunk's transfer during the
@@ -284,6 +306,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     }
     x.compute = x.fwd + x.bwd + x.recompute;
     x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
+    x.tp_slow = c.device.overlap_slowdown * s.layers * tp_layer_hidden;
     x.cp = s.layers * cp_layer;
     x.p2p = p2p_mb;
     if (l.dp_cp() > 1 && l.zero >= 2) {
@@ -397,10 +420,13 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     tb.optimizer = std::max(tb.optimizer, r.elementwise(shard * per_param / 4, 4));
   }
   // The hidden data-parallel and ZeRO collectives ran beside compute, which ran
-  // overlap_slowdown slower for as long as they did. Tensor-parallel overlaps (Megatron's
-  // userbuffers, torchtitan's async TP) and context parallelism's ring passes are not charged:
+  // overlap_slowdown slower for as long as they did; so did Megatron's backward tensor-parallel
+  // collectives (NCCL kernels too), whose part is in the stages' time each micro-batch (and so in
+  // the bubble) and is shown here with the rest. Asynchronous TP (Megatron's userbuffers,
+  // torchtitan's SymmetricMemory copies) and context parallelism's ring passes are not charged:
   // no measurement of their contention was found.
-  tb.contention = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_beside);
+  const double beside = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_beside);
+  tb.contention = beside + mbs * st[crit].tp_slow;
   // A tied embedding under pp lives on the first stage and, as a copy, on the last; after the
   // last micro-batch their gradients are summed by an all-reduce of the two ranks (Megatron-Core's
   // finalize_model_grads, _allreduce_word_embedding_grads, on the main gradients; DeepSpeed's
@@ -410,8 +436,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   if (l.pp > 1 && m.tied_embeddings)
     tied_sum = p2p_s(double(m.vocab) * m.hidden / t * step_grad_bytes, c, l);
   tb.pp_p2p += tied_sum;
-  tb.step =
-      mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + tb.contention + tied_sum;
+  tb.step = mbs * st[crit].total() + tb.bubble + tb.dp_exposed + tb.optimizer + beside + tied_sum;
   return tb;
 }
 

@@ -49,6 +49,7 @@ Estimate megatron_estimate(const ModelSpec& m, int gpus, int64_t batch_seqs, con
   j.dtype = Dtype::fp16;
   j.flash_attention = false;
   j.overlap_dp = overlap;
+  j.software = find_software("megatron-2021");
   return evaluate(m, c, j, l);
 }
 

@@ -143,6 +143,44 @@ TEST(PlanTimeModel, HiddenCollectivesSlowTheComputeBesideThem) {
 // and reduce-scatter pays a ring's N − 1 steps, so with the same per-device batch the exposed
 // traffic grows with the data-parallel size; a pass exposes at least its first gather and its
 // last reduce-scatter even when compute covers the rest, and never more than all of it serially.
+// Megatron-LM since 2021-09 launches a column-parallel layer's input-gradient collective before
+// its weight-gradient matmul (and with sequence parallelism gathers the saved input during the
+// input-gradient matmul); megatron-2021, the SC'21 paper's code, waits for each. With matmuls
+// that hide them, a layer under full recompute exposes, of its six collective pairs' worth
+// (forward, recomputed forward, backward), five with sequence parallelism (the backward's two
+// output-gradient gathers stay) and four without; the hidden time slows the matmuls beside it by
+// the device's overlap slowdown, in every micro-batch's stage time.
+TEST(PlanTimeModel, MegatronHidesTheBackwardsInputGradientCollectives) {
+  ModelSpec m = even_model();  // twice as wide: each column-parallel matmul outlasts an all-reduce
+  m.hidden = 8192, m.n_head = m.n_kv_head = 64, m.ffn_hidden = 32768;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  JobSpec j = job(8);
+  Layout l;
+  l.tp = 8, l.pp = 1, l.dp = 1, l.mb = 4, l.recompute = Recompute::full;
+  for (bool sp : {true, false}) {
+    l.sp = sp;
+    j.software = find_software("megatron-2021");
+    const TimeBreakdown waits = step_time(m, c, j, l, 2);
+    j.software = find_software("megatron");
+    const TimeBreakdown overlaps = step_time(m, c, j, l, 2);
+    // Per layer 6 pairs' worth waits (the embedding and the head add one each per stage).
+    const double L = m.n_layer;
+    EXPECT_NEAR(overlaps.tp_comm / waits.tp_comm, ((sp ? 5 : 4) * L + 2) / (6 * L + 2), 1e-3) << sp;
+    EXPECT_EQ(waits.contention, 0);
+    // Hidden: the two input-gradient collectives, and with sp the two gathers of the saved
+    // input as well (a reduce-scatter and a gather cost one all-reduce's worth together).
+    const double hidden = waits.tp_comm * 2 * L / (6 * L + 2);
+    EXPECT_NEAR(overlaps.contention, c.device.overlap_slowdown * hidden, 1e-3 * hidden) << sp;
+    EXPECT_NEAR(overlaps.step,
+                waits.step - (waits.tp_comm - overlaps.tp_comm) + overlaps.contention,
+                1e-9 * waits.step)
+        << sp;
+  }
+  EXPECT_TRUE(find_software("nemo").tp_dgrad_overlap);
+  EXPECT_FALSE(find_software("deepspeed").tp_dgrad_overlap);  // its Megatron forks are of 2021
+  EXPECT_FALSE(find_software("torchtitan-compile").tp_dgrad_overlap);
+}
+
 TEST(PlanTimeModel, ZeroThreeExposesPerLayerLatencyThatGrowsWithTheGroup) {
   const ModelSpec m = even_model();
   Layout l;
