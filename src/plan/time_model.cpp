@@ -194,10 +194,10 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     // Those run beside matmuls of the forward's size; the row-parallel layers' gathers of the
     // output gradient (sequence parallelism) are needed first and stay exposed.
     const std::vector<double>& mm = lt.linear_fwd;
+    const double input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
+    const double gather = l.sp ? all_gather_s(act, tpg) : 0.0;
     double bwd = 0;
     for (double col : {mm[0], mm[2]}) {
-      const double input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
-      const double gather = l.sp ? all_gather_s(act, tpg) : 0.0;
       const double exposed = std::max(0.0, input_grad - col) + std::max(0.0, gather - col);
       bwd += exposed;
       tp_layer_hidden += input_grad + gather - exposed;
