@@ -207,7 +207,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron21.tp_dgrad_overlap = false;
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
-    // The Megatron forks DeepSpeed ran (BigScience's, EleutherAI's, MT-NLG's) date from 2021.
+    // The Megatron-DeepSpeed forks of the published DeepSpeed runs (BigScience's of 2022, MT-NLG's
+    // and EleutherAI's of 2021) wait for every tensor-parallel collective; Microsoft's fork has
+    // overlapped the backward's since its rebase on upstream Megatron-LM (2023-07-04, 9e72d571),
+    // which this profile leaves out.
     ds.tp_dgrad_overlap = false;
     ds.name = "deepspeed";
     ds.description =
