@@ -176,9 +176,11 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.name = "megatron";
     megatron.description =
         "Megatron-LM / Megatron-Core: fused kernels, Transformer Engine (cuDNN attention on "
-        "Hopper), fp32 gradient reduction for bf16";
+        "Hopper), fp32 gradient reduction for bf16, the backward's input-gradient collectives "
+        "beside the weight-gradient matmuls";
     megatron.source =
-        "NVIDIA/Megatron-LM (arguments.py: accumulate_allreduce_grads_in_fp32 for bf16); "
+        "NVIDIA/Megatron-LM (arguments.py: accumulate_allreduce_grads_in_fp32 for bf16; "
+        "core/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication); "
         "FlashAttention-2 and -3 papers";
     megatron.flash_of_peak = {fa2_a100(), FlashRate{"hopper", {{8192, 0.50}}}};
     megatron.grad_bytes_bf16 = 4;
@@ -204,6 +206,9 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron21.description =
         "Megatron-LM of early 2021 (the SC'21 paper's): no overlap of the backward's "
         "tensor-parallel collectives";
+    megatron21.source =
+        "NVIDIA/Megatron-LM before 6e1bde1e0f (2021-09-02); Narayanan et al. 2021 "
+        "(arXiv:2104.04473)";
     megatron21.tp_dgrad_overlap = false;
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
