@@ -508,6 +508,8 @@ void plan(const PlanOpts& o, const Given& g) {
   if (!o.layout.empty()) {
     LayoutKeys keys;
     Layout l = parse_layout(o.layout, &keys);
+    // sp defaults to 1 with tp > 1, where the software has it.
+    if (!keys.sp && !job.software.sequence_parallel) l.sp = false;
     if (!keys.all()) {
       // A partial layout: the keys given fix a search over the rest.
       SearchResult r = search(model, cluster, job, FixedFields{l, keys});

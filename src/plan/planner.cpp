@@ -117,6 +117,9 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
           "shard={} shards ZeRO state over replicas, and zero=0 has none; use zero=1, 2 or 3",
           l.shard);
   }
+  if (l.sp && l.tp > 1 && !j.software.sequence_parallel)
+    return fmt::format("sp=1: {} has no sequence parallelism; use sp=0 or another --software",
+                       j.software.name);
   if (l.async_tp && (l.tp == 1 || !l.sp))
     return "asynctp=1 overlaps sequence parallelism's all-gathers and reduce-scatters with the "
            "matmuls; it needs tp > 1 with sp";
@@ -317,7 +320,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                   l.recompute = rc.recompute;
                   l.recompute_op = rc.recompute_op;
                   l.full_every = rc.full_every;
-                  l.sp = tp > 1 && (!k.sp || v.sp);
+                  l.sp = tp > 1 && j.software.sequence_parallel && (!k.sp || v.sp);
                   l.async_tp = async_tp && l.sp;
                   Estimate e = evaluate(m, c, j, l);
                   if (!e.valid()) continue;
@@ -398,6 +401,9 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   }
   if (k.sp)
     out.fixed.push_back({"sp", v.sp ? "1" : "0"});
+  else if (!j.software.sequence_parallel)
+    out.not_searched.push_back(
+        {"sp", fmt::format("0 ({} has no sequence parallelism)", j.software.name)});
   else
     out.not_searched.push_back({"sp", "1 wherever tp > 1 (it saves memory at the same traffic)"});
   if (k.async_tp)
@@ -465,12 +471,13 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
     cc.nodes = int(nodes);
     return cc;
   };
-  auto frugal = [](int tp, int pp, int dp, int zero, int cp = 1) {
+  const bool sp_ok = j.software.sequence_parallel;
+  auto frugal = [sp_ok](int tp, int pp, int dp, int zero, int cp = 1) {
     Layout l;
     l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.mb = 1, l.vpp = 1;
     l.zero = dp * cp > 1 ? zero : 0;
     l.recompute = Recompute::full;
-    l.sp = tp > 1;
+    l.sp = tp > 1 && sp_ok;
     return l;
   };
   struct Way {
@@ -538,7 +545,7 @@ std::string fit_advice(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
     l.recompute = Recompute::full;
     l.dp = 1;
     l.tp = tp_options(m, c).back();
-    l.sp = l.tp > 1;
+    l.sp = l.tp > 1 && sp_ok;
     l.cp = cps.back();
     JobSpec one = j;
     one.global_batch_tokens = j.seq_len;
@@ -573,7 +580,8 @@ std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, 
       with("recompute=attention", [](Layout& x) { x.recompute = Recompute::attention; });
     with("recompute=full", [](Layout& x) { x.recompute = Recompute::full; });
   }
-  if (l.tp > 1 && !l.sp) with("sp=1", [](Layout& x) { x.sp = true; });
+  const bool sp_ok = j.software.sequence_parallel;
+  if (l.tp > 1 && !l.sp && sp_ok) with("sp=1", [](Layout& x) { x.sp = true; });
   for (int z = l.zero + 1; z <= 3 && l.dp > 1; z++)
     with(fmt::format("zero={}", z), [z](Layout& x) { x.zero = z; });
   for (int mb = l.mb / 2; mb >= 1; mb /= 2)
@@ -581,7 +589,7 @@ std::vector<std::string> layout_fixes(const ModelSpec& m, const ClusterSpec& c, 
   if (l.dp % 2 == 0) {
     with(fmt::format("pp={} (dp={})", l.pp * 2, l.dp / 2), [](Layout& x) { x.pp *= 2, x.dp /= 2; });
     with(fmt::format("tp={} (dp={})", l.tp * 2, l.dp / 2),
-         [](Layout& x) { x.tp *= 2, x.dp /= 2, x.sp = true; });
+         [sp_ok](Layout& x) { x.tp *= 2, x.dp /= 2, x.sp = sp_ok; });
     // Context parallelism splits each sequence's activations (a layout check refuses it without
     // flash attention or with a sequence that does not split into 2·cp chunks).
     with(fmt::format("cp={} (dp={})", l.cp * 2, l.dp / 2), [](Layout& x) { x.cp *= 2, x.dp /= 2; });

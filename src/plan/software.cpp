@@ -210,6 +210,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "NVIDIA/Megatron-LM before 6e1bde1e0f (2021-09-02); Narayanan et al. 2021 "
         "(arXiv:2104.04473)";
     megatron21.tp_dgrad_overlap = false;
+    megatron21.async_tp = false;           // Transformer Engine's userbuffers came in 2023
+    megatron21.sequence_parallel = false;  // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
     // The Megatron-DeepSpeed forks of the published DeepSpeed runs (BigScience's of 2022, MT-NLG's
@@ -242,7 +244,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "DeepSpeed's pipeline engine before September 2021 (and EleutherAI's DeeperSpeed of "
         "then): as deepspeed, but every tp rank sends the whole activation gradient";
     ds2021.p2p_grads_split_tp = false;
-    ds2021.bf16_optimizer = false;  // BF16_Optimizer came with #1801, 2022-04
+    ds2021.bf16_optimizer = false;     // BF16_Optimizer came with #1801, 2022-04
+    ds2021.sequence_parallel = false;  // the Megatron forks of 2021 had none
     c.push_back(ds2021);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";

@@ -83,6 +83,9 @@ struct SoftwareProfile {
   double fp8_cast_bytes_fixed = 0;
   int fp8_cast_kernels = 0;  // kernels per cast tensor
   bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
+  // Has sequence parallelism (Megatron-LM since 2022-03; the search takes sp=1 with tp > 1 only
+  // then, and a layout asking for it under software without it is refused).
+  bool sequence_parallel = true;
   // Without asynchronous TP: the column-parallel layers' backward input-gradient collective
   // runs beside their weight-gradient matmul (and, with sequence parallelism, the gather of
   // their saved input beside the input-gradient matmul), as Megatron-LM has since 2021-09.

@@ -202,7 +202,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       bwd += exposed;
       tp_layer_hidden += input_grad + gather - exposed;
     }
-    if (l.sp) bwd += 2 * all_gather_s(act, tpg);
+    bwd += 2 * gather;  // the row-parallel layers' output-gradient gathers (sp)
     tp_layer = tp_one * 2 * (1 + l.full_share()) + bwd;
   }
   if (l.async_tp && l.tp > 1 && l.sp) {
@@ -219,8 +219,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     const double fwd =
         exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
     const bool dgrad_rs = j.software.async_tp_dgrad_rs;
-    const double bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
-                       (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
+    double bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
+                 (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
+    // Megatron keeps the column-parallel layers' inputs split and gathers them again for the
+    // weight gradients, beside the input-gradient matmuls (Transformer Engine's userbuffers:
+    // the "bulk" overlaps of qkv_dgrad and fc1_dgrad); torchtitan saves the gathered input.
+    if (j.software.tp_dgrad_overlap) bwd += std::max(0.0, ag - mm[0]) + std::max(0.0, ag - mm[2]);
     tp_layer = fwd * (1 + l.full_share()) + bwd;
   }
 
@@ -233,6 +237,19 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       r.elementwise(n * V / t * j.software.loss_bytes(e) / j.software.loss_kernels,
                     j.software.loss_kernels);
   const double embed = r.elementwise(n * m.hidden * e, 1) + r.elementwise(2 * n * m.hidden * e, 1);
+  // The head is a column-parallel linear: its forward gathers its input (sp), its backward
+  // reduces the input gradient. Under Megatron (its own ColumnParallelLinear, with or without
+  // asynchronous TP) the backward's collectives run beside the head's weight-gradient and
+  // input-gradient matmuls, as the blocks' do.
+  double head_tp = tp_one, head_tp_hidden = 0;
+  if (l.tp > 1 && j.software.tp_dgrad_overlap) {
+    const double input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
+    const double gather = l.sp ? all_gather_s(act, tpg) : 0.0;
+    const double dgrad = r.matmul(n, m.hidden, V / t), wgrad = r.matmul(m.hidden, V / t, n);
+    const double exposed = std::max(0.0, input_grad - wgrad) + std::max(0.0, gather - dgrad);
+    head_tp = gather + exposed;
+    head_tp_hidden = input_grad + gather - exposed;
+  }
 
   // Pipeline sends, once per virtual stage: the boundary activation forward and its gradient
   // backward, each split over the tp ranks (sequence parallelism, Megatron-LM's scatter-gather,
@@ -305,8 +322,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       x.bwd += r.elementwise(s.params * 18 / (2 * tensors), 2 * tensors);
     }
     x.compute = x.fwd + x.bwd + x.recompute;
-    x.tp = s.layers * tp_layer + ((s.first ? 1 : 0) + (s.last ? 1 : 0)) * tp_one;
-    x.tp_slow = c.device.overlap_slowdown * s.layers * tp_layer_hidden;
+    x.tp = s.layers * tp_layer + (s.first ? tp_one : 0) + (s.last ? head_tp : 0);
+    x.tp_slow =
+        c.device.overlap_slowdown * (s.layers * tp_layer_hidden + (s.last ? head_tp_hidden : 0));
     x.cp = s.layers * cp_layer;
     x.p2p = p2p_mb;
     if (l.dp_cp() > 1 && l.zero >= 2) {

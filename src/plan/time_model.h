@@ -41,7 +41,7 @@ struct TimeBreakdown {      // seconds per step
   double dp_comm = 0;       // once-per-step data-parallel traffic, all of it
   double dp_exposed = 0;    //   the part not hidden behind compute
   double optimizer = 0;
-  double contention = 0;  // compute slowed by the hidden data-parallel collectives beside it
+  double contention = 0;  // compute slowed by the hidden NCCL collectives beside it (dp, ZeRO, tp)
   double step = 0;        // the sum of the exposed parts
 };
 

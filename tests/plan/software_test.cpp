@@ -38,6 +38,35 @@ Layout layout(int tp, int pp, int dp, int zero = 0) {
 // FlashAttention-2 at its paper's benchmark against sequence length (A100 and H100, causal, head
 // dimension 128), cuDNN's attention under Megatron-Core at 50% of H100's peak. An architecture
 // without a figure: 0 (the time model then keeps the device's own attention rate).
+// Sequence parallelism came to Megatron-LM in 2022-03: the 2021 profiles neither search it nor
+// accept it, and say why.
+TEST(PlanSoftware, SequenceParallelOnlyWhereTheSoftwareHasIt) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 16);
+  for (const char* sw : {"megatron-2021", "deepspeed-2021"}) {
+    JobSpec j = job_with(sw, 2048, 256);
+    j.flash_attention = false;
+    const SearchResult r = search(m, c, j);
+    ASSERT_FALSE(r.fitting.empty()) << sw;
+    bool tp = false;
+    for (const Estimate& e : r.fitting) {
+      EXPECT_FALSE(e.layout.sp) << sw << " " << e.layout.to_string();
+      tp = tp || e.layout.tp > 1;
+    }
+    EXPECT_TRUE(tp) << sw;
+    bool said = false;
+    for (const SearchField& f : r.not_searched)
+      said = said || (f.key == "sp" && f.how.find("no sequence parallelism") != std::string::npos);
+    EXPECT_TRUE(said) << sw;
+    EXPECT_NE(
+        layout_problem(m, c, j, parse_layout("tp=8,pp=8,dp=2,mb=1,zero=1,recompute=full,sp=1"))
+            .find("has no sequence parallelism"),
+        std::string::npos)
+        << sw;
+  }
+  EXPECT_TRUE(find_software("megatron").sequence_parallel);
+}
+
 TEST(PlanSoftware, FlashAttentionRateIsTheProfilesFractionOfPeak) {
   const DeviceSpec& h100 = find_device("h100-sxm");
   const DeviceSpec& a100 = find_device("a100-80gb");
