@@ -184,6 +184,10 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
   double tp_layer = tp_one * (4 + 2 * l.full_share());
+  // A column-parallel linear's backward collectives as Megatron runs them (below): the input
+  // gradient's all-reduce (reduce-scatter with sp) and, with sp, the saved input's gather.
+  const double col_input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
+  const double col_gather = l.sp ? all_gather_s(act, tpg) : 0.0;
   double tp_layer_hidden = 0;  // NCCL collectives run beside a matmul (they slow it: contention)
   if (l.tp > 1 && !l.async_tp && j.software.tp_dgrad_overlap) {
     // Megatron-LM since 2021-09 (tensor_parallel/layers.py,
@@ -194,15 +198,13 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     // Those run beside matmuls of the forward's size; the row-parallel layers' gathers of the
     // output gradient (sequence parallelism) are needed first and stay exposed.
     const std::vector<double>& mm = lt.linear_fwd;
-    const double input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
-    const double gather = l.sp ? all_gather_s(act, tpg) : 0.0;
     double bwd = 0;
     for (double col : {mm[0], mm[2]}) {
-      const double exposed = std::max(0.0, input_grad - col) + std::max(0.0, gather - col);
+      const double exposed = std::max(0.0, col_input_grad - col) + std::max(0.0, col_gather - col);
       bwd += exposed;
-      tp_layer_hidden += input_grad + gather - exposed;
+      tp_layer_hidden += col_input_grad + col_gather - exposed;
     }
-    bwd += 2 * gather;  // the row-parallel layers' output-gradient gathers (sp)
+    bwd += 2 * col_gather;  // the row-parallel layers' output-gradient gathers (sp)
     tp_layer = tp_one * 2 * (1 + l.full_share()) + bwd;
   }
   if (l.async_tp && l.tp > 1 && l.sp) {
@@ -243,12 +245,11 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // input-gradient matmuls, as the blocks' do.
   double head_tp = tp_one, head_tp_hidden = 0;
   if (l.tp > 1 && j.software.tp_dgrad_overlap) {
-    const double input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
-    const double gather = l.sp ? all_gather_s(act, tpg) : 0.0;
     const double dgrad = r.matmul(n, m.hidden, V / t), wgrad = r.matmul(m.hidden, V / t, n);
-    const double exposed = std::max(0.0, input_grad - wgrad) + std::max(0.0, gather - dgrad);
-    head_tp = gather + exposed;
-    head_tp_hidden = input_grad + gather - exposed;
+    const double exposed =
+        std::max(0.0, col_input_grad - wgrad) + std::max(0.0, col_gather - dgrad);
+    head_tp = col_gather + exposed;
+    head_tp_hidden = col_input_grad + col_gather - exposed;
   }
 
   // Pipeline sends, once per virtual stage: the boundary activation forward and its gradient
