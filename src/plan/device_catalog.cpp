@@ -13,7 +13,9 @@ namespace kiln::plan {
 //   Burst ("maximum achievable matmul FLOPS", MAMF, BF16), Stas Bekman's ML Engineering book:
 //   https://github.com/stas00/ml-engineering/tree/master/compute/accelerator#maximum-achievable-matmul-flops-comparison-table
 //     A100 SXM 267.9/312 = 85.9%, H100 SXM 792.1/989 = 80.1%, H100/H200 SXM 794.5/989 = 80.3%,
-//     MI250X 147.0/191.5 per GCD = 76.7%, MI300X 781.9/1300 = 60.1%.
+//     MI250X 147.0/191.5 per GCD = 76.7%; MI300X 668.4/1300 = 51.4% (the table since 2025,
+//     torch 2.5.1 + ROCm 6.3 with TunableOp; its 781.9 of 2024-10, ROCm 6.2, which kiln used
+//     before, is no longer listed, and OpenXLA's gfx942 table (below) reaches 583 at 4096³).
 //   Sustained over burst ("maximum sustainable matmul FLOPS", MSMF, measured near TDP after a
 //   thermal soak): H200 702.9/828.0 = 0.849, B200 1455.7/1732.6 = 0.840 (the same book,
 //   compute/accelerator/benchmarks/README.md); kiln uses their mean, 0.845, for NVIDIA parts and
@@ -23,6 +25,15 @@ namespace kiln::plan {
 // docs/planner.md compares the resulting predictions with published runs.
 // Memory-bandwidth efficiencies are about what STREAM-like kernels (BabelStream) reach: 85% of
 // the datasheet on NVIDIA HBM, 80% on AMD's. Kernel overhead: about 4 µs per kernel launch.
+// A matmul's fixed cost, where a measured GEMM table exists: OpenXLA's default matmul
+// performance table (xla/service/gpu/model/matmul_interpolator_data.h, as in ROCm/xla at
+// ea2c45f2ca, 2026-07-31) times cuBLAS/hipBLASLt BF16 GEMMs of every shape with M, N, K in
+// 256..4096 on sm_90 (H100), sm_100 (B200) and gfx942 (MI300X). A least-squares line
+// time = FLOPs / R + t0 through its shapes with every dimension ≥ 2048 (the transformer blocks'
+// sizes) gives t0 = 4.6 µs on H100, 6.3 µs on B200 and 19.8 µs on MI300X, kiln's
+// matmul_overhead_us for them (and the H100's other parts: H100 PCIe, the 500 W H100, H200).
+// tests/plan/gemm_shape_test.cpp checks the fit and that kiln's matmul times then follow the
+// table's shapes within 10%. Other devices keep the 4 µs kernel overhead for matmuls too.
 // Reserved memory: CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL buffers, ~2 GiB.
 constexpr double kSustained = 0.845;
 // fp8: tilelang's FP8 GEMM benchmark (benchmark/matmul_fp8/README.md, H800 SXM, whose tensor
@@ -112,6 +123,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.intra_link_gbs = 450;
       d.network = "ib-ndr";
       d.nic_gbps = 400;
+      d.matmul_overhead_us = 4.6;  // OpenXLA's sm_90 GEMM table (above)
       d.source = "NVIDIA H100 datasheet; DGX H100 user guide; MAMF 792.1 of 989 TFLOP/s";
       c.push_back(nvidia(d));
       const DeviceSpec sxm = d;
@@ -172,6 +184,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.intra_link_gbs = 450;
       d.network = "ib-ndr";
       d.nic_gbps = 400;
+      d.matmul_overhead_us = 4.6;  // OpenXLA's sm_90 GEMM table (above)
       d.source = "NVIDIA H200 product page; MAMF 794.5 of 989 TFLOP/s (H100/H200 SXM)";
       c.push_back(nvidia(d));
     }
@@ -192,6 +205,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.memory_gib = 180e9 / (1 << 30);
       d.mem_bw_gbs = 8000;
       d.matmul_efficiency = 1455.7 / 2250;
+      d.matmul_overhead_us = 6.3;  // OpenXLA's sm_100 GEMM table (above)
       d.tdp_w = 1000;
       d.node_overhead_w = 14300 - 8 * 1000;
       d.intra_link = "nvlink";
@@ -288,14 +302,17 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_32 = 163.4;
       d.memory_gib = 192e9 / (1 << 30);
       d.mem_bw_gbs = 5300;
-      d.matmul_efficiency = 0.601;  // its burst is already sustained
+      d.matmul_efficiency = 668.4 / 1300;  // its burst is already sustained
+      d.matmul_overhead_us = 19.8;         // OpenXLA's gfx942 GEMM table (above)
       d.tdp_w = 750;
       d.node_overhead_w = 4000;
       d.intra_link = "xgmi-mesh";  // a pair gets one link, 64 GB/s each way
       d.intra_link_gbs = 448;
       d.network = "ib-ndr";
       d.nic_gbps = 400;
-      d.source = "AMD MI300X product page; MAMF 781.9 of 1300 TFLOP/s; node overhead assumed";
+      d.source =
+          "AMD MI300X product page; MAMF 668.4 of 1300 TFLOP/s (ML Engineering, ROCm 6.3); "
+          "OpenXLA's GEMM table; node overhead assumed";
       c.push_back(amd(d));
     }
     // TPU v4: https://cloud.google.com/tpu/docs/v4 — 275 TFLOP/s bf16 per chip, 32 GiB HBM2 at

@@ -78,8 +78,8 @@ void DeviceSpec::validate(const std::string& where) const {
         "{}: device '{}': torus_dims is 3 (a 3D torus; other tori are not modelled) with "
         "max_slice_chips ≥ 1, or 0 for no torus",
         where, name);
-  if (kernel_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 || tdp_w < 0 ||
-      node_overhead_w < 0)
+  if (kernel_overhead_us < 0 || matmul_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 ||
+      tdp_w < 0 || node_overhead_w < 0)
     fail("{}: device '{}': overheads, cache and power must not be negative", where, name);
   if (!(overlap_slowdown >= 0 && overlap_slowdown < 1))
     fail(
@@ -370,6 +370,7 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
       {"device.attention_efficiency", num(&d.attention_efficiency)},
       {"device.mem_bw_efficiency", num(&d.mem_bw_efficiency)},
       {"device.kernel_overhead_us", num(&d.kernel_overhead_us)},
+      {"device.matmul_overhead_us", num(&d.matmul_overhead_us)},
       {"device.overlap_slowdown", num(&d.overlap_slowdown)},
       {"device.cache_mib", num(&d.cache_mib)},
       {"device.cache_bw_gbs", num(&d.cache_bw_gbs)},
@@ -488,6 +489,8 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   out += fmt::format("attention_efficiency = {:.4g}\n", d.attention_efficiency);
   out += fmt::format("mem_bw_efficiency = {:.4g}\n", d.mem_bw_efficiency);
   out += fmt::format("kernel_overhead_us = {:.4g}\n", d.kernel_overhead_us);
+  if (d.matmul_overhead_us > 0)
+    out += fmt::format("matmul_overhead_us = {:.4g}\n", d.matmul_overhead_us);
   out += fmt::format("overlap_slowdown = {:.4g}\n", d.overlap_slowdown);
   out += fmt::format("cache_mib = {:.6g}\n", d.cache_mib);
   out += fmt::format("cache_bw_gbs = {:.6g}\n", d.cache_bw_gbs);

@@ -44,6 +44,9 @@ struct DeviceSpec {
   double attention_efficiency = 1;
   double mem_bw_efficiency = 0;   // fraction of the bandwidth a streaming kernel reaches
   double kernel_overhead_us = 0;  // fixed cost of every kernel: launch, ramp-up, tail
+  // The fixed cost of one matmul (launch, tile set-up, the last wave's tail), where a measured
+  // GEMM table gives it; 0: kernel_overhead_us.
+  double matmul_overhead_us = 0;
   // How much slower compute runs while a data-parallel collective is in flight beside it (its
   // kernels hold SMs and memory bandwidth): 0.189 is 18.9% slower. 0: no contention.
   double overlap_slowdown = 0;

@@ -14,7 +14,7 @@ namespace {
 // What one device sustains under the job's software, in FLOP/s, bytes/s and seconds.
 struct Rates {
   double flops = 0, linear_flops = 0, attn_flops = 0, bw = 0, cache_bytes = 0;
-  double cache_bw = 0, overhead = 0, e = 2;
+  double cache_bw = 0, overhead = 0, mm_overhead = 0, e = 2;
   // fp8: the block's linear layers run at the fp8 rate, each of their tensors cast first.
   bool fp8 = false;
   double cast_bytes = 0;  // per element cast
@@ -35,6 +35,7 @@ struct Rates {
     cache_bytes = d.cache_mib * double(1 << 20);
     cache_bw = d.cache_bw_gbs * 1e9;
     overhead = d.kernel_overhead_us * 1e-6;
+    mm_overhead = d.matmul_overhead_us > 0 ? d.matmul_overhead_us * 1e-6 : overhead;
     e = activation_bytes(dt);
     fp8 = dt == Dtype::fp8;
     cast_bytes = j.software.fp8_cast_bytes_per_e * e + j.software.fp8_cast_bytes_fixed;
@@ -63,7 +64,7 @@ struct Rates {
   }
   double product(double M, double N, double K, double count, double rate) const {
     const double fl = 2 * M * N * K, bytes = e * (M * K + K * N + M * N);
-    return overhead + count * std::max(fl / rate, bytes / bw);
+    return mm_overhead + count * std::max(fl / rate, bytes / bw);
   }
   // `count` element-wise kernels moving `bytes` each.
   double elementwise(double bytes, double count = 1) const {
@@ -158,6 +159,12 @@ struct StageTimes {
 };
 
 }  // namespace
+
+double matmul_seconds(const DeviceSpec& d, Dtype dt, double M, double N, double K) {
+  JobSpec j;
+  j.dtype = dt;
+  return Rates(d, j).matmul(M, N, K);
+}
 
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                         const Layout& given, int64_t micro_batches) {

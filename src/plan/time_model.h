@@ -1,6 +1,6 @@
 // Time of one optimizer step.
 //
-// Kernels: every matmul costs overhead + max(FLOPs / (peak · matmul_efficiency),
+// Kernels: every matmul costs its fixed cost + max(FLOPs / (peak · matmul_efficiency),
 // bytes / (bandwidth · mem_bw_efficiency)) — a roofline with a fixed cost per kernel; every
 // element-wise kernel (norms, residual adds, dropout, activation, softmax, rotary, loss) costs
 // overhead + bytes / bandwidth (from the last-level cache when the device has one measured and
@@ -44,6 +44,11 @@ struct TimeBreakdown {      // seconds per step
   double contention = 0;  // compute slowed by the hidden NCCL collectives beside it (dp, ZeRO, tp)
   double step = 0;        // the sum of the exposed parts
 };
+
+// One matmul C(M,N) = A(M,K)·B(K,N) on `d` in `dt`, as step_time counts it: the device's
+// matmul fixed cost plus the longer of its FLOPs at the sustained rate and its bytes at the
+// sustained bandwidth.
+double matmul_seconds(const DeviceSpec& d, Dtype dt, double M, double N, double K);
 
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,
                         int64_t micro_batches);
