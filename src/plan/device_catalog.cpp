@@ -13,9 +13,11 @@ namespace kiln::plan {
 //   Burst ("maximum achievable matmul FLOPS", MAMF, BF16), Stas Bekman's ML Engineering book:
 //   https://github.com/stas00/ml-engineering/tree/master/compute/accelerator#maximum-achievable-matmul-flops-comparison-table
 //     A100 SXM 267.9/312 = 85.9%, H100 SXM 792.1/989 = 80.1%, H100/H200 SXM 794.5/989 = 80.3%,
-//     MI250X 147.0/191.5 per GCD = 76.7%; MI300X 668.4/1300 = 51.4% (the table since 2025,
-//     torch 2.5.1 + ROCm 6.3 with TunableOp; its 781.9 of 2024-10, ROCm 6.2, which kiln used
-//     before, is no longer listed, and OpenXLA's gfx942 table (below) reaches 583 at 4096³).
+//     MI250X 147.0/191.5 per GCD = 76.7% (the book's first method); MI300X 668.4 over kiln's
+//     peak of 1,307 = 51.1%, from the table's second method (since 2025-01-06: the cache reset
+//     between iterations, which the first lacked; torch 2.5.1 + ROCm 6.3, TunableOp on). Its
+//     first-method 781.9 (2024-10, ROCm 6.2), which kiln used before, left the book on
+//     2025-09-01. The A100 and H100 figures are the first method's, within 1.3% of the second's.
 //   Sustained over burst ("maximum sustainable matmul FLOPS", MSMF, measured near TDP after a
 //   thermal soak): H200 702.9/828.0 = 0.849, B200 1455.7/1732.6 = 0.840 (the same book,
 //   compute/accelerator/benchmarks/README.md); kiln uses their mean, 0.845, for NVIDIA parts and
@@ -27,8 +29,8 @@ namespace kiln::plan {
 // the datasheet on NVIDIA HBM, 80% on AMD's. Kernel overhead: about 4 µs per kernel launch.
 // A matmul's fixed cost, where a measured GEMM table exists: OpenXLA's default matmul
 // performance table (xla/service/gpu/model/matmul_interpolator_data.h, as in ROCm/xla at
-// ea2c45f2ca, 2026-07-31) times cuBLAS/hipBLASLt BF16 GEMMs of every shape with M, N, K in
-// 256..4096 on sm_90 (H100), sm_100 (B200) and gfx942 (MI300X). A least-squares line
+// ea2c45f2ca, 2026-07-31) gives XLA's measured BF16 GEMM rates for M, N, K each a power of two
+// from 256 to 4096 on sm_90 (H100), sm_100 (B200) and gfx942 (MI300X). A least-squares line
 // time = FLOPs / R + t0 through its shapes with every dimension ≥ 2048 (the transformer blocks'
 // sizes) gives t0 = 4.6 µs on H100, 6.3 µs on B200 and 19.8 µs on MI300X, kiln's
 // matmul_overhead_us for them (and the H100's other parts: H100 PCIe, the 500 W H100, H200).
@@ -302,7 +304,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_32 = 163.4;
       d.memory_gib = 192e9 / (1 << 30);
       d.mem_bw_gbs = 5300;
-      d.matmul_efficiency = 668.4 / 1300;  // its burst is already sustained
+      d.matmul_efficiency = 668.4 / 1307;  // its burst is already sustained
       d.matmul_overhead_us = 19.8;         // OpenXLA's gfx942 GEMM table (above)
       d.tdp_w = 750;
       d.node_overhead_w = 4000;
@@ -311,7 +313,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.network = "ib-ndr";
       d.nic_gbps = 400;
       d.source =
-          "AMD MI300X product page; MAMF 668.4 of 1300 TFLOP/s (ML Engineering, ROCm 6.3); "
+          "AMD MI300X product page; MAMF 668.4 TFLOP/s (ML Engineering, ROCm 6.3); "
           "OpenXLA's GEMM table; node overhead assumed";
       c.push_back(amd(d));
     }

@@ -47,7 +47,8 @@ struct TimeBreakdown {      // seconds per step
 
 // One matmul C(M,N) = A(M,K)·B(K,N) on `d` in `dt`, as step_time counts it: the device's
 // matmul fixed cost plus the longer of its FLOPs at the sustained rate and its bytes at the
-// sustained bandwidth.
+// sustained bandwidth. For bf16, fp16 and fp32 (an fp8 job's linear layers run at the fp8 rate,
+// which this does not give).
 double matmul_seconds(const DeviceSpec& d, Dtype dt, double M, double N, double K);
 
 TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l,

@@ -9,11 +9,11 @@
 # Usage: fresh_debian.sh SOURCE_DIR. Exit 77 (skipped) only where it cannot run: not root (chroot
 # and mount), mmdebstrap missing (scripts/setup.sh installs it), not a Debian host, or SOURCE_DIR
 # not a git checkout. KILN_FRESH_DIR (default /var/tmp) holds the root (about 3 GB);
-# KILN_FRESH_BUDGET (default 900 s) bounds the whole test: past it every step is stopped and the
+# KILN_FRESH_BUDGET (default 1500 s) bounds the whole test: past it every step is stopped and the
 # root is removed by this script, before ctest's TIMEOUT would kill it without cleaning up.
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
-BUDGET=${KILN_FRESH_BUDGET:-900}
+BUDGET=${KILN_FRESH_BUDGET:-1500}
 PARENT=${KILN_FRESH_DIR:-/var/tmp}
 NEED_GB=8
 skip() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Extracts the measured BF16 GEMM rates kiln's gemm_shape_test compares with.
 
-OpenXLA keeps a table of measured matmul rates per GPU (cuBLAS / hipBLASLt, every shape with
-M, N, K in 256..4096) in xla/service/gpu/model/matmul_interpolator_data.h. This script reads
+OpenXLA keeps a table of measured matmul rates per GPU (M, N, K each a power of two from 256 to
+4096) in xla/service/gpu/model/matmul_interpolator_data.h. This script reads
 that file (as in ROCm/xla at ea2c45f2ca, 2026-07-31) and writes, for the single (b = 1) products
 of the three GPUs kiln's catalog has parts for (sm_90: H100, sm_100_B200: B200, gfx942: MI300X),
 the bf16 x bf16 -> bf16 rate in TFLOP/s of every shape whose dimensions are all at least 2048
