@@ -300,6 +300,11 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // input once for wq/wk/wv and once for w1/w3, so in backward the partial input gradients
     // are summed first.
     tt_c.async_tp_dgrad_rs = false;
+    // torch/distributed/_symmetric_memory/__init__.py: _pipelined_all_gather_and_consume copies
+    // the local shard into the gathered output (and the p2p buffer) with copy_ on the compute
+    // stream; _fused_matmul_reduce_scatter_impl computes tp chunk matmuls into stacked_partials,
+    // pulls the peers' chunks, then reduce_fn(stacked_partials) sums them in one kernel.
+    tt_c.async_tp_symm_mem = true;
     c.push_back(tt_c);
     // MaxText (google/maxtext MaxText/configs/base.yml at 01c78bb): XLA compiles the step, so
     // element-wise chains are fused into one kernel each; weight_dtype float32 keeps the weights,

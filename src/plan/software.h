@@ -98,6 +98,13 @@ struct SoftwareProfile {
   // PyTorch's micro-pipeline pass does not fuse with its reduce-scatter (it needs one producing
   // matmul): those two run as plain collectives, exposed as without async TP.
   bool async_tp_dgrad_rs = true;
+  // Asynchronous TP by PyTorch's SymmetricMemory ops (torch/distributed/_symmetric_memory,
+  // torchtitan's enable_async_tensor_parallel): besides the overlapped peer copies, each fused
+  // all-gather + matmul copies the rank's own shard with an SM kernel on the compute stream, each
+  // fused matmul + reduce-scatter sums the tp partial outputs it received in a separate
+  // reduction kernel (reads the whole n·h output, writes the rank's 1/tp), and both run their
+  // matmul as tp chunk matmuls, each with its fixed cost. Megatron's userbuffers are not this.
+  bool async_tp_symm_mem = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;

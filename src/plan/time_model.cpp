@@ -225,8 +225,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       return coll / t + std::max(0.0, coll * (t - 1) / t - mm);
     };
     const std::vector<double>& mm = lt.linear_fwd;
-    const double fwd =
-        exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
+    double fwd = exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
     const bool dgrad_rs = j.software.async_tp_dgrad_rs;
     double bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
                  (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
@@ -234,6 +233,19 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     // weight gradients, beside the input-gradient matmuls (Transformer Engine's userbuffers:
     // the "bulk" overlaps of qkv_dgrad and fc1_dgrad); torchtitan saves the gathered input.
     if (j.software.tp_dgrad_overlap) bwd += std::max(0.0, ag - mm[0]) + std::max(0.0, ag - mm[2]);
+    if (j.software.async_tp_symm_mem) {
+      // PyTorch's SymmetricMemory ops run more kernels on the compute stream than the matmul:
+      // a fused gather copies the rank's own shard (n/t tokens, read and written); a fused
+      // reduce-scatter sums the t partial outputs it holds after the peer copies (all n tokens
+      // read, the rank's n/t written); each splits its matmul into t chunk matmuls. Forward
+      // fuses two gathers and two reduce-scatters, backward the two output-gradient gathers and
+      // the input-gradient reduce-scatters it fuses.
+      const double chunks = (t - 1) * r.mm_overhead;
+      const double gather = r.elementwise(2 * act / t) + chunks;
+      const double scatter = r.elementwise(act * (1 + 1 / t)) + chunks;
+      fwd += 2 * gather + 2 * scatter;
+      bwd += 2 * gather + (dgrad_rs ? 2 * scatter : 0.0);
+    }
     tp_layer = fwd * (1 + l.full_share()) + bwd;
   }
 

@@ -65,12 +65,41 @@ TEST(PlanAsyncTp, TorchtitansBackwardInputGradientReduceScattersStayExposed) {
   j.software = find_software("megatron");
   const double megatron = step_time(m, c, j, async, 4).tp_comm;
   j.software = find_software("torchtitan-compile");
+  j.software.async_tp_symm_mem = false;  // its own kernels: SymmetricMemoryKernelsAreCharged
   const double titan = step_time(m, c, j, async, 4).tp_comm;
   EXPECT_NEAR(megatron, t_sync / 8, 0.01 * t_sync);
   EXPECT_NEAR(titan - megatron, t_sync * 2.0 / 12 * (1 - 1.0 / 8), 0.01 * t_sync);
   EXPECT_LT(titan, t_sync);
   EXPECT_FALSE(find_software("torchtitan-compile").async_tp_dgrad_rs);
   EXPECT_TRUE(find_software("megatron").async_tp_dgrad_rs);
+}
+
+// PyTorch's SymmetricMemory ops (torchtitan's async TP) run more on the compute stream than the
+// matmul: a fused all-gather copies the rank's own shard (n/tp tokens read and written), a fused
+// reduce-scatter sums the tp partials it received (n tokens read, n/tp written), and each runs its
+// matmul as tp chunks (tp - 1 more fixed costs). Counted here from the device's bandwidth: per
+// layer with full recompute, forward's two of each twice, and backward's two output-gradient
+// gathers (its input-gradient reduce-scatters are not fused under torchtitan).
+TEST(PlanAsyncTp, SymmetricMemoryKernelsAreCharged) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const DeviceSpec d = find_device("h100-sxm");
+  const ClusterSpec c = default_cluster(d, 4);
+  JobSpec j = job(8192, 64);
+  Layout l = parse_layout("tp=8,pp=1,dp=4,mb=4,zero=3,recompute=full");
+  l.async_tp = true;
+  j.software = find_software("torchtitan-compile");
+  ASSERT_TRUE(j.software.async_tp_symm_mem);
+  const double with = step_time(m, c, j, l, 4).tp_comm;
+  j.software.async_tp_symm_mem = false;
+  const double without = step_time(m, c, j, l, 4).tp_comm;
+  const double t = 8, act = 4.0 * 8192 * m.hidden * 2;  // one micro-batch's activation, bf16
+  const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency, k = d.kernel_overhead_us * 1e-6;
+  const double chunks = (t - 1) * d.matmul_overhead_us * 1e-6;
+  const double gather = k + 2 * act / t / bw + chunks;
+  const double scatter = k + act * (1 + 1 / t) / bw + chunks;
+  const double per_layer = 2 * (2 * gather + 2 * scatter) + 2 * gather;
+  EXPECT_NEAR(with - without, 4 * m.n_layer * per_layer, 1e-9);
+  EXPECT_FALSE(find_software("megatron").async_tp_symm_mem);
 }
 
 // The search takes asynctp=1 only where the software runs it (Megatron-Core's --tp-comm-overlap,
