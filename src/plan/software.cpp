@@ -280,6 +280,12 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt.grad_bytes_bf16 = tt.grad_bytes_fp16 = 4;
     tt.fp8_cast_bytes_per_e = 7, tt.fp8_cast_bytes_fixed = 3, tt.fp8_cast_kernels = 6;
     tt.fsdp_pp_once_per_step = true;
+    // parallelize_llama.py (apply_tp) with float8: PrepareFloat8ModuleInput, Float8ColwiseParallel
+    // and Float8RowwiseParallel (torchao/float8/float8_tensor_parallel.py): the input is cast to
+    // fp8 before its Shard -> Replicate redistribution, "so that ... we perform fp8 allgather only
+    // once"; the row-parallel output's gradient is cast (_NoopFwToFloat8BwDynamic) before the
+    // backward's gather. The LM head is a plain ColwiseParallel (16-bit).
+    tt.tp_fp8_gathers = true;
     // train.py: cross_entropy(pred.flatten(0, 1).float(), labels), eager under both profiles
     // ("compiling loss function causes CUDA errors, turning off for now"): the cast (e in, 4
     // out), log_softmax (reads the row three times: max, sum of exp, output; writes it: 16);

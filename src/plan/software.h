@@ -105,6 +105,12 @@ struct SoftwareProfile {
   // reduction kernel (reads the whole n·h output, writes the rank's 1/tp), and both run their
   // matmul as tp chunk matmuls, each with its fixed cost. Megatron's userbuffers are not this.
   bool async_tp_symm_mem = false;
+  // In fp8 with sequence parallelism, the blocks' all-gathers move fp8 (1 byte an element): the
+  // input of QKV and of the MLP's up projection is cast before it is gathered, and so is the
+  // output gradient of the attention output and MLP down before the backward's gather (torchao's
+  // PrepareFloat8ModuleInput and Float8RowwiseParallel, which torchtitan's TP plan uses); the
+  // reduce-scatters stay 16-bit.
+  bool tp_fp8_gathers = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;

@@ -190,7 +190,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double tp_one = l.tp <= 1 ? 0.0
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
-  double tp_layer = tp_one * (4 + 2 * l.full_share());
+  // The blocks' gathers: of fp8 elements where the software casts before gathering.
+  const double ag_bytes = j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers ? act / e : act;
+  const double tp_block = l.tp <= 1 ? 0.0
+                          : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(ag_bytes, tpg)
+                                    : tp_one;
+  double tp_layer = tp_block * (4 + 2 * l.full_share());
   // A column-parallel linear's backward collectives as Megatron runs them (below): the input
   // gradient's all-reduce (reduce-scatter with sp) and, with sp, the saved input's gather.
   const double col_input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
@@ -212,7 +217,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       tp_layer_hidden += col_input_grad + col_gather - exposed;
     }
     bwd += 2 * col_gather;  // the row-parallel layers' output-gradient gathers (sp)
-    tp_layer = tp_one * 2 * (1 + l.full_share()) + bwd;
+    tp_layer = tp_block * 2 * (1 + l.full_share()) + bwd;
   }
   if (l.async_tp && l.tp > 1 && l.sp) {
     // Asynchronous TP (torchtitan's micro-pipelined all-gather + matmul and matmul +
@@ -220,7 +225,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     // previous chunk's matmul, so it exposes its first step and what the rest takes beyond its
     // matmul. Forward: all-gathers before QKV and MLP up, reduce-scatters after the attention
     // output and MLP down; backward the reverse, on the input-gradient matmuls (the same size).
-    const double ag = all_gather_s(act, tpg), rs = reduce_scatter_s(act, tpg);
+    const double ag = all_gather_s(ag_bytes, tpg), rs = reduce_scatter_s(act, tpg);
     auto exposed = [&](double coll, double mm) {
       return coll / t + std::max(0.0, coll * (t - 1) / t - mm);
     };
@@ -241,7 +246,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       // fuses two gathers and two reduce-scatters, backward the two output-gradient gathers and
       // the input-gradient reduce-scatters it fuses.
       const double chunks = (t - 1) * r.mm_overhead;
-      const double gather = r.elementwise(2 * act / t) + chunks;
+      const double gather = r.elementwise(2 * ag_bytes / t) + chunks;
       const double scatter = r.elementwise(act * (1 + 1 / t)) + chunks;
       fwd += 2 * gather + 2 * scatter;
       bwd += 2 * gather + (dgrad_rs ? 2 * scatter : 0.0);

@@ -360,6 +360,34 @@ TEST(PlanSoftware, Fp32GradientReductionMovesTwiceTheBytes) {
   EXPECT_LT(z32, 2.0 * z16);
 }
 
+// torchtitan's fp8 TP plan (torchao's PrepareFloat8ModuleInput and Float8RowwiseParallel) casts
+// before it gathers: each of a layer's all-gathers moves one byte an element, its reduce-scatters
+// stay 16-bit. Without asynchronous TP every collective waits, so per layer with full recompute
+// the six gathers (forward, recomputed forward, backward: two each) cost what a 16-bit gather
+// of half the bytes costs; bf16 jobs and software that gathers 16-bit do not change.
+TEST(PlanSoftware, TorchtitanGathersFp8UnderTensorParallelism) {
+  const ModelSpec m = find_preset("llama3-70b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec fp8 = job_with("torchtitan", 8192, 64);
+  fp8.dtype = Dtype::fp8;
+  Layout l = layout(8, 1, 4, 3);
+  l.mb = 2, l.recompute = Recompute::full;
+  ASSERT_TRUE(fp8.software.tp_fp8_gathers);
+  const double with = step_time(m, c, fp8, l, 8).tp_comm;
+  JobSpec wide = fp8;
+  wide.software.tp_fp8_gathers = false;
+  const double without = step_time(m, c, wide, l, 8).tp_comm;
+  const GroupPath g = group_path(c, l, Dim::tp);
+  const double act = 2.0 * 8192 * m.hidden * 2;  // a micro-batch's activation, 16-bit
+  const double per_layer = 6 * (all_gather_s(act, g) - all_gather_s(act / 2, g));
+  EXPECT_NEAR(without - with, 8 * m.n_layer * per_layer, 1e-9);
+  JobSpec bf16 = fp8, bf16_wide = wide;
+  bf16.dtype = bf16_wide.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(step_time(m, c, bf16, l, 8).tp_comm, step_time(m, c, bf16_wide, l, 8).tp_comm);
+  EXPECT_FALSE(find_software("megatron").tp_fp8_gathers);
+  EXPECT_TRUE(find_software("torchtitan-compile").tp_fp8_gathers);
+}
+
 // torchtitan's FSDP2 under pipeline parallelism gathers a stage's weights once per step and
 // reduce-scatters once (reshard_after_forward off under pp, gradient sync on the last
 // micro-batch): ZeRO-3 there costs what ZeRO-1 does, in time and memory, and far less time
