@@ -65,7 +65,7 @@ struct PlanOpts {
   int top = 5;
   double days = 0, budget = 0;  // --days, --budget
   bool json = false, list_models = false, list_gpus = false, list_software = false;
-  bool fp8_param_gather = false;
+  bool fp8_param_gather = false, attention_unpad = false;
   // calibration
   bool calibrate = false;
   std::string output = "configs/hardware/this-cpu.toml";
@@ -79,7 +79,7 @@ struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *slices, *seq_len,
       *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather,
-      *cp_comm, *attention_kernel, *days, *budget;
+      *cp_comm, *attention_kernel, *attention_unpad, *days, *budget;
 };
 
 // The matmuls run over the padded vocabulary.
@@ -266,7 +266,8 @@ void summarize(const PlanOpts& o, const Given& g) {
                            {g.grad_reduce, "--grad-reduce"},
                            {g.fp8_param_gather, "--fp8-param-gather"},
                            {g.cp_comm, "--cp-comm"},
-                           {g.attention_kernel, "--attention-kernel"}})
+                           {g.attention_kernel, "--attention-kernel"},
+                           {g.attention_unpad, "--attention-unpad"}})
     if (opt->count())
       fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
   if (!o.layout.empty())
@@ -454,6 +455,7 @@ void plan(const PlanOpts& o, const Given& g) {
   job.fp8_param_gather = o.fp8_param_gather;
   if (g.cp_comm->count()) job.cp_comm = parse_cp_comm(o.cp_comm);
   if (g.attention_kernel->count()) use_attention_kernel(job, o.attention_kernel);
+  job.attention_unpad = o.attention_unpad;
   job.overlap_dp = !o.no_overlap;
   job.mem_allowance = o.mem_allowance;
   job.usd_per_gpu_hour = o.usd;
@@ -690,6 +692,12 @@ void register_plan(CLI::App& app) {
                       "flash2, flash1, xformers or openai-triton: the attention kernel whose "
                       "published benchmark sets flash attention's rate (default: the software "
                       "profile's)")
+          ->group(J);
+  g->attention_unpad =
+      cmd->add_flag("--attention-unpad", o->attention_unpad,
+                    "the model unpads q, k, v for a variable-length flash kernel and pads the "
+                    "output back every layer (flash-attn's bert_padding, as llm-foundry's "
+                    "attn_impl: flash runs it)")
           ->group(J);
   g->cp_comm = cmd->add_option("--cp-comm", o->cp_comm,
                                "ring (default: key/value passes overlapping attention, "

@@ -16,6 +16,9 @@ void use_attention_kernel(JobSpec& j, const std::string& name) {
 }
 
 std::string attention_kernel_problem(const DeviceSpec& d, const JobSpec& j) {
+  if (j.attention_unpad && !j.flash_attention)
+    return "--attention-unpad unpads for a variable-length flash kernel: it needs --attention "
+           "flash";
   if (j.attention_kernel.empty()) return "";
   if (!j.flash_attention)
     return fmt::format(

@@ -30,6 +30,11 @@ struct JobSpec {
   // The attention kernel whose published benchmark replaces the profile's flash-attention rate
   // (--attention-kernel: flash2, flash1, xformers, openai-triton); empty: the profile's.
   std::string attention_kernel;
+  // The model unpads queries, keys and values for a variable-length flash kernel and pads its
+  // output back, every layer (--attention-unpad: flash-attn's bert_padding unpad_input and
+  // pad_input, as llm-foundry's attn_impl: flash calls them): gathers and scatters on the
+  // compute stream.
+  bool attention_unpad = false;
   // fp8 only: ZeRO's weight all-gathers move the fp8 weights, 1 byte per parameter
   // (--fp8-param-gather: Megatron-Core's --fp8-param-gather, torchtitan's
   // enable_fsdp_float8_all_gather).

@@ -87,6 +87,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
       {"fp8_param_gather", j.fp8_param_gather},
       {"cp_comm", cp_comm_name(j.cp_comm)},
       {"attention_kernel", j.attention_kernel.empty() ? "profile" : j.attention_kernel},
+      {"attention_unpad", j.attention_unpad},
       {"attention", j.flash_attention ? "flash" : "unfused"},
       {"overlap_dp", j.overlap_dp},
       {"mem_allowance", j.mem_allowance},
@@ -205,14 +206,15 @@ std::string inputs_text(const PlanInputs& in) {
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
       "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
-      "software {}{}{}{}{}\n",
+      "software {}{}{}{}{}{}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
       si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
       j.flash_attention ? "flash" : "unfused", j.software.name,
       j.grad_reduce ? ", gradients reduced in " + j.grad_reduce_name() : "",
       j.fp8_param_gather ? ", weights gathered in fp8" : "",
       j.cp_comm == JobSpec::CpComm::all_gather ? ", context parallelism by all-gather" : "",
-      j.attention_kernel.empty() ? "" : ", attention kernel " + j.attention_kernel);
+      j.attention_kernel.empty() ? "" : ", attention kernel " + j.attention_kernel,
+      j.attention_unpad ? ", attention inputs unpadded" : "");
   return s;
 }
 

@@ -111,6 +111,16 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     const double fl = heads * 0.5 * 4 * s * s * d / l.cp, rate = r.flash(s / l.cp);
     lt.attn_fwd = r.overhead + fl / rate;
     lt.bwd += r.overhead + 2.5 * fl / rate;
+    if (j.attention_unpad) {
+      // flash-attn's bert_padding around a variable-length kernel (llm-foundry's flash_attn_fn):
+      // unpad_input gathers q, k and v (index_first_axis reads and writes each) after five small
+      // kernels over the mask (sum, nonzero, max, cumsum, pad); pad_input zeroes an output and
+      // scatters the attention's output into it. Backward gathers the output's gradient and, for
+      // q, k and v, zeroes a padded gradient and scatters into it.
+      const double qkv = n * (q / t + 2 * kv) * e, out = n * q / t * e;
+      lt.ew_fwd += r.elementwise((2 * qkv + 3 * out) / 5, 5) + r.elementwise(0, 15);
+      lt.bwd += r.elementwise((2 * out + 3 * qkv) / 7, 7);
+    }
   } else {
     // Scores S = Q·Kᵀ (s×d · d×s) and O = P·V (s×s · s×d) per head; backward dP = dO·Vᵀ,
     // dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q. Softmax (and dropout) read and write the s×s matrix.

@@ -522,6 +522,41 @@ TEST(PlanSoftware, AttentionKernelUsesItsPublishedBenchmark) {
       << r.output;
 }
 
+// --attention-unpad: flash-attn's bert_padding around a variable-length kernel (llm-foundry's
+// attn_impl: flash). Per layer and micro-batch, counted here from the device's bandwidth:
+// forward gathers q, k, v (each read and written) and pads the output (zeroed, then written
+// from the kernel's output) in 5 kernels, after 15 small kernels over the mask; backward gathers
+// the output's gradient and zeroes and scatters q's, k's and v's (7 kernels). A full recompute
+// repeats the forward's part. Unfused attention has nothing to unpad: refused.
+TEST(PlanSoftware, UnpaddedAttentionPaysItsGathersAndScatters) {
+  const ModelSpec m = find_preset("llama3-8b").model;  // grouped-query: k and v narrower than q
+  const DeviceSpec d = find_device("h100-sxm");
+  const ClusterSpec c = default_cluster(d, 2);
+  JobSpec j = job_with("fsdp", 2048, 256);
+  Layout l = layout(1, 1, 16, 3);
+  l.mb = 8, l.recompute = Recompute::full;
+  const double base = step_time(m, c, j, l, 2).compute;
+  j.attention_unpad = true;
+  const double unpadded = step_time(m, c, j, l, 2).compute;
+  const double n = 8.0 * 2048, e = 2, q = m.n_head * m.head_dim(), kv = m.n_kv_head * m.head_dim();
+  const double qkv = n * (q + 2 * kv) * e, out = n * q * e;
+  const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency, k = d.kernel_overhead_us * 1e-6;
+  const double fwd = 5 * k + (2 * qkv + 3 * out) / bw + 15 * k;
+  const double bwd = 7 * k + (2 * out + 3 * qkv) / bw;
+  EXPECT_NEAR(unpadded - base, 2 * m.n_layer * (2 * fwd + bwd), 1e-9);
+  j.flash_attention = false;
+  EXPECT_NE(attention_kernel_problem(d, j).find("--attention-unpad"), std::string::npos);
+  auto r = kiln::testing::run_kiln(
+      "plan --model llama3-8b --gpu h100-sxm --nodes 2 --software fsdp --attention-unpad --layout "
+      "tp=1,pp=1,mb=8,zero=3,recompute=full,vpp=1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(nlohmann::json::parse(r.output)["job"]["attention_unpad"].get<bool>());
+  r = kiln::testing::run_kiln(
+      "plan --model llama3-8b --gpu h100-sxm --attention unfused --attention-unpad");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("it needs --attention flash"), std::string::npos) << r.output;
+}
+
 TEST(PlanSoftware, UnknownProfileNamesTheClosestAndTheList) {
   try {
     find_software("torchtitn");

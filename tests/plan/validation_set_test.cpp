@@ -130,6 +130,7 @@ PublishedRun run_of(const json& r) {
   run.job.fp8_param_gather = j.value("fp8_param_gather", false);
   if (j.contains("cp_comm")) run.job.cp_comm = parse_cp_comm(j["cp_comm"]);
   if (j.contains("attention_kernel")) use_attention_kernel(run.job, j["attention_kernel"]);
+  run.job.attention_unpad = j.value("attention_unpad", false);
   run.job.validate();
   if (const std::string p = attention_kernel_problem(run.cluster.device, run.job); !p.empty())
     throw std::runtime_error(run.id + ": " + p);
