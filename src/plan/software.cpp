@@ -258,6 +258,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
     fsdp.fp8_cast_kernels = 1;
     fsdp.zero2_unit_gathers = true;
+    // torch/distributed/fsdp/_runtime_utils.py, _pre_forward and _post_forward: nothing in the
+    // recomputed forward of a checkpointed block inside the unit (Composer wraps the blocks in
+    // FSDP, then applies activation checkpointing inside).
+    fsdp.zero3_regathers_for_recompute = false;
     fsdp.pipeline = false;  // Composer's parallelism is FSDP (and TP); metaseq's FSDP and TP
     // llm-foundry's MPT defaults to loss_fn: fused_crossentropy (llmfoundry/models/mpt/
     // modeling_mpt.py: flash-attn's fused cross-entropy): a forward kernel reads the logits and a
@@ -280,6 +284,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt.grad_bytes_bf16 = tt.grad_bytes_fp16 = 4;
     tt.fp8_cast_bytes_per_e = 7, tt.fp8_cast_bytes_fixed = 3, tt.fp8_cast_kernels = 6;
     tt.fsdp_pp_once_per_step = true;
+    // FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): the all-gather output is
+    // split into the parameters by foreach_all_gather_copy_out on the current stream, after
+    // current_stream().wait_event(all_gather_event).
+    tt.fsdp_copy_out = true;
     // parallelize_llama.py (apply_tp) with float8: PrepareFloat8ModuleInput, Float8ColwiseParallel
     // and Float8RowwiseParallel (torchao/float8/float8_tensor_parallel.py): the input is cast to
     // fp8 before its Shard -> Replicate redistribution, "so that ... we perform fp8 allgather only

@@ -119,6 +119,18 @@ struct SoftwareProfile {
   // kept through its backward. Otherwise as DeepSpeed's ZeRO-2: whole 16-bit weights kept, gathered
   // once per step after the update.
   bool zero2_unit_gathers = false;
+  // ZeRO-3 under full recomputation gathers a unit again for its recomputed forward and once more
+  // for its backward (DeepSpeed's stage 3 releases the weights after every forward, the
+  // recomputed one too). PyTorch FSDP, with the checkpointed block inside the FSDP unit, skips its
+  // pre-forward unshard and post-forward reshard in the recomputed forward (FSDP1's _pre_forward:
+  // "For `fully_shard` + `checkpoint`, skip pre-forward logic in the recomputed forward"; FSDP2's
+  // FSDPState._pre_forward the same): the pre-backward hook's one gather serves both.
+  bool zero3_regathers_for_recompute = true;
+  // FSDP2 (fully_shard) copies each gathered unit out of the all-gather buffer into its
+  // parameters on the compute stream (foreach_all_gather_copy_out, after waiting for the
+  // gather): the unit's gathered bytes read and written, once per gather. FSDP1 gathers into the
+  // flat parameter the unit uses in place.
+  bool fsdp_copy_out = false;
   // The loss over the vocabulary (softmax cross-entropy, forward and backward, with its casts):
   // bytes read and written per logit element, all kernels together, = loss_bytes_per_e × e +
   // loss_bytes_fixed for logits of e bytes, in loss_kernels kernels. The default (9e + 36 in 3

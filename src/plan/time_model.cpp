@@ -384,7 +384,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
         units.push_back({head_p, head_fwd, head_bwd});
       }
       // FSDP's ZeRO-2 (SHARD_GRAD_OP) gathers each unit before its forward and keeps it
-      // through backward; ZeRO-3 gathers it again for backward (and for a full recompute).
+      // through backward; ZeRO-3 gathers it again for backward (and, where the software does,
+      // for a full recompute).
       const bool z3 = l.zero >= 3, fwd_gathers = z3 || j.software.zero2_unit_gathers;
       const size_t n_units = units.size();
       std::vector<double> ag(n_units), rs(n_units);
@@ -392,7 +393,16 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
         ag[k] = fwd_gathers ? all_gather_s(units[k].params * sb.gathered, zg) : 0.0;
         rs[k] = reduce_grads(units[k].params * sb.grads);
       }
-      const double gathers_bwd = z3 ? 1 + l.full_share() : 0.0;
+      const double regather = j.software.zero3_regathers_for_recompute ? l.full_share() : 0.0;
+      const double gathers_bwd = z3 ? 1 + regather : 0.0;
+      if (j.software.fsdp_copy_out) {
+        // FSDP2 copies every gathered unit into its parameters on the compute stream.
+        for (const Unit& u : units) {
+          const double copy = r.elementwise(2 * u.params * sb.gathered);
+          const double f = fwd_gathers ? copy : 0.0, b = gathers_bwd * copy;
+          x.fwd += f, x.bwd += b, x.compute += f + b;
+        }
+      }
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
       for (size_t k = 0; k < n_units; k++) {
         serial += ag[k] + gathers_bwd * ag[k] + rs[k];

@@ -388,6 +388,56 @@ TEST(PlanSoftware, TorchtitanGathersFp8UnderTensorParallelism) {
   EXPECT_TRUE(find_software("torchtitan-compile").tp_fp8_gathers);
 }
 
+// ZeRO-3 under full recomputation: DeepSpeed gathers a unit again for the recomputed forward;
+// PyTorch FSDP skips its pre-forward logic in the recomputed forward, so the pre-backward gather
+// serves it. With the collectives in series (no overlap), full recomputation adds one gather per
+// unit under a regathering profile (what ZeRO-3 adds to FSDP's ZeRO-2, which gathers once per
+// forward) and nothing under FSDP.
+TEST(PlanSoftware, FsdpGathersOnceForTheRecomputedForwardAndTheBackward) {
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  JobSpec fsdp = job_with("fsdp", 4096, 64);
+  fsdp.overlap_dp = false;
+  EXPECT_FALSE(fsdp.software.zero3_regathers_for_recompute);
+  EXPECT_TRUE(find_software("deepspeed").zero3_regathers_for_recompute);
+  JobSpec regather = fsdp;
+  regather.software.zero3_regathers_for_recompute = true;
+  Layout none = layout(1, 1, 32, 3), full = none, z2 = layout(1, 1, 32, 2);
+  full.recompute = Recompute::full;
+  auto zero = [&](const JobSpec& j, const Layout& l) {
+    return step_time(m, c, j, l, 2).zero_exposed;
+  };
+  EXPECT_DOUBLE_EQ(zero(fsdp, full), zero(fsdp, none));
+  const double one_gather_per_unit = zero(regather, none) - zero(regather, z2);
+  EXPECT_GT(one_gather_per_unit, 0);
+  EXPECT_NEAR(zero(regather, full) - zero(regather, none), one_gather_per_unit,
+              1e-9 * one_gather_per_unit);
+}
+
+// FSDP2 copies each gathered unit into its parameters on the compute stream: per gather the
+// unit's 16-bit weights read and written. ZeRO-3 without recomputation gathers every unit twice a
+// micro-batch (forward, backward); the units are the embedding, each block, and the head with the
+// final norm.
+TEST(PlanSoftware, Fsdp2CopiesEachGatherOutOnTheComputeStream) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const DeviceSpec d = find_device("h100-sxm");
+  const ClusterSpec c = default_cluster(d, 2);
+  JobSpec tt = job_with("torchtitan", 8192, 32);
+  ASSERT_TRUE(tt.software.fsdp_copy_out);
+  EXPECT_FALSE(find_software("fsdp").fsdp_copy_out);
+  JobSpec plain = tt;
+  plain.software.fsdp_copy_out = false;
+  const Layout l = layout(1, 1, 16, 3);
+  const double diff = step_time(m, c, tt, l, 2).compute - step_time(m, c, plain, l, 2).compute;
+  const ParamCounts pc = count_params(m);
+  const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency, k = d.kernel_overhead_us * 1e-6;
+  auto copy = [&](double params) { return k + 2 * params * 2 / bw; };
+  const double per_micro_batch =
+      2 * (copy(double(pc.embedding)) + m.n_layer * copy(double(pc.per_layer)) +
+           copy(double(pc.head + pc.final_norm)));
+  EXPECT_NEAR(diff, 2 * per_micro_batch, 1e-9);
+}
+
 // torchtitan's FSDP2 under pipeline parallelism gathers a stage's weights once per step and
 // reduce-scatters once (reshard_after_forward off under pp, gradient sync on the last
 // micro-batch): ZeRO-3 there costs what ZeRO-1 does, in time and memory, and far less time
