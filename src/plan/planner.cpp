@@ -273,15 +273,17 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   }
   if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
-  // Asynchronous TP where the software runs it: in the model it only hides collective time
-  // (plan/time_model.cpp), never adds any, so the search takes it wherever it can rather than
-  // trying both.
+  // Asynchronous TP where the software runs it: with Megatron's userbuffers the model only hides
+  // collective time (plan/time_model.cpp), never adds any, so the search takes it wherever it
+  // can; PyTorch's SymmetricMemory ops add work on the compute stream (async_tp_symm_mem), which
+  // can cost more than they hide on small matmuls, so there the search tries both.
   // Only on NVIDIA GPUs: Megatron-LM's --tp-comm-overlap is Transformer Engine's CUDA
   // userbuffers and torchtitan's is PyTorch's CUDA SymmetricMemory. No Ascend counterpart is
   // sourced, and ROCm's Transformer Engine merged userbuffers only in 2026
   // (ROCm/TransformerEngine#367), its overlap kernels for gfx950 (MI350, not in the catalog).
   const bool no_async_here = !c.device.nvidia();
   const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp && !no_async_here;
+  const bool try_both_async = async_tp && !k.async_tp && j.software.async_tp_symm_mem;
   auto one_cp = [&](int cp) {
     for (int tp : tps) {
       const int max_pp = j.software.pipeline ? m.n_layer : 1;
@@ -321,13 +323,16 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                   l.recompute_op = rc.recompute_op;
                   l.full_every = rc.full_every;
                   l.sp = tp > 1 && j.software.sequence_parallel && (!k.sp || v.sp);
-                  l.async_tp = async_tp && l.sp;
-                  Estimate e = evaluate(m, c, j, l);
-                  if (!e.valid()) continue;
-                  out.considered++;
-                  if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
-                    out.least_memory = e;
-                  (e.fits() ? out.fitting : oom).push_back(std::move(e));
+                  for (const bool a : {false, true}) {
+                    if (a != (async_tp && l.sp) && !(try_both_async && l.sp)) continue;
+                    l.async_tp = a;
+                    Estimate e = evaluate(m, c, j, l);
+                    if (!e.valid()) continue;
+                    out.considered++;
+                    if (out.considered == 1 || e.memory.total < out.least_memory.memory.total)
+                      out.least_memory = e;
+                    (e.fits() ? out.fitting : oom).push_back(std::move(e));
+                  }
                 }
         }
       }
@@ -412,6 +417,11 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     out.not_searched.push_back(
         {"asynctp", fmt::format("0 ({}'s overlap is CUDA's; none is modelled on {})",
                                 j.software.name, c.device.name)});
+  else if (j.software.async_tp && j.software.async_tp_symm_mem)
+    out.searched.push_back(
+        {"asynctp", fmt::format("0 and 1 wherever tp > 1 ({}'s SymmetricMemory ops add "
+                                "compute-stream work, which can outweigh what they hide)",
+                                j.software.name)});
   else if (j.software.async_tp)
     out.not_searched.push_back(
         {"asynctp",

@@ -258,9 +258,9 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
     fsdp.fp8_cast_kernels = 1;
     fsdp.zero2_unit_gathers = true;
-    // torch/distributed/fsdp/_runtime_utils.py, _pre_forward and _post_forward: nothing in the
-    // recomputed forward of a checkpointed block inside the unit (Composer wraps the blocks in
-    // FSDP, then applies activation checkpointing inside).
+    // Composer applies activation checkpointing inside the FSDP units (FSDP(CheckpointWrapper(
+    // block))), metaseq likewise (fsdp_wrap(checkpoint_wrapper(layer))): the recomputed forward
+    // never re-enters FSDP's pre-forward; the pre-backward gather serves it.
     fsdp.zero3_regathers_for_recompute = false;
     fsdp.pipeline = false;  // Composer's parallelism is FSDP (and TP); metaseq's FSDP and TP
     // llm-foundry's MPT defaults to loss_fn: fused_crossentropy (llmfoundry/models/mpt/
@@ -315,9 +315,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // are summed first.
     tt_c.async_tp_dgrad_rs = false;
     // torch/distributed/_symmetric_memory/__init__.py: _pipelined_all_gather_and_consume copies
-    // the local shard into the gathered output (and the p2p buffer) with copy_ on the compute
-    // stream; _fused_matmul_reduce_scatter_impl computes tp chunk matmuls into stacked_partials,
-    // pulls the peers' chunks, then reduce_fn(stacked_partials) sums them in one kernel.
+    // the local shard with copy_ on the compute stream (late 2024: into the gathered output, the
+    // p2p buffer's copy on a side stream; later versions both on the compute stream);
+    // _fused_matmul_reduce_scatter_impl computes tp chunk matmuls into stacked_partials, pulls
+    // the peers' chunks, then reduce_fn(stacked_partials) sums them in one kernel.
     tt_c.async_tp_symm_mem = true;
     c.push_back(tt_c);
     // MaxText (google/maxtext MaxText/configs/base.yml at 01c78bb): XLA compiles the step, so

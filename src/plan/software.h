@@ -100,10 +100,11 @@ struct SoftwareProfile {
   bool async_tp_dgrad_rs = true;
   // Asynchronous TP by PyTorch's SymmetricMemory ops (torch/distributed/_symmetric_memory,
   // torchtitan's enable_async_tensor_parallel): besides the overlapped peer copies, each fused
-  // all-gather + matmul copies the rank's own shard with an SM kernel on the compute stream, each
-  // fused matmul + reduce-scatter sums the tp partial outputs it received in a separate
-  // reduction kernel (reads the whole n·h output, writes the rank's 1/tp), and both run their
-  // matmul as tp chunk matmuls, each with its fixed cost. Megatron's userbuffers are not this.
+  // all-gather + matmul copies the rank's own shard on the compute stream, each fused matmul +
+  // reduce-scatter sums the tp partial outputs it received in a separate reduction kernel (reads
+  // the whole n·h output, writes the rank's 1/tp), and both run every matmul they feed as tp
+  // chunk matmuls, each with its fixed cost. Megatron's userbuffers are not this. Since this can
+  // cost more than it hides, the search tries asynctp=0 as well under such software.
   bool async_tp_symm_mem = false;
   // In fp8 with sequence parallelism, the blocks' all-gathers move fp8 (1 byte an element): the
   // input of QKV and of the MLP's up projection is cast before it is gathered, and so is the
@@ -119,12 +120,13 @@ struct SoftwareProfile {
   // kept through its backward. Otherwise as DeepSpeed's ZeRO-2: whole 16-bit weights kept, gathered
   // once per step after the update.
   bool zero2_unit_gathers = false;
-  // ZeRO-3 under full recomputation gathers a unit again for its recomputed forward and once more
-  // for its backward (DeepSpeed's stage 3 releases the weights after every forward, the
-  // recomputed one too). PyTorch FSDP, with the checkpointed block inside the FSDP unit, skips its
-  // pre-forward unshard and post-forward reshard in the recomputed forward (FSDP1's _pre_forward:
-  // "For `fully_shard` + `checkpoint`, skip pre-forward logic in the recomputed forward"; FSDP2's
-  // FSDPState._pre_forward the same): the pre-backward hook's one gather serves both.
+  // ZeRO-3 under full recomputation gathers a unit again for its recomputed forward, besides its
+  // forward and its backward (kiln's charge before the profiles said otherwise; an upper bound for
+  // DeepSpeed's stage 3, which keeps weights whose next use is within stage3_max_reuse_distance).
+  // PyTorch FSDP does not: the checkpointed block sits inside the FSDP unit, so the recomputed
+  // forward runs within the unit's backward without re-entering FSDP's pre-forward (and the
+  // composable fully_shard + checkpoint skips it explicitly: FSDP1's _pre_forward, FSDP2's
+  // FSDPState._pre_forward); the pre-backward hook's one gather serves both.
   bool zero3_regathers_for_recompute = true;
   // FSDP2 (fully_shard) copies each gathered unit out of the all-gather buffer into its
   // parameters on the compute stream (foreach_all_gather_copy_out, after waiting for the

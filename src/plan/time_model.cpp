@@ -91,16 +91,27 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   const double rep = l.sp ? 1.0 / t : 1.0, drop = m.dropout ? 1.0 : 0.0;
   LayerTimes lt;
   // y(n, N) = x(n, K) · W(K, N); backward: dx = dy · Wᵀ and dW = xᵀ · dy. In fp8 all three run
-  // on fp8 operands: x and W are cast in forward, dy in backward.
-  auto linear = [&](double K, double N) {
-    lt.linear_fwd.push_back(r.linear(n, N, K));
-    lt.fwd += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
-    lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + r.cast(n * N);
+  // on fp8 operands: x and W are cast in forward, dy in backward. Software that gathers fp8
+  // under sequence parallelism (tp_fp8_gathers) casts a gathered tensor on the rank's 1/tp
+  // shard, before the gather (the column-parallel layers' input, the row-parallel layers' output
+  // gradient), and the weight gradient's matmul then needs the gathered fp8 tensor transposed:
+  // a copy of its n·K one-byte elements, read and written.
+  const double shard =
+      j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers && l.sp && t > 1 ? 1.0 / t : 1.0;
+  auto gathered_cast = [&](double elements) {
+    return shard < 1 ? r.cast(elements * shard) + r.elementwise(2 * elements) : r.cast(elements);
   };
-  linear(h, q / t + 2 * kv);                              // QKV
-  linear(q / t, h);                                       // attention output
-  linear(h, f * (m.ffn == FfnKind::swiglu ? 2 : 1) / t);  // MLP up (gate and up together)
-  linear(f / t, h);                                       // MLP down
+  auto linear = [&](double K, double N, bool in_gathered, bool grad_gathered) {
+    lt.linear_fwd.push_back(r.linear(n, N, K));
+    const double in = in_gathered ? gathered_cast(n * K) : r.cast(n * K);
+    const double grad = grad_gathered ? gathered_cast(n * N) : r.cast(n * N);
+    lt.fwd += r.linear(n, N, K) + in + r.cast(K * N);
+    lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + grad;
+  };
+  linear(h, q / t + 2 * kv, true, false);                              // QKV
+  linear(q / t, h, false, true);                                       // attention output
+  linear(h, f * (m.ffn == FfnKind::swiglu ? 2 : 1) / t, true, false);  // MLP up (gate, up)
+  linear(f / t, h, false, true);                                       // MLP down
   const double heads = l.mb * m.n_head / t;
   if (j.flash_attention) {
     // Causal: the kernel skips the masked half. Backward runs 5 products of s·s·d per head
@@ -156,7 +167,8 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
     if (!mm.recomputed) continue;
     const double K = mm.row_parallel ? mm.K / t : mm.K;
     const double N = mm.row_parallel ? mm.N : mm.kv ? kv : mm.N / t;
-    lt.op_rec += r.linear(n, N, K) + r.cast(n * K) + r.cast(K * N);
+    lt.op_rec += r.linear(n, N, K) + (mm.row_parallel ? r.cast(n * K) : gathered_cast(n * K)) +
+                 r.cast(K * N);
   }
   return lt;
 }
@@ -200,8 +212,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   const double tp_one = l.tp <= 1 ? 0.0
                         : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(act, tpg)
                                   : all_reduce_s(act, tpg);
-  // The blocks' gathers: of fp8 elements where the software casts before gathering.
-  const double ag_bytes = j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers ? act / e : act;
+  // The blocks' gathers: of fp8 elements (1 byte) where the software casts before gathering.
+  const double ag_bytes =
+      j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers ? n * m.hidden * 1.0 : act;
   const double tp_block = l.tp <= 1 ? 0.0
                           : l.sp    ? reduce_scatter_s(act, tpg) + all_gather_s(ag_bytes, tpg)
                                     : tp_one;
@@ -249,17 +262,19 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     // the "bulk" overlaps of qkv_dgrad and fc1_dgrad); torchtitan saves the gathered input.
     if (j.software.tp_dgrad_overlap) bwd += std::max(0.0, ag - mm[0]) + std::max(0.0, ag - mm[2]);
     if (j.software.async_tp_symm_mem) {
-      // PyTorch's SymmetricMemory ops run more kernels on the compute stream than the matmul:
-      // a fused gather copies the rank's own shard (n/t tokens, read and written); a fused
+      // PyTorch's SymmetricMemory ops run more on the compute stream than the matmul: a fused
+      // gather copies the rank's own shard there (n/t tokens, read and written); a fused
       // reduce-scatter sums the t partial outputs it holds after the peer copies (all n tokens
-      // read, the rank's n/t written); each splits its matmul into t chunk matmuls. Forward
-      // fuses two gathers and two reduce-scatters, backward the two output-gradient gathers and
-      // the input-gradient reduce-scatters it fuses.
+      // read, the rank's n/t written); each runs every matmul it feeds as t chunk matmuls (t − 1
+      // more fixed costs each). Forward: the gather feeding wq, wk, wv (three matmuls), the one
+      // feeding the MLP's up projections (w1, w3 under SwiGLU), two reduce-scatters; backward:
+      // the two output-gradient gathers and the input-gradient reduce-scatters it fuses.
       const double chunks = (t - 1) * r.mm_overhead;
-      const double gather = r.elementwise(2 * ag_bytes / t) + chunks;
+      const double copy = r.elementwise(2 * ag_bytes / t);
       const double scatter = r.elementwise(act * (1 + 1 / t)) + chunks;
-      fwd += 2 * gather + 2 * scatter;
-      bwd += 2 * gather + (dgrad_rs ? 2 * scatter : 0.0);
+      const double up = m.ffn == FfnKind::swiglu ? 2 : 1;
+      fwd += (copy + 3 * chunks) + (copy + up * chunks) + 2 * scatter;
+      bwd += 2 * (copy + chunks) + (dgrad_rs ? 2 * scatter : 0.0);
     }
     tp_layer = fwd * (1 + l.full_share()) + bwd;
   }

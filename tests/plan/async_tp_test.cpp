@@ -76,10 +76,10 @@ TEST(PlanAsyncTp, TorchtitansBackwardInputGradientReduceScattersStayExposed) {
 
 // PyTorch's SymmetricMemory ops (torchtitan's async TP) run more on the compute stream than the
 // matmul: a fused all-gather copies the rank's own shard (n/tp tokens read and written), a fused
-// reduce-scatter sums the tp partials it received (n tokens read, n/tp written), and each runs its
-// matmul as tp chunks (tp - 1 more fixed costs). Counted here from the device's bandwidth: per
-// layer with full recompute, forward's two of each twice, and backward's two output-gradient
-// gathers (its input-gradient reduce-scatters are not fused under torchtitan).
+// reduce-scatter sums the tp partials it received (n tokens read, n/tp written), and each runs
+// every matmul it feeds as tp chunks (tp - 1 more fixed costs each). Counted here from the
+// device's bandwidth: per layer with full recompute, forward's two of each twice, and backward's
+// two output-gradient gathers (its input-gradient reduce-scatters are not fused under torchtitan).
 TEST(PlanAsyncTp, SymmetricMemoryKernelsAreCharged) {
   const ModelSpec m = find_preset("gpt3-175b").model;
   const DeviceSpec d = find_device("h100-sxm");
@@ -95,11 +95,34 @@ TEST(PlanAsyncTp, SymmetricMemoryKernelsAreCharged) {
   const double t = 8, act = 4.0 * 8192 * m.hidden * 2;  // one micro-batch's activation, bf16
   const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency, k = d.kernel_overhead_us * 1e-6;
   const double chunks = (t - 1) * d.matmul_overhead_us * 1e-6;
-  const double gather = k + 2 * act / t / bw + chunks;
-  const double scatter = k + act * (1 + 1 / t) / bw + chunks;
-  const double per_layer = 2 * (2 * gather + 2 * scatter) + 2 * gather;
+  const double copy = k + 2 * act / t / bw, scatter = k + act * (1 + 1 / t) / bw + chunks;
+  // gpt3-175b's MLP is GELU: one up projection; the QKV gather feeds wq, wk and wv.
+  const double forward = (copy + 3 * chunks) + (copy + chunks) + 2 * scatter;
+  const double per_layer = 2 * forward + 2 * (copy + chunks);
   EXPECT_NEAR(with - without, 4 * m.n_layer * per_layer, 1e-9);
   EXPECT_FALSE(find_software("megatron").async_tp_symm_mem);
+}
+
+// Where the matmuls are small, what PyTorch's SymmetricMemory ops add (an own-shard copy, a
+// partial-sum reduction, tp chunk matmuls) outweighs what they hide: asynctp=1 is slower than
+// asynctp=0 under torchtitan-compile, and the search, which tries both, ranks the synchronous
+// layout first.
+TEST(PlanAsyncTp, SymmetricMemoryCanCostMoreThanItHides) {
+  const ModelSpec m = find_preset("gpt2-124m").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 1);
+  JobSpec j = job(128, 64);
+  j.software = find_software("torchtitan-compile");
+  const Layout sync = parse_layout("tp=4,pp=1,dp=2,mb=1,zero=0,recompute=none");
+  Layout async = sync;
+  async.async_tp = true;
+  const double t_sync = step_time(m, c, j, sync, 32).step;
+  const double t_async = step_time(m, c, j, async, 32).step;
+  EXPECT_GT(t_async, t_sync);
+  FixedFields fixed;
+  fixed.values = parse_layout("tp=4,pp=1,dp=2,mb=1,vpp=1,zero=0,recompute=none", &fixed.keys);
+  const SearchResult r = search(m, c, j, fixed);
+  ASSERT_FALSE(r.fitting.empty());
+  EXPECT_FALSE(r.fitting.front().layout.async_tp) << r.fitting.front().layout.to_string();
 }
 
 // The search takes asynctp=1 only where the software runs it (Megatron-Core's --tp-comm-overlap,
@@ -120,11 +143,23 @@ TEST(PlanAsyncTp, SearchTriesItOnlyWhereTheSoftwareRunsIt) {
         EXPECT_TRUE(sw.async_tp) << sw.name << " " << e.layout.to_string();
         EXPECT_GT(e.layout.tp, 1);
         EXPECT_TRUE(e.layout.sp);
-      } else if (sw.async_tp) {
+      } else if (sw.async_tp && !sw.async_tp_symm_mem) {
         EXPECT_TRUE(e.layout.tp == 1 || !e.layout.sp) << sw.name << " " << e.layout.to_string();
       }
     }
     EXPECT_EQ(any_async, sw.async_tp) << sw.name;
+    // PyTorch's SymmetricMemory ops can cost more than they hide: the search tries every such
+    // layout both ways.
+    if (sw.async_tp_symm_mem)
+      for (const Estimate& e : r.fitting) {
+        if (!e.layout.async_tp) continue;
+        Layout sync = e.layout;
+        sync.async_tp = false;
+        bool tried = false;
+        for (const Estimate& f : r.fitting)
+          tried = tried || f.layout.to_string() == sync.to_string();
+        EXPECT_TRUE(tried) << sw.name << " " << sync.to_string();
+      }
   }
   EXPECT_TRUE(find_software("megatron").async_tp);
   EXPECT_TRUE(find_software("torchtitan-compile").async_tp);

@@ -371,16 +371,27 @@ TEST(PlanSoftware, TorchtitanGathersFp8UnderTensorParallelism) {
   JobSpec fp8 = job_with("torchtitan", 8192, 64);
   fp8.dtype = Dtype::fp8;
   Layout l = layout(8, 1, 4, 3);
-  l.mb = 2, l.recompute = Recompute::full;
+  l.mb = 4, l.recompute = Recompute::full;  // each cast above the last-level cache
   ASSERT_TRUE(fp8.software.tp_fp8_gathers);
   const double with = step_time(m, c, fp8, l, 8).tp_comm;
   JobSpec wide = fp8;
   wide.software.tp_fp8_gathers = false;
   const double without = step_time(m, c, wide, l, 8).tp_comm;
   const GroupPath g = group_path(c, l, Dim::tp);
-  const double act = 2.0 * 8192 * m.hidden * 2;  // a micro-batch's activation, 16-bit
+  const double act = 4.0 * 8192 * m.hidden * 2;  // a micro-batch's activation, 16-bit
   const double per_layer = 6 * (all_gather_s(act, g) - all_gather_s(act / 2, g));
   EXPECT_NEAR(without - with, 8 * m.n_layer * per_layer, 1e-9);
+  // The casts before those gathers run on the rank's 1/8 shard: the QKV and MLP-up inputs
+  // (forward and recomputed forward) and the attention-output and MLP-down output gradients,
+  // each torchao's eager cast of 7e + 3 = 17 bytes per element in 6 kernels (their fixed costs
+  // cancel in the difference), and each gathered tensor is then transposed whole for the weight
+  // gradient (1 byte an element read and written, one more kernel).
+  const DeviceSpec& d = c.device;
+  const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency, k = d.kernel_overhead_us * 1e-6;
+  const double elements = act / 2;
+  const double cast_saved = 17 * elements * (1 - 1.0 / 8) / bw - (k + 2 * elements / bw);
+  EXPECT_NEAR(step_time(m, c, wide, l, 8).compute - step_time(m, c, fp8, l, 8).compute,
+              8 * m.n_layer * 6 * cast_saved, 1e-9);
   JobSpec bf16 = fp8, bf16_wide = wide;
   bf16.dtype = bf16_wide.dtype = Dtype::bf16;
   EXPECT_DOUBLE_EQ(step_time(m, c, bf16, l, 8).tp_comm, step_time(m, c, bf16_wide, l, 8).tp_comm);
