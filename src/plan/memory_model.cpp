@@ -82,7 +82,16 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
     // 16-bit weights of the running layer and the next one, and one layer's gradients.
     mb.transient = act_layer_full;
     if (l.recompute == Recompute::full || l.recompute_op) mb.transient += act_layer_full;
-    if (l.zero >= 3) mb.transient += per_layer_slice * (2 * sb.gathered + sb.grads);
+    if (l.zero >= 3) {
+      // DeepSpeed's reuse window keeps the units near the forward's end gathered into the
+      // backward (stages.h): at the turn they are all live at once.
+      double kept = 0;
+      const std::vector<ZeroUnit> units = zero_units(m, l, st);
+      const std::vector<bool> keep = kept_through_backward(units, j.software.zero3_reuse_numel);
+      for (size_t k = 0; k < units.size(); k++) kept += keep[k] ? units[k].params : 0.0;
+      mb.transient +=
+          std::max(2 * per_layer_slice, kept) * sb.gathered + per_layer_slice * sb.grads;
+    }
     // Context parallelism's ring: the key/value chunk being used and the one arriving.
     // (all-gather-based: the whole sequence's keys and values, and their gradients' buffer).
     if (l.cp > 1)

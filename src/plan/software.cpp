@@ -237,6 +237,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.interleaved_pp = false;  // PipelineModule places one stage per rank; TrainSchedule is 1F1B
     ds.bf16_optimizer = true;
     ds.async_tp = false;
+    // deepspeed/runtime/zero/config.py: stage3_max_reuse_distance defaults to 1e9.
+    ds.zero3_reuse_numel = 1e9;
     c.push_back(ds);
     SoftwareProfile ds2021 = ds;
     ds2021.name = "deepspeed-2021";

@@ -121,13 +121,17 @@ struct SoftwareProfile {
   // once per step after the update.
   bool zero2_unit_gathers = false;
   // ZeRO-3 under full recomputation gathers a unit again for its recomputed forward, besides its
-  // forward and its backward (kiln's charge before the profiles said otherwise; an upper bound for
-  // DeepSpeed's stage 3, which keeps weights whose next use is within stage3_max_reuse_distance).
+  // forward and its backward (kiln's charge before the profiles said otherwise; DeepSpeed's stage
+  // 3 does unless the reuse window below keeps the weights from the one to the other).
   // PyTorch FSDP does not: the checkpointed block sits inside the FSDP unit, so the recomputed
   // forward runs within the unit's backward without re-entering FSDP's pre-forward (and the
   // composable fully_shard + checkpoint skips it explicitly: FSDP1's _pre_forward, FSDP2's
   // FSDPState._pre_forward); the pre-backward hook's one gather serves both.
   bool zero3_regathers_for_recompute = true;
+  // DeepSpeed's stage 3 keeps a module's weights gathered when its trace shows them used again
+  // within this many parameters (stage3_max_reuse_distance, 1e9 by default; 0: every unit is
+  // released after each use, as FSDP does). See kept_through_backward (stages.h).
+  double zero3_reuse_numel = 0;
   // FSDP2 (fully_shard) copies each gathered unit out of the all-gather buffer into its
   // parameters on the compute stream (foreach_all_gather_copy_out, after waiting for the
   // gather): the unit's gathered bytes read and written, once per gather. FSDP1 gathers into the

@@ -57,4 +57,30 @@ std::vector<Stage> pipeline_stages(const ModelSpec& m, const Layout& l, int64_t 
   return out;
 }
 
+std::vector<ZeroUnit> zero_units(const ModelSpec& m, const Layout& l, const Stage& s) {
+  const ParamCounts pc = count_params(m);
+  const double t = l.tp;
+  std::vector<ZeroUnit> units;
+  if (s.first) units.push_back({double(pc.embedding) / t, 0});
+  for (int k = 0; k < s.layers; k++) units.push_back({double(pc.per_layer) / t, l.full_share()});
+  if (s.last) {
+    const double head = m.tied_embeddings && l.pp == 1 ? 0.0 : double(pc.head);
+    units.push_back({(head + double(pc.final_norm)) / t, 0});
+  }
+  return units;
+}
+
+std::vector<bool> kept_through_backward(const std::vector<ZeroUnit>& units, double reuse_numel) {
+  std::vector<bool> kept(units.size(), false);
+  if (reuse_numel <= 0) return kept;
+  // Walking back from the last unit: the modules the trace runs between unit k's forward and its
+  // next use are the later units' forwards, recomputed forwards and backwards.
+  double between = 0;
+  for (size_t k = units.size(); k-- > 0;) {
+    kept[k] = between < reuse_numel;
+    between += units[k].params * (2 + units[k].recomputed);
+  }
+  return kept;
+}
+
 }  // namespace kiln::plan

@@ -35,4 +35,22 @@ std::vector<int> split_layers(int n_layer, int pp, int vpp);
 // All stages of `l` for a step of m micro-batches per pipeline.
 std::vector<Stage> pipeline_stages(const ModelSpec& m, const Layout& l, int64_t micro_batches);
 
+// What ZeRO-2/3 gathers one at a time on a stage, in forward order: the embedding (first stage),
+// each layer, and the head with the final norm (last stage; the head's table is the embedding's
+// when tied on one stage). `params` is a rank's tensor-parallel slice; `recomputed` the share of
+// the unit a full recompute runs again (the layers' full_share, 0 for the embedding and head).
+struct ZeroUnit {
+  double params = 0, recomputed = 0;
+};
+std::vector<ZeroUnit> zero_units(const ModelSpec& m, const Layout& l, const Stage& s);
+
+// DeepSpeed's stage 3 releases a module's weights after use unless its trace shows them used
+// again within `reuse_numel` parameters' worth of modules (stage3_max_reuse_distance; deepspeed/
+// runtime/zero/partitioned_param_coordinator.py, __params_to_release). After unit k's forward
+// the trace runs the later units' forwards, then their backwards in reverse (each preceded, under
+// full recomputation, by its recomputed forward) before reaching unit k again: the units near the
+// forward's end are kept through their backward and not gathered again. True for each unit kept
+// so; all false when reuse_numel is 0 (FSDP releases every unit).
+std::vector<bool> kept_through_backward(const std::vector<ZeroUnit>& units, double reuse_numel);
+
 }  // namespace kiln::plan

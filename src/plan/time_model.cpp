@@ -385,50 +385,57 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       // its backward, during the next unit's. So every unit pays its collective's latency (a
       // ring's N − 1 steps), and a pass exposes its first gather, whatever of each later one the
       // previous unit's compute does not cover, and (backward) the last reduce-scatter.
-      const ParamCounts pc = count_params(m);
-      const double layer_p = double(pc.per_layer) / t;
       struct Unit {
         double params, fwd, bwd;
       };
+      const std::vector<ZeroUnit> zu = zero_units(m, l, s);
       std::vector<Unit> units;
-      if (s.first) units.push_back({double(pc.embedding) / t, embed / 3, 2 * embed / 3});
-      for (int k = 0; k < s.layers; k++) units.push_back({layer_p, lt.fwd, lt.bwd + rec});
-      if (s.last) {
-        const double head_p = (m.tied_embeddings && l.pp == 1 ? 0.0 : double(pc.head)) / t +
-                              double(pc.final_norm) / t;
-        units.push_back({head_p, head_fwd, head_bwd});
+      for (size_t k = 0; k < zu.size(); k++) {
+        const bool embedding = s.first && k == 0, head = s.last && k + 1 == zu.size();
+        units.push_back({zu[k].params,
+                         embedding ? embed / 3
+                         : head    ? head_fwd
+                                   : lt.fwd,
+                         embedding ? 2 * embed / 3
+                         : head    ? head_bwd
+                                   : lt.bwd + rec});
       }
       // FSDP's ZeRO-2 (SHARD_GRAD_OP) gathers each unit before its forward and keeps it
       // through backward; ZeRO-3 gathers it again for backward (and, where the software does,
-      // for a full recompute).
+      // for a full recompute) unless DeepSpeed's reuse window keeps it (stages.h).
       const bool z3 = l.zero >= 3, fwd_gathers = z3 || j.software.zero2_unit_gathers;
+      const double reuse = j.software.zero3_reuse_numel;
+      const std::vector<bool> kept = kept_through_backward(zu, z3 ? reuse : 0.0);
       const size_t n_units = units.size();
-      std::vector<double> ag(n_units), rs(n_units);
+      std::vector<double> ag(n_units), rs(n_units), gathers_bwd(n_units, 0.0);
       for (size_t k = 0; k < n_units; k++) {
         ag[k] = fwd_gathers ? all_gather_s(units[k].params * sb.gathered, zg) : 0.0;
         rs[k] = reduce_grads(units[k].params * sb.grads);
+        // The recomputed forward's gather serves the backward too when the unit's own modules,
+        // run again and then backward, fit in DeepSpeed's reuse window.
+        const bool regather =
+            j.software.zero3_regathers_for_recompute && !(reuse > 0 && 2 * zu[k].params < reuse);
+        if (z3 && !kept[k]) gathers_bwd[k] = 1 + (regather ? zu[k].recomputed : 0.0);
       }
-      const double regather = j.software.zero3_regathers_for_recompute ? l.full_share() : 0.0;
-      const double gathers_bwd = z3 ? 1 + regather : 0.0;
       if (j.software.fsdp_copy_out) {
         // FSDP2 copies every gathered unit into its parameters on the compute stream.
-        for (const Unit& u : units) {
-          const double copy = r.elementwise(2 * u.params * sb.gathered);
-          const double f = fwd_gathers ? copy : 0.0, b = gathers_bwd * copy;
+        for (size_t k = 0; k < n_units; k++) {
+          const double copy = r.elementwise(2 * units[k].params * sb.gathered);
+          const double f = fwd_gathers ? copy : 0.0, b = gathers_bwd[k] * copy;
           x.fwd += f, x.bwd += b, x.compute += f + b;
         }
       }
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
       for (size_t k = 0; k < n_units; k++) {
-        serial += ag[k] + gathers_bwd * ag[k] + rs[k];
+        serial += ag[k] + gathers_bwd[k] * ag[k] + rs[k];
         // Forward, in unit order: the gather of unit k hides behind unit k − 1's forward.
         exposed_fwd += k == 0 ? ag[k] : std::max(0.0, ag[k] - units[k - 1].fwd);
         // Backward, in reverse order: unit k's gathers and the reduce-scatter of unit k + 1
         // (finished just before) share the link during unit k + 1's backward; the last unit's
         // gathers come before any backward.
         exposed_bwd += k + 1 == n_units
-                           ? gathers_bwd * ag[k]
-                           : std::max(0.0, gathers_bwd * ag[k] + rs[k + 1] - units[k + 1].bwd);
+                           ? gathers_bwd[k] * ag[k]
+                           : std::max(0.0, gathers_bwd[k] * ag[k] + rs[k + 1] - units[k + 1].bwd);
       }
       x.zero = j.overlap_dp ? exposed_fwd + exposed_bwd : serial;
       x.zero_hidden = serial - x.zero;

@@ -399,13 +399,14 @@ TEST(PlanSoftware, TorchtitanGathersFp8UnderTensorParallelism) {
   EXPECT_TRUE(find_software("torchtitan-compile").tp_fp8_gathers);
 }
 
-// ZeRO-3 under full recomputation: DeepSpeed gathers a unit again for the recomputed forward;
-// PyTorch FSDP skips its pre-forward logic in the recomputed forward, so the pre-backward gather
-// serves it. With the collectives in series (no overlap), full recomputation adds one gather per
-// unit under a regathering profile (what ZeRO-3 adds to FSDP's ZeRO-2, which gathers once per
-// forward) and nothing under FSDP.
+// ZeRO-3 under full recomputation: a regathering profile gathers each recomputed layer again
+// for its recomputed forward; PyTorch FSDP skips its pre-forward logic in the recomputed forward,
+// so the pre-backward gather serves it. With the collectives in series (no overlap), full
+// recomputation adds one gather per layer under a regathering profile (a layer's gather: what
+// one more layer adds to ZeRO-3 over FSDP's ZeRO-2, which gathers once per forward) and nothing
+// under FSDP. The embedding and the head are not recomputed.
 TEST(PlanSoftware, FsdpGathersOnceForTheRecomputedForwardAndTheBackward) {
-  const ModelSpec m = find_preset("llama2-7b").model;
+  ModelSpec m = find_preset("llama2-7b").model;
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
   JobSpec fsdp = job_with("fsdp", 4096, 64);
   fsdp.overlap_dp = false;
@@ -415,14 +416,73 @@ TEST(PlanSoftware, FsdpGathersOnceForTheRecomputedForwardAndTheBackward) {
   regather.software.zero3_regathers_for_recompute = true;
   Layout none = layout(1, 1, 32, 3), full = none, z2 = layout(1, 1, 32, 2);
   full.recompute = Recompute::full;
-  auto zero = [&](const JobSpec& j, const Layout& l) {
-    return step_time(m, c, j, l, 2).zero_exposed;
+  auto zero = [&](const ModelSpec& mm, const JobSpec& j, const Layout& l) {
+    return step_time(mm, c, j, l, 2).zero_exposed;
   };
-  EXPECT_DOUBLE_EQ(zero(fsdp, full), zero(fsdp, none));
-  const double one_gather_per_unit = zero(regather, none) - zero(regather, z2);
-  EXPECT_GT(one_gather_per_unit, 0);
-  EXPECT_NEAR(zero(regather, full) - zero(regather, none), one_gather_per_unit,
-              1e-9 * one_gather_per_unit);
+  EXPECT_DOUBLE_EQ(zero(m, fsdp, full), zero(m, fsdp, none));
+  ModelSpec shorter = m;
+  shorter.n_layer -= 1;
+  const double layer_gather = (zero(m, regather, none) - zero(m, regather, z2)) -
+                              (zero(shorter, regather, none) - zero(shorter, regather, z2));
+  EXPECT_GT(layer_gather, 0);
+  EXPECT_NEAR(zero(m, regather, full) - zero(m, regather, none), m.n_layer * layer_gather,
+              1e-9 * m.n_layer * layer_gather);
+}
+
+// DeepSpeed's stage 3 keeps a module's weights when its trace uses them again within
+// stage3_max_reuse_distance (1e9) parameters. Walking back from the forward's end, a unit is kept
+// while the later units' forwards, recomputed forwards and backwards stay inside the window.
+TEST(PlanSoftware, DeepSpeedStage3KeepsWhatItsReuseWindowReaches) {
+  EXPECT_EQ(find_software("deepspeed").zero3_reuse_numel, 1e9);
+  EXPECT_EQ(find_software("fsdp").zero3_reuse_numel, 0);
+  const std::vector<ZeroUnit> plain(4, ZeroUnit{1, 0}), recomputed(4, ZeroUnit{1, 1});
+  // Between unit k's forward and its backward: 2 (or 3) parameters per later unit.
+  EXPECT_EQ(kept_through_backward(plain, 5), (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(kept_through_backward(recomputed, 5), (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(kept_through_backward(plain, 0), (std::vector<bool>(4, false)));
+
+  // In time, with the collectives in series: a kept unit is not gathered for its backward; the
+  // rest are gathered once (Llama 2 7B's layers, 2 × 0.2e9 parameters, fit the window, so the
+  // recomputed forward's gather serves the backward).
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  JobSpec ds = job_with("deepspeed", 4096, 64);
+  ds.overlap_dp = false;
+  JobSpec released = ds;  // every unit released and gathered once for its backward
+  released.software.zero3_reuse_numel = 0;
+  released.software.zero3_regathers_for_recompute = false;
+  Layout l = layout(1, 1, 32, 3);
+  l.recompute = Recompute::full;
+  const GroupPath zg = group_path(c, l, Dim::shard);
+  const std::vector<ZeroUnit> units = zero_units(m, l, pipeline_stages(m, l, 2)[0]);
+  const std::vector<bool> kept = kept_through_backward(units, 1e9);
+  double saved = 0;
+  int n_kept = 0;
+  for (size_t k = 0; k < units.size(); k++)
+    if (kept[k]) saved += all_gather_s(units[k].params * 2, zg), n_kept++;
+  EXPECT_GE(n_kept, 2);  // the head and at least the last layer
+  // In memory, the kept units are gathered together at the turn from forward to backward.
+  double kept_params = 0;
+  for (size_t k = 0; k < units.size(); k++) kept_params += kept[k] ? units[k].params : 0.0;
+  const double layer_params = double(count_params(m).per_layer);
+  ASSERT_GT(kept_params, 2 * layer_params);
+  EXPECT_NEAR(
+      memory_per_gpu(m, c, ds, l, 2).transient - memory_per_gpu(m, c, released, l, 2).transient,
+      (kept_params - 2 * layer_params) * 2, 1);
+  EXPECT_LT(n_kept, m.n_layer);
+  EXPECT_NEAR(step_time(m, c, released, l, 2).zero_exposed - step_time(m, c, ds, l, 2).zero_exposed,
+              2 * saved, 1e-9);  // two micro-batches
+
+  // Layers of more than half the window are gathered again for the recomputed forward: a 530B
+  // layer holds 5e9 parameters on one tp rank. The last layer is kept through its backward (its
+  // tied head is only the final norm), so its recomputed forward needs no gather either.
+  const ModelSpec big = find_preset("megatron-530b").model;
+  Layout none = layout(1, 1, 32, 3), full = none;
+  full.recompute = Recompute::full;
+  const double layer = all_gather_s(double(count_params(big).per_layer) * 2, zg);
+  EXPECT_NEAR(
+      step_time(big, c, ds, full, 2).zero_exposed - step_time(big, c, ds, none, 2).zero_exposed,
+      2 * (big.n_layer - 1) * layer, 1e-9 * big.n_layer * layer);
 }
 
 // FSDP2 copies each gathered unit into its parameters on the compute stream: per gather the
