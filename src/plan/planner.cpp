@@ -323,8 +323,13 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                   l.recompute_op = rc.recompute_op;
                   l.full_every = rc.full_every;
                   l.sp = tp > 1 && j.software.sequence_parallel && (!k.sp || v.sp);
-                  for (const bool a : {false, true}) {
-                    if (a != (async_tp && l.sp) && !(try_both_async && l.sp)) continue;
+                  // Asynchronous TP needs sequence parallelism; under SymmetricMemory
+                  // software both settings are tried, since its ops can cost more than they
+                  // hide.
+                  const std::vector<bool> asyncs = try_both_async && l.sp
+                                                       ? std::vector<bool>{false, true}
+                                                       : std::vector<bool>{async_tp && l.sp};
+                  for (const bool a : asyncs) {
                     l.async_tp = a;
                     Estimate e = evaluate(m, c, j, l);
                     if (!e.valid()) continue;
@@ -419,8 +424,8 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                                 j.software.name, c.device.name)});
   else if (j.software.async_tp && j.software.async_tp_symm_mem)
     out.searched.push_back(
-        {"asynctp", fmt::format("0 and 1 wherever tp > 1 ({}'s SymmetricMemory ops add "
-                                "compute-stream work, which can outweigh what they hide)",
+        {"asynctp", fmt::format("0 and 1 wherever tp > 1: {}'s SymmetricMemory ops add "
+                                "compute-stream work, which can outweigh what they hide",
                                 j.software.name)});
   else if (j.software.async_tp)
     out.not_searched.push_back(

@@ -95,18 +95,22 @@ LayerTimes layer_times(const ModelSpec& m, const JobSpec& j, const Layout& l, co
   // under sequence parallelism (tp_fp8_gathers) casts a gathered tensor on the rank's 1/tp
   // shard, before the gather (the column-parallel layers' input, the row-parallel layers' output
   // gradient), and the weight gradient's matmul then needs the gathered fp8 tensor transposed:
-  // a copy of its n·K one-byte elements, read and written.
+  // a copy of its n·K one-byte elements, read and written, in the backward (once, whether or not
+  // the forward is recomputed).
   const double shard =
       j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers && l.sp && t > 1 ? 1.0 / t : 1.0;
-  auto gathered_cast = [&](double elements) {
-    return shard < 1 ? r.cast(elements * shard) + r.elementwise(2 * elements) : r.cast(elements);
+  auto gathered_cast = [&](double elements) { return r.cast(elements * shard); };
+  auto gathered_transpose = [&](double elements) {
+    return shard < 1 ? r.elementwise(2 * elements) : 0.0;
   };
   auto linear = [&](double K, double N, bool in_gathered, bool grad_gathered) {
     lt.linear_fwd.push_back(r.linear(n, N, K));
     const double in = in_gathered ? gathered_cast(n * K) : r.cast(n * K);
     const double grad = grad_gathered ? gathered_cast(n * N) : r.cast(n * N);
+    const double transposes = (in_gathered ? gathered_transpose(n * K) : 0.0) +
+                              (grad_gathered ? gathered_transpose(n * N) : 0.0);
     lt.fwd += r.linear(n, N, K) + in + r.cast(K * N);
-    lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + grad;
+    lt.bwd += r.linear(n, K, N) + r.linear(K, N, n) + grad + transposes;
   };
   linear(h, q / t + 2 * kv, true, false);                              // QKV
   linear(q / t, h, false, true);                                       // attention output
@@ -416,10 +420,8 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
         const bool regather =
             j.software.zero3_regathers_for_recompute && !(reuse > 0 && 2 * zu[k].params < reuse);
         if (z3 && !kept[k]) gathers_bwd[k] = 1 + (regather ? zu[k].recomputed : 0.0);
-      }
-      if (j.software.fsdp_copy_out) {
-        // FSDP2 copies every gathered unit into its parameters on the compute stream.
-        for (size_t k = 0; k < n_units; k++) {
+        if (j.software.fsdp_copy_out) {
+          // FSDP2 copies every gathered unit into its parameters on the compute stream.
           const double copy = r.elementwise(2 * units[k].params * sb.gathered);
           const double f = fwd_gathers ? copy : 0.0, b = gathers_bwd[k] * copy;
           x.fwd += f, x.bwd += b, x.compute += f + b;
