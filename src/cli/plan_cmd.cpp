@@ -315,8 +315,8 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
   if (!r.found) {
     std::string seen =
         r.fastest_nodes > 0
-            ? fmt::format("the fastest was {:.1f} days on {} nodes ({} devices)", r.fastest_days,
-                          r.fastest_nodes, int64_t(r.fastest_nodes) * per)
+            ? fmt::format("the fastest was {:.1f} days with failures on {} nodes ({} devices)",
+                          r.fastest_days, r.fastest_nodes, int64_t(r.fastest_nodes) * per)
         : r.sizes_runnable == 0
             ? fmt::format(
                   "on none of them does the global batch of {} sequences split over the "
@@ -344,6 +344,7 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
     nlohmann::json j = inputs_json(found);
     j.update(estimate_json(e, found));
     j["days_target"] = {{"days_max", o.days},
+                        {"days_with_failures", r.expected_days},
                         {"nodes", r.cluster.nodes},
                         {"gpus", r.cluster.total_gpus()},
                         {"slices", r.cluster.slices},
@@ -353,19 +354,26 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
     return;
   }
   fmt::print(
-      "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {:.3g} days ({} size{} "
-      "searched from {} node{}, the least that the sustained matmul rate allows)\n\n",
+      "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {:.3g} days with "
+      "failures ({:.3g} without; {} size{} searched from {} node{}, the least that the sustained "
+      "matmul rate allows)\n\n",
       o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
       r.cluster.device.name,
       r.cluster.slices > 1 ? fmt::format(" in {} slices", r.cluster.slices) : "",
-      e.layout.to_string(), e.days, r.sizes_tried, r.sizes_tried == 1 ? "" : "s", r.first_nodes,
-      r.first_nodes == 1 ? "" : "s");
+      e.layout.to_string(), r.expected_days, e.days, r.sizes_tried, r.sizes_tried == 1 ? "" : "s",
+      r.first_nodes, r.first_nodes == 1 ? "" : "s");
   fmt::print("{}{}", inputs_text(found), estimate_text(e, found));
 }
 
 // --budget USD: the whole steps, tokens and days it buys with the best (or given) layout.
 void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e) {
   const BudgetResult b = what_budget_buys(in.model, in.cluster, in.job, e, o.budget);
+  if (b.too_many)
+    fail(
+        "--budget ${:g} buys more than {:g} optimizer steps of {} on {} (${:.4g} a step at ${:g} "
+        "per device-hour): give a budget below ${:.4g}",
+        o.budget, kMaxBudgetSteps, in.model.name, in.cluster.describe(), b.usd_per_step,
+        in.job.usd_per_gpu_hour, kMaxBudgetSteps * b.usd_per_step);
   if (b.steps == 0)
     fail(
         "--budget ${:g} buys no optimizer step of {} on {}: one step of {} tokens ({}, {:.3g} s) "
@@ -409,8 +417,11 @@ void plan(const PlanOpts& o, const Given& g) {
   if (g.days->count()) check_positive(o.days, "--days", "the longest the run may take");
   if (g.budget->count()) {
     check_positive(o.budget, "--budget", "US dollars to spend");
+    if (o.usd < 0) fail("--usd-per-gpu-hour must be a finite price, not negative (got {})", o.usd);
     if (!(o.usd > 0))
-      fail("--budget needs a price: give --usd-per-gpu-hour (the cost of one device-hour)");
+      fail(
+          "--budget needs a price: give --usd-per-gpu-hour more than 0 (the cost of one "
+          "device-hour)");
   }
   if (g.days->count() && g.budget->count())
     fail("give --days (the cluster for a deadline) or --budget (what money buys), not both");
@@ -802,7 +813,33 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads for --calibrate (0 = all cores)")
       ->capture_default_str()
       ->group(C);
-  cmd->callback([o, g]() {
+  cmd->callback([o, g, cmd]() {
+    // Every number a flag takes must be finite: NaN passes any range check (each comparison is
+    // false), and infinity turns the arithmetic into nonsense.
+    for (const CLI::Option* opt : cmd->get_options()) {
+      if (opt->get_type_name() != "FLOAT") continue;
+      for (const std::string& s : opt->results()) {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() && *end == '\0' && !std::isfinite(v))
+          fail("{} must be a finite number, got {}", opt->get_name(), s);
+      }
+    }
+    // Flags whose default stands for "not given" (the device's own figure) take, when given, a
+    // value of their own.
+    const struct {
+      const char* flag;
+      bool strict;  // more than 0, or at least 0
+    } own[] = {
+        {"--gpu-power-w", true}, {"--node-overhead-w", false}, {"--spot-restart-minutes", false}};
+    for (const auto& f : own) {
+      const CLI::Option* opt = cmd->get_option(f.flag);
+      if (opt->count() == 0) continue;
+      const double v = opt->as<double>();
+      if (f.strict ? !(v > 0) : !(v >= 0))
+        fail("{} must be {} 0, got {:g} (leave the flag out for the default)", f.flag,
+             f.strict ? "more than" : "at least", v);
+    }
     if (o->calibrate)
       plan_calibrate(o->threads, o->seconds, o->rounds, o->output, o->json);
     else

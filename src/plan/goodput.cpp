@@ -7,7 +7,7 @@
 
 namespace kiln::plan {
 
-Goodput expected_goodput(const GoodputInputs& in) {
+Goodput expected_goodput(const GoodputInputs& in, bool refuse_stalled) {
   auto check = [](double v, const char* what) {
     if (!std::isfinite(v) || v < 0) fail("goodput: {} must be 0 or more, got {}", what, v);
   };
@@ -42,11 +42,20 @@ Goodput expected_goodput(const GoodputInputs& in) {
   g.expected_failures = g.wall_hours / M;
   g.checkpoint_hours = Ts / tau * delta;
   g.goodput = Ts / g.wall_hours;
+  // Below 1% useful time the expected figures stop meaning anything (and soon overflow): the
+  // job fails faster than it restarts and checkpoints. Say so rather than print them.
+  if (refuse_stalled && !(g.goodput >= kMinGoodput))
+    fail(
+        "goodput: the job fails every {:.3g} minutes on average ({} devices at {:g} failures per "
+        "device-hour, --failures-per-gpu-hour), restarts take {:.3g} minutes (--restart-minutes) "
+        "and a checkpoint {:.3g} s (--ckpt-write-gbs, --storage-gbs): under {:g}% of the time "
+        "would train, and the run would not finish; check those figures or plan fewer devices",
+        M * 60, in.devices, in.failures_per_gpu_hour, R * 60, delta * 3600, 100 * kMinGoodput);
   return g;
 }
 
 RunGoodput run_goodput(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                       const Estimate& e) {
+                       const Estimate& e, bool refuse_stalled) {
   RunGoodput r;
   const double params = static_cast<double>(count_params(m).total);
   r.checkpoint_bytes = params * (j.dtype == Dtype::fp32 ? 12.0 : 14.0);
@@ -62,7 +71,7 @@ RunGoodput run_goodput(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
   in.failures_per_gpu_hour = j.failures_per_gpu_hour;
   in.checkpoint_seconds = r.checkpoint_seconds;
   in.restart_seconds = j.restart_minutes * 60.0;
-  r.g = expected_goodput(in);
+  r.g = expected_goodput(in, refuse_stalled);
   return r;
 }
 

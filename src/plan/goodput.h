@@ -39,8 +39,11 @@ struct Goodput {
   double goodput = 0;            // Ts / wall_hours, in (0, 1]
 };
 
-// Throws kiln::Error when an input is impossible (negative, or not finite).
-Goodput expected_goodput(const GoodputInputs& in);
+// Throws kiln::Error when an input is impossible (negative, or not finite), or, with
+// refuse_stalled, when less than kMinGoodput of the wall-clock time would train (the job fails
+// faster than it recovers; the figures are then returned as computed, possibly infinite).
+constexpr double kMinGoodput = 0.01;
+Goodput expected_goodput(const GoodputInputs& in, bool refuse_stalled = true);
 
 // A checkpoint of the whole training state (weights, plus fp32 master weights in bf16, plus
 // AdamW's two moments: 14 bytes per parameter in bf16, 12 in fp32), every node writing its share
@@ -53,6 +56,6 @@ struct RunGoodput {
   Goodput g;
 };
 RunGoodput run_goodput(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                       const Estimate& e);
+                       const Estimate& e, bool refuse_stalled = true);
 
 }  // namespace kiln::plan

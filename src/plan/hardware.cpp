@@ -4,6 +4,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -302,7 +303,10 @@ T value_of(const toml::node& v, const std::string& key, const std::string& sourc
   } else {
     if (!v.is_number())
       fail("{}: hardware key '{}' must be a number, got a {}", source, key, got.str());
-    return *v.value<double>();
+    const double x = *v.value<double>();
+    if (!std::isfinite(x))
+      fail("{}: hardware key '{}' must be a finite number, got {}", source, key, x);
+    return x;
   }
 }
 

@@ -72,6 +72,11 @@ void JobSpec::validate() const {
   if (!(train_tokens < 1e18)) fail("--tokens must be below 1e18, got {:g}", train_tokens);
   // A batch above the budget would make one step that trains more tokens than asked for, and
   // every figure of the run would describe that step, not the budget: refuse it.
+  if (double(global_batch_tokens) > train_tokens && train_tokens < seq_len)
+    fail(
+        "--tokens {:.0f} is less than one sequence of --seq-len {}: train at least {} tokens, or "
+        "plan shorter sequences",
+        train_tokens, seq_len, seq_len);
   if (double(global_batch_tokens) > train_tokens)
     fail(
         "the global batch of {} tokens (--global-batch-tokens) is larger than the training "

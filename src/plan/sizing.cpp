@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/goodput.h"
+
 namespace kiln::plan {
 
 int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, double days) {
@@ -48,14 +50,20 @@ DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& 
     if (r.considered > 0) out.sizes_runnable++;
     if (r.fitting.empty()) continue;
     const Estimate& e = r.fitting.front();
-    if (out.fastest_nodes == 0 || e.days < out.fastest_days) {
-      out.fastest_days = e.days;
+    // The deadline holds for the expected run with failures, restarts and checkpoints (the
+    // failure-free time when the job gives no failure rate); a job that would hardly train at
+    // this size misses it.
+    const Goodput g = run_goodput(m, cc, j, e, /*refuse_stalled=*/false).g;
+    const double expected = g.goodput >= kMinGoodput ? g.wall_hours / 24 : INFINITY;
+    if (out.fastest_nodes == 0 || expected < out.fastest_days) {
+      out.fastest_days = expected;
       out.fastest_nodes = int(n);
     }
-    if (e.days <= days) {
+    if (expected <= days) {
       out.found = true;
       out.cluster = cc;
       out.best = e;
+      out.expected_days = expected;
       return out;
     }
   }
@@ -67,8 +75,15 @@ BudgetResult what_budget_buys(const ModelSpec& m, const ClusterSpec& c, const Jo
   BudgetResult b;
   const int N = c.total_gpus();
   b.usd_per_step = e.time.step / 3600 * N * j.usd_per_gpu_hour;
-  // The division can land a hair below a whole number of steps the budget exactly buys.
-  b.steps = int64_t(std::floor(usd / b.usd_per_step * (1 + 1e-12)));
+  // The division can land a hair below a whole number of steps the budget exactly buys. A
+  // budget buying more than kMaxBudgetSteps is refused by the caller (steps stays 0 then and
+  // `too_many` says so), before the count overflows or rounds past the budget.
+  const double steps = std::floor(usd / b.usd_per_step * (1 + 1e-12));
+  if (!(steps <= kMaxBudgetSteps)) {
+    b.too_many = true;
+    return b;
+  }
+  b.steps = int64_t(steps);
   b.tokens = double(b.steps) * e.tokens_per_step;
   const double seconds = double(b.steps) * e.time.step;
   b.days = seconds / 86400;

@@ -10,7 +10,8 @@
 namespace kiln::plan {
 
 // The smallest cluster, in whole nodes of `c`'s kind (c.nodes is ignored), whose fastest
-// fitting layout (with `fixed`'s fields) trains the job in at most `days`. Sizes are tried from
+// fitting layout (with `fixed`'s fields) trains the job in at most `days`, counting the expected
+// failures, restarts and checkpoints of the job's goodput model (goodput.h). Sizes are tried from
 // a lower bound upwards — every matmul weight's 6 FLOPs per token at the device's sustained
 // matmul rate, which no layout beats — up to `max_nodes`. On a TPU torus with max_slices > 1
 // a size up to a pod is one slice, and a larger one is split into the fewest slices (at most
@@ -18,12 +19,14 @@ namespace kiln::plan {
 // it keeps c.slices.
 struct DeadlineResult {
   bool found = false;
-  ClusterSpec cluster;      // the cluster found (or the largest tried)
-  Estimate best;            // its fastest fitting layout
-  int64_t first_nodes = 0;  // the lower bound the scan started from (may exceed max_nodes)
-  int sizes_tried = 0;      // node counts searched
-  int sizes_runnable = 0;   // of those, sizes with a valid layout (the batch splits over them)
-  // When nothing was found: the fastest run seen at any size tried (days 0 when none fit).
+  ClusterSpec cluster;       // the cluster found (or the largest tried)
+  Estimate best;             // its fastest fitting layout
+  double expected_days = 0;  // its run with failures (best.days is failure-free)
+  int64_t first_nodes = 0;   // the lower bound the scan started from (may exceed max_nodes)
+  int sizes_tried = 0;       // node counts searched
+  int sizes_runnable = 0;    // of those, sizes with a valid layout (the batch splits over them)
+  // When nothing was found: the fastest run (with failures) seen at any size tried (days 0 when
+  // none fit).
   double fastest_days = 0;
   int fastest_nodes = 0;
 };
@@ -41,7 +44,10 @@ struct BudgetResult {
   double tokens = 0;                             // steps × tokens per step
   double days = 0, gpu_hours = 0, cost_usd = 0;  // of those steps (cost ≤ budget)
   double tokens_per_param = 0;                   // Hoffmann et al. 2022 put the optimum near 20
+  bool too_many = false;                         // the budget buys more than kMaxBudgetSteps
 };
+// The most steps a budget is planned for: 10¹² (a million times any published run's).
+constexpr double kMaxBudgetSteps = 1e12;
 BudgetResult what_budget_buys(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                               const Estimate& e, double usd);
 

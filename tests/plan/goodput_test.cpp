@@ -109,6 +109,21 @@ TEST(PlanGoodput, NoFailuresCostOneCheckpointAndMoreDevicesFailMoreOften) {
   in.restart_seconds = 600;
   in.failures_per_gpu_hour = NAN;
   EXPECT_THROW(expected_goodput(in), Error);
+  // A job that fails faster than it restarts would train under 1% of the time: refused, naming
+  // the flags, not printed as astronomical (or infinite) days.
+  in.failures_per_gpu_hour = 100;
+  in.devices = 32;
+  in.solve_hours = 1000;
+  try {
+    expected_goodput(in);
+    ADD_FAILURE() << "a job failing every 1.9 s was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--failures-per-gpu-hour"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("would not finish"), std::string::npos) << e.what();
+  }
+  in.failures_per_gpu_hour = 2e-5;
+  in.restart_seconds = 1e9 * 60;
+  EXPECT_THROW(expected_goodput(in), Error);
 }
 
 // Llama 3's figures: 419 interruptions in 54 days on 16,384 GPUs is the default rate, so a run of
