@@ -199,13 +199,26 @@ double gib(double bytes) {
 
 void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e);
 
+// The fields the search varied besides dp (which follows from the others), as "a, b and c": a
+// key the layout left out is not searched where the software or job allows one value only.
+std::string searched_names(const SearchResult& r) {
+  std::vector<std::string> names;
+  for (const SearchField& f : r.searched)
+    if (f.key != "dp") names.push_back(f.key);
+  if (names.empty()) return "nothing";
+  std::string s;
+  for (size_t i = 0; i < names.size(); i++)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return s;
+}
+
 // A --layout that leaves keys out: the fastest layout with the given keys, after the table of
 // the search over the rest.
 void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& keys,
                   const Layout& given, const SearchResult& r) {
   const std::string fixed = keys.given(given);
   nlohmann::json searched = {{"given", fixed},
-                             {"searched_keys", keys.open()},
+                             {"searched_keys", searched_names(r)},
                              {"layouts_considered", r.considered},
                              {"layouts_fitting", r.fitting.size()},
                              {"fields", search_fields_json(r)}};
@@ -247,7 +260,7 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("{}\n--layout {}: {} searched", inputs_text(in), fixed, keys.open());
+  fmt::print("{}\n--layout {}: {} searched", inputs_text(in), fixed, searched_names(r));
   fmt::print("{}", search_table(r, o.top));
   fmt::print("\nthe best layout with {} in detail:\n{}", fixed, estimate_text(best, in));
   if (!o.config.empty() && in.cluster.device.cpu)

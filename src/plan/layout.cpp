@@ -48,20 +48,6 @@ std::string LayoutKeys::given(const Layout& l) const {
   return s;
 }
 
-std::string LayoutKeys::open() const {
-  std::vector<std::string> keys;
-  if (!tp) keys.push_back("tp");
-  if (!pp) keys.push_back("pp");
-  if (!mb) keys.push_back("mb");
-  if (!vpp) keys.push_back("vpp");
-  if (!zero) keys.push_back("zero");
-  if (!recompute) keys.push_back("recompute");
-  std::string s;
-  for (size_t i = 0; i < keys.size(); i++)
-    s += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
-  return s;
-}
-
 Layout parse_layout(const std::string& text, LayoutKeys* given) {
   LayoutKeys keys_given;
   Layout l;

@@ -68,7 +68,6 @@ struct LayoutKeys {
   // Every key the search varies is given (dp follows from tp and pp; sp defaults to tp > 1).
   bool all() const { return tp && pp && mb && vpp && zero && recompute; }
   std::string given(const Layout& l) const;  // "tp=8,mb=4": the given keys with their values
-  std::string open() const;                  // "pp, vpp, zero and recompute": the keys left out
 };
 
 // Parses "key=value,..." with keys tp, cp, pp, dp, mb, vpp, zero, recompute, sp, asynctp and

@@ -143,6 +143,12 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
         "vpp={}: {}'s pipeline engine runs one stage per rank (1F1B, no interleaved "
         "schedule); use vpp=1, or --software megatron or torchtitan for interleaving",
         l.vpp, j.software.name);
+  if (l.zero == 1 && !j.software.zero1)
+    return fmt::format(
+        "zero=1: {} has no ZeRO-1 (FSDP shards nothing, NO_SHARD = zero=0; the gradients and "
+        "optimizer state, SHARD_GRAD_OP = zero=2; or everything, FULL_SHARD = zero=3); use "
+        "zero=0, 2 or 3",
+        j.software.name);
   if (l.pp > 1 && l.zero > j.software.max_zero_with_pp)
     return fmt::format(
         "zero={} with pp={}: {}'s pipeline engine runs ZeRO up to stage {} (\"ZeRO-2 and "
@@ -304,7 +310,8 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
           if (k.vpp) vpps = {v.vpp};
           std::vector<int> zeros;
           const int max_zero = pp > 1 ? j.software.max_zero_with_pp : 3;
-          for (int z = 0; z <= (dp * cp > 1 ? max_zero : 0); z++) zeros.push_back(z);
+          for (int z = 0; z <= (dp * cp > 1 ? max_zero : 0); z++)
+            if (z != 1 || j.software.zero1) zeros.push_back(z);
           if (k.zero) zeros = {v.zero};
           // Hybrid sharding where the cluster has slices (ZeRO inside each, replicas across the
           // data-centre network, as MaxText shards), or as given.
@@ -381,7 +388,12 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     field(k.pp, "pp", std::to_string(v.pp), fmt::format("1–{}", m.n_layer));
   field(k.dp, "dp", std::to_string(v.dp), "the devices left by tp·cp·pp");
   field(k.mb, "mb", std::to_string(v.mb), "divisors of a replica's batch up to 64");
-  if (!k.vpp && !j.software.interleaved_pp)
+  if (!k.vpp && !j.software.pipeline)
+    out.not_searched.push_back(
+        {"vpp", fmt::format("1 ({} has no pipeline parallelism)", j.software.name)});
+  else if (!k.vpp && k.pp && v.pp == 1)
+    out.not_searched.push_back({"vpp", "1 (pp=1: no pipeline to interleave)"});
+  else if (!k.vpp && !j.software.interleaved_pp)
     out.not_searched.push_back(
         {"vpp", fmt::format("1 ({}'s pipeline has no interleaved schedule)", j.software.name)});
   else
@@ -390,7 +402,8 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
         j.software.max_zero_with_pp < 3
             ? fmt::format("0–3, 0–{} with pp > 1 ({}'s pipeline engine)",
                           j.software.max_zero_with_pp, j.software.name)
-            : std::string("0–3"));
+        : j.software.zero1 ? std::string("0–3")
+                           : fmt::format("0, 2 and 3; {} has no ZeRO-1", j.software.name));
   field(k.recompute, "recompute", v.recompute_text(), join(rc_text));
   if (k.shard)
     out.fixed.push_back({"shard", std::to_string(v.shard)});

@@ -128,6 +128,11 @@ struct SoftwareProfile {
   // composable fully_shard + checkpoint skips it explicitly: FSDP1's _pre_forward, FSDP2's
   // FSDPState._pre_forward); the pre-backward hook's one gather serves both.
   bool zero3_regathers_for_recompute = true;
+  // Has a ZeRO-1 (optimizer state sharded, whole gradients reduced): Megatron's distributed
+  // optimizer, DeepSpeed's stage 1. PyTorch FSDP's strategies shard nothing (NO_SHARD), the
+  // gradients and optimizer state (SHARD_GRAD_OP) or everything (FULL_SHARD), and FSDP2 the same
+  // two ways: zero=1 is refused under them and the search leaves it out.
+  bool zero1 = true;
   // DeepSpeed's stage 3 keeps a module's weights gathered when its trace shows them used again
   // within this many parameters (stage3_max_reuse_distance, 1e9 by default; 0: every unit is
   // released after each use, as FSDP does). See kept_through_backward (stages.h).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -705,6 +706,28 @@ TEST(PlanSoftware, CliTakesTheProfileAndReportsIt) {
   r = kiln::testing::run_kiln("plan --model llama3-8b --gpu h100-sxm --software pytorch");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unknown --software 'pytorch'"), std::string::npos) << r.output;
+}
+
+// PyTorch FSDP (and torchtitan's FSDP2) has no ZeRO-1: its strategies shard nothing, the
+// gradients and optimizer state, or everything. A layout asking for zero=1 under them is
+// refused naming the strategies, and the search never tries it.
+TEST(PlanSoftware, FsdpHasNoZero1) {
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  Layout l = layout(1, 1, 32, 1);
+  for (const char* name : {"fsdp", "fsdp-compile", "torchtitan", "torchtitan-compile"}) {
+    const JobSpec j = job_with(name);
+    EXPECT_FALSE(j.software.zero1) << name;
+    EXPECT_NE(layout_problem(m, c, j, l).find("has no ZeRO-1"), std::string::npos) << name;
+    const SearchResult r = search(m, c, j);
+    ASSERT_FALSE(r.fitting.empty()) << name;
+    std::set<int> zeros;
+    for (const Estimate& e : r.fitting) zeros.insert(e.layout.zero);
+    EXPECT_EQ(zeros.count(1), 0u) << name;
+    EXPECT_GT(zeros.count(2) + zeros.count(3), 0u) << name;
+  }
+  for (const char* name : {"megatron", "deepspeed"})
+    EXPECT_EQ(layout_problem(m, c, job_with(name), l), "") << name;
 }
 
 }  // namespace
