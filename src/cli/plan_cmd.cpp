@@ -225,13 +225,28 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
   if (r.fitting.empty()) {
     const Estimate& least = r.least_memory;
     const SearchResult any = search(in.model, in.cluster, in.job);
+    // On more nodes with the same fields (the network decides whether there can be more).
+    const bool network = in.cluster.nic_gbps > 0 && in.cluster.nics_per_node > 0;
+    const FitResult more =
+        network ? fewest_nodes_that_fit(in.model, in.cluster, in.job, FixedFields{given, keys})
+                : FitResult{};
     std::string way;
+    if (more.found)
+      way = fmt::format(
+          "with them it fits from {} nodes (--nodes {} --layout {}: {:.1f} GiB, {:.3g} s/step)",
+          more.cluster.nodes, more.cluster.nodes, more.best.layout.to_string(),
+          gib(more.best.memory.total), more.best.time.step);
     if (!any.fitting.empty()) {
       const Estimate& b = any.fitting.front();
-      way = fmt::format("without them, {} fits ({:.1f} GiB, {:.3g} s/step)", b.layout.to_string(),
-                        gib(b.memory.total), b.time.step);
-    } else {
-      way = "the cluster " + fit_advice(in.model, in.cluster, in.job);
+      way += fmt::format("{}without them, {} fits ({:.1f} GiB, {:.3g} s/step)",
+                         way.empty() ? "" : "; ", b.layout.to_string(), gib(b.memory.total),
+                         b.time.step);
+    } else if (!more.found) {
+      way = fmt::format("{}the cluster {}",
+                        network ? "with them it fits on no cluster of up to 16384 nodes; without "
+                                  "them "
+                                : "",
+                        fit_advice(in.model, in.cluster, in.job));
     }
     const std::string msg = fmt::format(
         "no layout with {} fits on {} ({} tried; the one needing the least memory, {}, needs "

@@ -70,6 +70,22 @@ DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& 
   return out;
 }
 
+FitResult fewest_nodes_that_fit(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
+                                const FixedFields& fixed, int max_nodes) {
+  FitResult out;
+  for (int64_t n = int64_t(c.nodes) + 1; n <= max_nodes; n++) {
+    ClusterSpec cc;
+    if (!cluster_of_nodes(c, n, 1, &cc)) continue;
+    const SearchResult r = search(m, cc, j, fixed);
+    if (r.fitting.empty()) continue;
+    out.found = true;
+    out.cluster = cc;
+    out.best = r.fitting.front();
+    return out;
+  }
+  return out;
+}
+
 BudgetResult what_budget_buys(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                               const Estimate& e, double usd) {
   BudgetResult b;

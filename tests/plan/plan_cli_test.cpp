@@ -73,12 +73,26 @@ TEST(PlanCli, PartialLayoutSearchesTheKeysLeftOut) {
   for (const auto& other : j["search"]["others"])
     EXPECT_NE(other["layout"].get<std::string>().find(",mb=2,"), std::string::npos) << other;
 
-  // Nothing with the given keys fits: said, with the least memory they need and what would fit.
+  // Nothing with the given keys fits: said, with the least memory they need and the fewest
+  // nodes on which a layout with those keys fits, as a command that is then accepted.
   r = run_kiln("plan --model llama2-70b --gpu a100-80gb --layout tp=8");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("no layout with tp=8 fits on 8 × a100-80gb"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("the cluster needs at least 32 devices with ZeRO-3"), std::string::npos)
+  const std::string from = "with them it fits from 3 nodes (--nodes 3 --layout tp=8,";
+  const size_t at = r.output.find(from);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const size_t start = r.output.find("--nodes", at), end = r.output.find(':', start);
+  r = run_kiln("plan --model llama2-70b --gpu a100-80gb --json " +
+               r.output.substr(start, end - start));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(nlohmann::json::parse(r.output)["fits"].get<bool>());
+  // Keys that fit on no cluster: said, and the way without them.
+  r = run_kiln("plan --model llama2-70b --gpu a100-80gb --layout tp=1,pp=1,zero=0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("with them it fits on no cluster of up to 16384 nodes; without them the "
+                          "cluster needs at least 32 devices with ZeRO-3"),
+            std::string::npos)
       << r.output;
 }
 
