@@ -439,7 +439,9 @@ void plan(const PlanOpts& o, const Given& g) {
   if (o.list_software) return list_software();
   if (o.config.empty() && o.model.empty()) return summarize(o, g);
   if (!o.config.empty() && !o.model.empty())
-    fail("give the model with --model NAME (see --list-models) or --config FILE (a kiln config)");
+    fail(
+        "give the model with --model NAME (see --list-models) or --config FILE (a kiln config), "
+        "not both");
   if (!o.sets.empty() && o.config.empty()) fail("--set changes a --config; there is none");
   if (o.top < 1) fail("--top (layouts to list from a search) must be at least 1, got {}", o.top);
   if (g.days->count()) check_positive(o.days, "--days", "the longest the run may take");
@@ -490,7 +492,13 @@ void plan(const PlanOpts& o, const Given& g) {
   job.software = find_software(g.software->count() ? o.software
                                : from_config       ? "kiln"
                                                    : "megatron");
-  if (g.grad_reduce->count()) job.grad_reduce = parse_dtype(o.grad_reduce);
+  if (g.grad_reduce->count()) {
+    if (o.grad_reduce != "bf16" && o.grad_reduce != "fp16" && o.grad_reduce != "fp32")
+      fail(
+          "--grad-reduce must be bf16, fp16 or fp32 (the dtype gradients are reduced in), got '{}'",
+          o.grad_reduce);
+    job.grad_reduce = parse_dtype(o.grad_reduce);
+  }
   job.fp8_param_gather = o.fp8_param_gather;
   if (g.cp_comm->count()) job.cp_comm = parse_cp_comm(o.cp_comm);
   if (g.attention_kernel->count()) use_attention_kernel(job, o.attention_kernel);
@@ -558,7 +566,7 @@ void plan(const PlanOpts& o, const Given& g) {
       if (r.considered == 0) {
         // Nothing can run: the checks of the layout with the defaults filled in name the
         // problem ("tp=3 does not divide the 32 attention heads; tp can be ...").
-        complete_layout(model, cluster, job, l);
+        complete_layout(model, cluster, job, l, o.layout);
         fail(
             "--layout {}: no layout with these keys can run on {}: the global batch of {} "
             "sequences must split over dp×mb and tp×pp must divide the {} devices",

@@ -223,8 +223,13 @@ void ClusterSpec::validate() const {
       fail("{}: a torus slice's links are ICI, not {}", device.name, intra_link);
     torus();
   }
-  if (gpus_per_node < 1) fail("--gpus-per-node must be at least 1, got {}", gpus_per_node);
-  if (nodes < 1) fail("--nodes must be at least 1, got {}", nodes);
+  if (gpus_per_node < 1)
+    fail(
+        "devices per node (--gpus-per-node, or a hardware file's [node]) must be at least 1, got "
+        "{}",
+        gpus_per_node);
+  if (nodes < 1)
+    fail("nodes (--nodes, or a hardware file's [cluster] nodes) must be at least 1, got {}", nodes);
   find_link(intra_link, false);
   find_link(network, true);
   if (!(intra_link_gbs > 0) && gpus_per_node > 1)

@@ -187,20 +187,23 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
   return "";
 }
 
-Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, Layout l) {
+Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, Layout l,
+                       const std::string& as_given) {
   if (l.tp == 1) l.sp = false;
+  auto quoted = [&] { return as_given.empty() ? l.to_string() : as_given; };
   std::string tp = tp_problem(m, c, l);
-  if (!tp.empty()) fail("--layout {}: {}", l.to_string(), tp);
+  if (!tp.empty()) fail("--layout {}: {}", quoted(), tp);
   if (l.dp == 0) {
     const int total = c.total_gpus(), model_ranks = l.tp * l.cp * l.pp;
     if (total % model_ranks != 0)
-      fail("--layout: {} = {} does not divide the {} devices of {}",
-           l.cp > 1 ? "tp×cp×pp" : "tp×pp", model_ranks, total, c.describe());
+      fail("--layout{}: {} = {} does not divide the {} devices of {}",
+           as_given.empty() ? "" : " " + as_given, l.cp > 1 ? "tp×cp×pp" : "tp×pp", model_ranks,
+           total, c.describe());
     l.dp = total / model_ranks;
   }
   if (l.tp == 1) l.sp = false;
   std::string problem = layout_problem(m, c, j, l);
-  if (!problem.empty()) fail("--layout {}: {}", l.to_string(), problem);
+  if (!problem.empty()) fail("--layout {}: {}", quoted(), problem);
   return l;
 }
 

@@ -46,7 +46,10 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
                            const Layout& l);
 
 // Fills dp when the layout left it out and checks the rest; throws kiln::Error with the reason.
-Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, Layout l);
+// `as_given`, when not empty, is the --layout text the errors quote (the user's partial
+// layout, not the defaults filled into it).
+Layout complete_layout(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, Layout l,
+                       const std::string& as_given = "");
 
 Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, const Layout& l);
 

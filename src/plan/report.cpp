@@ -205,11 +205,11 @@ std::string inputs_text(const PlanInputs& in) {
       m.ffn == FfnKind::swiglu ? "SwiGLU" : "GELU", m.ffn_hidden, m.vocab);
   s += fmt::format("cluster  {}\n", in.cluster.describe());
   s += fmt::format(
-      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} steps), {}, {} attention, "
+      "job      seq {}, batch {} × {} = {} tokens, {} tokens ({} step{}), {}, {} attention, "
       "software {}{}{}{}{}{}\n",
       j.seq_len, j.global_batch_seqs(), j.seq_len, si(double(j.global_batch_tokens)),
-      si(j.train_tokens), with_commas(double(j.steps())), dtype_name(j.dtype),
-      j.flash_attention ? "flash" : "unfused", j.software.name,
+      si(j.train_tokens), with_commas(double(j.steps())), j.steps() == 1 ? "" : "s",
+      dtype_name(j.dtype), j.flash_attention ? "flash" : "unfused", j.software.name,
       j.grad_reduce ? ", gradients reduced in " + j.grad_reduce_name() : "",
       j.fp8_param_gather ? ", weights gathered in fp8" : "",
       j.cp_comm == JobSpec::CpComm::all_gather ? ", context parallelism by all-gather" : "",
@@ -244,7 +244,9 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
                    : std::string("optimizer state"),
           m.optimizer);
   mem_row(fmt::format("activations (recompute {})", l.recompute_text()), m.activations);
-  mem_row("backward working set, ZeRO-3 gathers", m.transient);
+  mem_row(j.software.zero_as_run(l, j.dtype) >= 3 ? "backward working set, ZeRO-3 gathers"
+                                                  : "backward working set",
+          m.transient);
   mem_row(fmt::format("allowance ({:.0f}% of the above)", 100 * j.mem_allowance), m.allowance);
   mem_row("reserved (runtime, libraries)", m.reserved);
   s += fmt::format(

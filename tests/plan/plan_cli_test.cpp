@@ -114,7 +114,17 @@ TEST(PlanCli, BadInputSaysWhatWouldWork) {
       << r.output;
   r = run_kiln("plan --model llama2-7b --gpu a100-80gb --layout tp=3");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("tp=3 does not divide the 32 attention heads"), std::string::npos)
+  // Quoting the layout as given, not with the defaults the planner filled in.
+  EXPECT_NE(r.output.find("--layout tp=3: tp=3 does not divide the 32 attention heads"),
+            std::string::npos)
+      << r.output;
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --grad-reduce fp64");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--grad-reduce must be bf16, fp16 or fp32"), std::string::npos)
+      << r.output;
+  r = run_kiln("plan --model llama2-7b --config configs/llama-small.toml --gpu a100-80gb");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--config FILE (a kiln config), not both"), std::string::npos)
       << r.output;
   r = run_kiln("plan --model llama2-7b --gpu b100");
   EXPECT_EQ(r.exit_code, 1);
