@@ -242,6 +242,16 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   e.tokens_per_s = e.tokens_per_step / e.time.step;
   const double fpt = model_flops_per_token(m, j.seq_len);
   const double hw = fpt + recompute_flops_per_token(m, j.seq_len, l, j.flash_attention);
+  if (j.flash_attention) {
+    // The FLOPs counted run attention over the whole sequence; a causal kernel skips half.
+    const double masked = 1.5 * kiln::attention_core_forward_flops_per_token(m, j.seq_len) / fpt;
+    if (masked >= 0.2)
+      e.notes.push_back(fmt::format(
+          "model and hardware FLOPs count attention over the whole sequence (Megatron-LM's and "
+          "PaLM's convention); the causal kernel skips the masked half, {:.0f}% of the FLOPs "
+          "counted, so MFU can exceed the rate the device sustains",
+          100 * masked));
+  }
   e.tflops_per_gpu_model = fpt * e.tokens_per_s / N * 1e-12;
   e.tflops_per_gpu_hw = hw * e.tokens_per_s / N * 1e-12;
   const double peak = c.device.peak_tflops(j.dtype);

@@ -339,5 +339,26 @@ TEST(PlanPlanner, JsonKeysCarryUnits) {
   EXPECT_TRUE(js["cost_usd"].is_null());  // no price given
 }
 
+// MFU counts attention over the whole sequence, as Megatron-LM and PaLM do, while the causal
+// kernel skips the masked half: at long sequences that half is a large share of the FLOPs
+// counted, and the report says so (MFU above the device's sustained matmul rate is then no bug).
+TEST(PlanPlanner, LongSequencesSayWhatTheMfuConventionCounts) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec j = job_of(find_preset("llama3-8b"));
+  auto noted = [&](int seq) {
+    j.seq_len = seq;
+    j.global_batch_tokens = int64_t(seq) * 64;
+    const Estimate e = evaluate(
+        m, c, j,
+        complete_layout(m, c, j, parse_layout("tp=8,cp=4,pp=1,mb=1,zero=1,recompute=full")));
+    for (const std::string& n : e.notes)
+      if (n.find("skips the masked half") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(noted(131072));
+  EXPECT_FALSE(noted(8192));
+}
+
 }  // namespace
 }  // namespace kiln::plan
