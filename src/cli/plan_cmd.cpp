@@ -102,11 +102,11 @@ void list_models() {
 void list_gpus() {
   fmt::print("{:<14} {:>9} {:>8} {:>8} {:>6} {:>9} {:>6} {:>6}  {}\n", "gpu", "16-bit TF", "fp8 TF",
              "fp32 TF", "GiB", "HBM GB/s", "matmul", "TDP W", "description");
+  auto peak = [](double tf) { return tf > 0 ? fmt::format("{:.4g}", tf) : std::string("–"); };
   for (const auto& d : device_catalog())
-    fmt::print("{:<14} {:>9.4g} {:>8} {:>8.4g} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
-               d.peak_tflops_16, d.peak_tflops_8 > 0 ? fmt::format("{:.4g}", d.peak_tflops_8) : "–",
-               d.peak_tflops_32, d.memory_gib, d.mem_bw_gbs, 100 * d.matmul_efficiency, d.tdp_w,
-               d.description);
+    fmt::print("{:<14} {:>9} {:>8} {:>8} {:>6.0f} {:>9.0f} {:>5.0f}% {:>6.0f}  {}\n", d.name,
+               peak(d.peak_tflops_16), peak(d.peak_tflops_8), peak(d.peak_tflops_32), d.memory_gib,
+               d.mem_bw_gbs, 100 * d.matmul_efficiency, d.tdp_w, d.description);
   fmt::print(
       "\nmatmul: the fraction of the dense peak the time model uses (sustained "
       "matmul rate; see docs/planner.md)\n");
@@ -425,7 +425,7 @@ void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e) {
   fmt::print("{}{}", inputs_text(in), estimate_text(e, in));
   fmt::print(
       "\n--budget ${:g} at ${:g} per device-hour on {} devices, layout {}:\n"
-      "  {} steps of {} tokens = {} tokens ({:.1f} per parameter), {} days, {} GPU-hours, "
+      "  {} steps of {} tokens = {} tokens ({:.3g} per parameter), {} days, {} GPU-hours, "
       "${}\n  (one step costs ${:.2f}; the {} tokens above would cost ${})\n",
       o.budget, in.job.usd_per_gpu_hour, in.cluster.total_gpus(), e.layout.to_string(),
       amount(double(b.steps)), si(e.tokens_per_step), si(b.tokens), b.tokens_per_param,

@@ -35,9 +35,10 @@ std::string amount(double v) {
 }
 
 std::string si(double v) {
-  const char* units[] = {"", "K", "M", "B", "T", "P"};
+  const char* units[] = {"", "K", "M", "B", "T", "P", "E"};
+  if (std::fabs(v) >= 1e21) return fmt::format("{:.3g}", v);  // beyond the units: plain
   int u = 0;
-  while (std::fabs(v) >= 1000 && u < 5) v /= 1000, u++;
+  while (std::fabs(v) >= 1000 && u < 6) v /= 1000, u++;
   std::string s = fmt::format("{:.3g}", v);
   return s + units[u];
 }
