@@ -25,6 +25,7 @@
 #include "core/file.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "plan/goodput.h"
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/sizing.h"
@@ -243,9 +244,11 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
                          b.time.step);
     } else if (!more.found) {
       way = fmt::format("{}the cluster {}",
-                        network ? "with them it fits on no cluster of up to 16384 nodes; without "
-                                  "them "
-                                : "",
+                        network && more.searched_to > in.cluster.nodes
+                            ? fmt::format("with them it fits on no cluster of up to {} nodes "
+                                          "(searched); without them ",
+                                          more.searched_to)
+                            : "",
                         fit_advice(in.model, in.cluster, in.job));
     }
     const std::string msg = fmt::format(
@@ -340,6 +343,14 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
   const DeadlineResult r =
       smallest_cluster_for_days(in.model, in.cluster, in.job, o.days, fixed, max_nodes, max_slices);
   const int per = in.cluster.gpus_per_node;
+  if (!r.found && r.fastest_nodes > 0 && !std::isfinite(r.fastest_days))
+    fail(
+        "--days {:g}: at every size that fits ({} to {} nodes of {} × {}), failures would come "
+        "faster than the job of {} restarts and checkpoints, and under {:g}% of the time would "
+        "train: no deadline is met; check --failures-per-gpu-hour ({:g} per device-hour) and "
+        "--restart-minutes ({:g})",
+        o.days, r.first_nodes, max_nodes, per, in.cluster.device.name, in.model.name,
+        100 * kMinGoodput, in.job.failures_per_gpu_hour, in.job.restart_minutes);
   if (!r.found) {
     std::string seen =
         r.fastest_nodes > 0
@@ -382,14 +393,16 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
     return;
   }
   fmt::print(
-      "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {:.3g} days with "
-      "failures ({:.3g} without; {} size{} searched from {} node{}, the least that the sustained "
-      "matmul rate allows)\n\n",
+      "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {}; {} size{} searched "
+      "from {} node{}, the least that the sustained matmul rate allows)\n\n",
       o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
       r.cluster.device.name,
       r.cluster.slices > 1 ? fmt::format(" in {} slices", r.cluster.slices) : "",
-      e.layout.to_string(), r.expected_days, e.days, r.sizes_tried, r.sizes_tried == 1 ? "" : "s",
-      r.first_nodes, r.first_nodes == 1 ? "" : "s");
+      e.layout.to_string(),
+      in.job.failures_per_gpu_hour > 0
+          ? fmt::format("{:.3g} days with failures ({:.3g} without", r.expected_days, e.days)
+          : fmt::format("{:.3g} days (no failures: --failures-per-gpu-hour 0", e.days),
+      r.sizes_tried, r.sizes_tried == 1 ? "" : "s", r.first_nodes, r.first_nodes == 1 ? "" : "s");
   fmt::print("{}{}", inputs_text(found), estimate_text(e, found));
 }
 
@@ -426,10 +439,12 @@ void plan_budget(const PlanOpts& o, const PlanInputs& in, const Estimate& e) {
   fmt::print(
       "\n--budget ${:g} at ${:g} per device-hour on {} devices, layout {}:\n"
       "  {} steps of {} tokens = {} tokens ({:.3g} per parameter), {} days, {} GPU-hours, "
-      "${}\n  (one step costs ${:.2f}; the {} tokens above would cost ${})\n",
+      "${}\n  (one step costs ${}; the {} tokens above would cost ${})\n",
       o.budget, in.job.usd_per_gpu_hour, in.cluster.total_gpus(), e.layout.to_string(),
       amount(double(b.steps)), si(e.tokens_per_step), si(b.tokens), b.tokens_per_param,
-      amount(b.days), amount(b.gpu_hours), amount(b.cost_usd), b.usd_per_step,
+      amount(b.days), amount(b.gpu_hours), amount(b.cost_usd),
+      b.usd_per_step >= 1 ? fmt::format("{:.2f}", b.usd_per_step)
+                          : fmt::format("{:.3g}", b.usd_per_step),
       si(in.job.train_tokens), amount(e.cost_usd));
 }
 
@@ -574,7 +589,7 @@ void plan(const PlanOpts& o, const Given& g) {
       }
       l = r.least_memory.layout;  // the one layout left (one device: tp = pp = vpp = 1, no ZeRO)
     } else {
-      l = complete_layout(model, cluster, job, l);
+      l = complete_layout(model, cluster, job, l, o.layout);
     }
     Estimate e = evaluate(model, cluster, job, l);
     if (o.budget > 0 && e.memory.fits()) return plan_budget(o, in, e);

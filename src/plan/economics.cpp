@@ -28,7 +28,7 @@ std::vector<CostOption> cost_options(const ModelSpec& m, const ClusterSpec& c, c
                                      const Estimate& e) {
   std::vector<CostOption> out;
   const int N = c.total_gpus();
-  const RunGoodput base = run_goodput(m, c, j, e);
+  const RunGoodput base = run_goodput(m, c, j, e, /*refuse_stalled=*/false);
   auto option = [&](const char* name, double price, const Goodput& g, double rate) {
     CostOption o;
     o.name = name;
@@ -38,6 +38,7 @@ std::vector<CostOption> cost_options(const ModelSpec& m, const ClusterSpec& c, c
     o.gpu_hours = g.wall_hours * N;
     o.usd = o.gpu_hours * price;
     o.goodput = g.goodput;
+    o.stalled = g.stalled();
     out.push_back(o);
   };
   if (j.usd_per_gpu_hour > 0)
@@ -61,7 +62,8 @@ std::vector<CostOption> cost_options(const ModelSpec& m, const ClusterSpec& c, c
             ? 60 * (j.failures_per_gpu_hour * j.restart_minutes + preemptions * spot_restart) /
                   in.failures_per_gpu_hour
             : 60 * j.restart_minutes;
-    option("spot", j.spot_usd_per_gpu_hour, expected_goodput(in), in.failures_per_gpu_hour);
+    option("spot", j.spot_usd_per_gpu_hour, expected_goodput(in, /*refuse_stalled=*/false),
+           in.failures_per_gpu_hour);
   }
   if (j.capex_usd_per_gpu > 0) {
     const PowerDraw p = power_draw(c, j);

@@ -37,6 +37,7 @@ struct CostOption {
   double usd_per_gpu_hour = 0;
   double interruptions_per_gpu_hour = 0;  // failures, plus pre-emptions on spot
   double days = 0, gpu_hours = 0, usd = 0, goodput = 0;
+  bool stalled = false;  // under kMinGoodput: no finite days, hours or cost
 };
 
 // The options the job prices (none without prices). Owned hardware's price per device-hour:

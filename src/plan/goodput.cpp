@@ -1,5 +1,7 @@
 #include "plan/goodput.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -44,14 +46,24 @@ Goodput expected_goodput(const GoodputInputs& in, bool refuse_stalled) {
   g.goodput = Ts / g.wall_hours;
   // Below 1% useful time the expected figures stop meaning anything (and soon overflow): the
   // job fails faster than it restarts and checkpoints. Say so rather than print them.
-  if (refuse_stalled && !(g.goodput >= kMinGoodput))
-    fail(
-        "goodput: the job fails every {:.3g} minutes on average ({} devices at {:g} failures per "
-        "device-hour, --failures-per-gpu-hour), restarts take {:.3g} minutes (--restart-minutes) "
-        "and a checkpoint {:.3g} s (--ckpt-write-gbs, --storage-gbs): under {:g}% of the time "
-        "would train, and the run would not finish; check those figures or plan fewer devices",
-        M * 60, in.devices, in.failures_per_gpu_hour, R * 60, delta * 3600, 100 * kMinGoodput);
+  if (refuse_stalled && g.stalled()) fail("goodput: {}", stalled_reason(in));
   return g;
+}
+
+bool Goodput::stalled() const {
+  return !(goodput >= kMinGoodput);
+}
+
+std::string stalled_reason(const GoodputInputs& in) {
+  const double rate = static_cast<double>(in.devices) * in.failures_per_gpu_hour;
+  return fmt::format(
+      "the job fails every {:.3g} minutes on average ({} devices at {:g} interruptions per "
+      "device-hour: --failures-per-gpu-hour, and pre-emptions on spot), restarts take {:.3g} "
+      "minutes (--restart-minutes, --spot-restart-minutes) and a checkpoint {:.3g} s "
+      "(--ckpt-write-gbs, --storage-gbs): under {:g}% of the time would train, and the run would "
+      "not finish; check those figures or plan fewer devices",
+      rate > 0 ? 60 / rate : INFINITY, in.devices, in.failures_per_gpu_hour,
+      in.restart_seconds / 60, in.checkpoint_seconds, 100 * kMinGoodput);
 }
 
 RunGoodput run_goodput(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
@@ -71,6 +83,7 @@ RunGoodput run_goodput(const ModelSpec& m, const ClusterSpec& c, const JobSpec& 
   in.failures_per_gpu_hour = j.failures_per_gpu_hour;
   in.checkpoint_seconds = r.checkpoint_seconds;
   in.restart_seconds = j.restart_minutes * 60.0;
+  r.in = in;
   r.g = expected_goodput(in, refuse_stalled);
   return r;
 }

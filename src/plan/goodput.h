@@ -14,6 +14,7 @@
 //   expected wall-clock T = M·e^(R/M)·(e^((τ+δ)/M) − 1)·Ts/τ for solve time Ts.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "plan/hardware.h"
 #include "plan/job.h"
@@ -32,6 +33,7 @@ struct GoodputInputs {
 
 struct Goodput {
   double mtbf_hours = 0;         // M = 1 / (N·λ)
+  bool stalled() const;          // under kMinGoodput of the time would train: no finite run
   double interval_hours = 0;     // τ: compute between checkpoints (Daly's optimum)
   double wall_hours = 0;         // expected, with checkpoints, failures and restarts
   double expected_failures = 0;  // wall_hours / M
@@ -44,6 +46,8 @@ struct Goodput {
 // faster than it recovers; the figures are then returned as computed, possibly infinite).
 constexpr double kMinGoodput = 0.01;
 Goodput expected_goodput(const GoodputInputs& in, bool refuse_stalled = true);
+// Why a stalled run does not finish, naming the figures and the flags that set them.
+std::string stalled_reason(const GoodputInputs& in);
 
 // A checkpoint of the whole training state (weights, plus fp32 master weights in bf16, plus
 // AdamW's two moments: 14 bytes per parameter in bf16, 12 in fp32), every node writing its share
@@ -53,6 +57,7 @@ Goodput expected_goodput(const GoodputInputs& in, bool refuse_stalled = true);
 // restart figures. Training stops while it writes (an asynchronous save would hide most of it).
 struct RunGoodput {
   double checkpoint_bytes = 0, checkpoint_seconds = 0, write_gbs = 0;  // write_gbs: in all
+  GoodputInputs in;
   Goodput g;
 };
 RunGoodput run_goodput(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,

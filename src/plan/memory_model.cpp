@@ -89,8 +89,12 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
       const std::vector<ZeroUnit> units = zero_units(m, l, st);
       const std::vector<bool> keep = kept_through_backward(units, j.software.zero3_reuse_numel);
       for (size_t k = 0; k < units.size(); k++) kept += keep[k] ? units[k].params : 0.0;
+      // FSDP's root unit (embedding, final norm, head) stays gathered through the step.
+      const double root = j.software.fsdp_root_kept && st.first && st.last && units.size() > 1
+                              ? units.front().params + units.back().params
+                              : 0.0;
       mb.transient +=
-          std::max(2 * per_layer_slice, kept) * sb.gathered + per_layer_slice * sb.grads;
+          (std::max(2 * per_layer_slice, kept) + root) * sb.gathered + per_layer_slice * sb.grads;
     }
     // Context parallelism's ring: the key/value chunk being used and the one arriving.
     // (all-gather-based: the whole sequence's keys and values, and their gradients' buffer).

@@ -160,35 +160,38 @@ nlohmann::json estimate_json(const Estimate& e, const PlanInputs& in) {
   j["cost_usd"] = in.job.usd_per_gpu_hour > 0 ? nlohmann::json(e.cost_usd) : nlohmann::json();
   j["energy_kwh"] = e.energy_kwh;
   j["co2_t"] = e.co2_t;
-  const RunGoodput rg = run_goodput(in.model, in.cluster, in.job, e);
-  j["with_failures"] = {
-      {"failures_per_gpu_hour", in.job.failures_per_gpu_hour},
-      {"restart_minutes", in.job.restart_minutes},
-      {"checkpoint_bytes", rg.checkpoint_bytes},
-      {"checkpoint_write_gbs", rg.write_gbs},
-      {"checkpoint_seconds", rg.checkpoint_seconds},
-      {"mtbf_hours", rg.g.mtbf_hours},
-      {"checkpoint_interval_hours", rg.g.interval_hours},
-      {"expected_interruptions", rg.g.expected_failures},
-      {"days", rg.g.wall_hours / 24.0},
-      {"gpu_hours", rg.g.wall_hours * N},
-      {"cost_usd", in.job.usd_per_gpu_hour > 0
-                       ? nlohmann::json(rg.g.wall_hours * N * in.job.usd_per_gpu_hour)
-                       : nlohmann::json()},
-      {"goodput", rg.g.goodput}};
+  const RunGoodput rg = run_goodput(in.model, in.cluster, in.job, e, /*refuse_stalled=*/false);
+  auto finite = [&](double v) { return rg.g.stalled() ? nlohmann::json() : nlohmann::json(v); };
+  j["with_failures"] = {{"stalled", rg.g.stalled()},
+                        {"failures_per_gpu_hour", in.job.failures_per_gpu_hour},
+                        {"restart_minutes", in.job.restart_minutes},
+                        {"checkpoint_bytes", rg.checkpoint_bytes},
+                        {"checkpoint_write_gbs", rg.write_gbs},
+                        {"checkpoint_seconds", rg.checkpoint_seconds},
+                        {"mtbf_hours", rg.g.mtbf_hours},
+                        {"checkpoint_interval_hours", rg.g.interval_hours},
+                        {"expected_interruptions", finite(rg.g.expected_failures)},
+                        {"days", finite(rg.g.wall_hours / 24.0)},
+                        {"gpu_hours", finite(rg.g.wall_hours * N)},
+                        {"cost_usd", in.job.usd_per_gpu_hour > 0
+                                         ? finite(rg.g.wall_hours * N * in.job.usd_per_gpu_hour)
+                                         : nlohmann::json()},
+                        {"goodput", rg.g.goodput}};
   const PowerDraw pw = power_draw(in.cluster, in.job);
   j["power_kw"] = {{"it", pw.it_kw}, {"facility", pw.facility_kw}, {"overhead", pw.overhead_kw}};
   j["electricity_usd"] =
       in.job.usd_per_kwh > 0 ? nlohmann::json(electricity_usd(in.job, e)) : nlohmann::json();
   j["cost_options"] = nlohmann::json::array();
   for (const CostOption& c : cost_options(in.model, in.cluster, in.job, e))
-    j["cost_options"].push_back({{"name", c.name},
-                                 {"usd_per_gpu_hour", c.usd_per_gpu_hour},
-                                 {"interruptions_per_gpu_hour", c.interruptions_per_gpu_hour},
-                                 {"days", c.days},
-                                 {"gpu_hours", c.gpu_hours},
-                                 {"cost_usd", c.usd},
-                                 {"goodput", c.goodput}});
+    j["cost_options"].push_back(
+        {{"name", c.name},
+         {"usd_per_gpu_hour", c.usd_per_gpu_hour},
+         {"interruptions_per_gpu_hour", c.interruptions_per_gpu_hour},
+         {"stalled", c.stalled},
+         {"days", c.stalled ? nlohmann::json() : nlohmann::json(c.days)},
+         {"gpu_hours", c.stalled ? nlohmann::json() : nlohmann::json(c.gpu_hours)},
+         {"cost_usd", c.stalled ? nlohmann::json() : nlohmann::json(c.usd)},
+         {"goodput", c.goodput}});
   j["limiter"] = limiter(e);
   j["notes"] = e.notes;
   return j;
@@ -301,20 +304,24 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
                    amount(e.energy_kwh));
   s += fmt::format("  {:<42} {:>12}\n", fmt::format("CO2, tonnes ({:g} g/kWh)", j.gco2_per_kwh),
                    amount(e.co2_t));
-  const RunGoodput rg = run_goodput(in.model, in.cluster, j, e);
+  const RunGoodput rg = run_goodput(in.model, in.cluster, j, e, /*refuse_stalled=*/false);
   const Goodput& g = rg.g;
   s += fmt::format("\nwith failures ({:.3g} per GPU-hour, restart {:g} min, checkpoint {:.4g} s)\n",
                    j.failures_per_gpu_hour, j.restart_minutes, rg.checkpoint_seconds);
   s += fmt::format("  {:<42} {:>12}\n", "job MTBF, hours", amount(g.mtbf_hours));
-  s += fmt::format("  {:<42} {:>12}\n", "checkpoint every (hours of training)",
-                   amount(g.interval_hours));
-  s += fmt::format("  {:<42} {:>12}\n", "expected interruptions", amount(g.expected_failures));
-  s += fmt::format("  {:<42} {:>12}\n", "days", amount(g.wall_hours / 24.0));
-  s += fmt::format("  {:<42} {:>12}\n", "GPU-hours", amount(g.wall_hours * N));
-  if (j.usd_per_gpu_hour > 0)
-    s += fmt::format("  {:<42} {:>12}\n", "cost",
-                     fmt::format("${}", amount(g.wall_hours * N * j.usd_per_gpu_hour)));
-  s += fmt::format("  {:<42} {:>11.1f}%\n", "goodput (useful / all time)", 100 * g.goodput);
+  if (g.stalled())
+    s += fmt::format("  does not finish: {}\n", stalled_reason(rg.in));
+  else {
+    s += fmt::format("  {:<42} {:>12}\n", "checkpoint every (hours of training)",
+                     amount(g.interval_hours));
+    s += fmt::format("  {:<42} {:>12}\n", "expected interruptions", amount(g.expected_failures));
+    s += fmt::format("  {:<42} {:>12}\n", "days", amount(g.wall_hours / 24.0));
+    s += fmt::format("  {:<42} {:>12}\n", "GPU-hours", amount(g.wall_hours * N));
+    if (j.usd_per_gpu_hour > 0)
+      s += fmt::format("  {:<42} {:>12}\n", "cost",
+                       fmt::format("${}", amount(g.wall_hours * N * j.usd_per_gpu_hour)));
+    s += fmt::format("  {:<42} {:>11.1f}%\n", "goodput (useful / all time)", 100 * g.goodput);
+  }
   const PowerDraw pw = power_draw(in.cluster, j);
   s += fmt::format("\npower\n  {:<42} {:>12}\n", "IT load, kW (devices and servers)",
                    amount(pw.it_kw));
@@ -331,9 +338,18 @@ std::string estimate_text(const Estimate& e, const PlanInputs& in) {
     s += fmt::format("  {:<10} {:>10} {:>12} {:>9} {:>14} {:>16} {:>8}\n", "", "$/GPU-h",
                      "interrupts/h", "days", "GPU-hours", "cost", "goodput");
     for (const CostOption& c : options)
-      s += fmt::format("  {:<10} {:>10.4g} {:>12.3g} {:>9} {:>14} {:>16} {:>7.1f}%\n", c.name,
-                       c.usd_per_gpu_hour, c.interruptions_per_gpu_hour * N, amount(c.days),
-                       amount(c.gpu_hours), fmt::format("${}", amount(c.usd)), 100 * c.goodput);
+      s += c.stalled ? fmt::format("  {:<10} {:>10.4g} {:>12.3g} {:>9} {:>14} {:>16} {:>7.1f}%\n",
+                                   c.name, c.usd_per_gpu_hour, c.interruptions_per_gpu_hour * N,
+                                   "never", "–", "–", 100 * c.goodput)
+                     : fmt::format("  {:<10} {:>10.4g} {:>12.3g} {:>9} {:>14} {:>16} {:>7.1f}%\n",
+                                   c.name, c.usd_per_gpu_hour, c.interruptions_per_gpu_hour * N,
+                                   amount(c.days), amount(c.gpu_hours),
+                                   fmt::format("${}", amount(c.usd)), 100 * c.goodput);
+    if (std::any_of(options.begin(), options.end(), [](const CostOption& c) { return c.stalled; }))
+      s += fmt::format(
+          "  (never: under {:g}% of the time would train; pre-emptions and failures come faster "
+          "than the job restarts)\n",
+          100 * kMinGoodput);
   }
   for (const auto& n : e.notes) s += fmt::format("note: {}\n", n);
   return s;

@@ -71,12 +71,15 @@ DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& 
 }
 
 FitResult fewest_nodes_that_fit(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                                const FixedFields& fixed, int max_nodes) {
+                                const FixedFields& fixed, int max_nodes, int64_t max_layouts) {
   FitResult out;
-  for (int64_t n = int64_t(c.nodes) + 1; n <= max_nodes; n++) {
+  int64_t evaluated = 0;
+  for (int64_t n = int64_t(c.nodes) + 1; n <= max_nodes && evaluated < max_layouts; n++) {
+    out.searched_to = n;
     ClusterSpec cc;
     if (!cluster_of_nodes(c, n, 1, &cc)) continue;
     const SearchResult r = search(m, cc, j, fixed);
+    evaluated += r.considered;
     if (r.fitting.empty()) continue;
     out.found = true;
     out.cluster = cc;

@@ -34,14 +34,18 @@ DeadlineResult smallest_cluster_for_days(const ModelSpec& m, const ClusterSpec& 
                                          double days, const FixedFields& fixed = {},
                                          int max_nodes = 16384, int max_slices = 1);
 // The smallest cluster of more nodes than `c` (of its kind, up to max_nodes) on which some layout
-// with `fixed`'s fields fits: found false when none up to the cap does.
+// with `fixed`'s fields fits: found false when none up to the cap does. The scan stops once it
+// has evaluated max_layouts layouts (a search per size; a large batch has many), and says how far
+// it got.
 struct FitResult {
   bool found = false;
   ClusterSpec cluster;
-  Estimate best;  // its fastest fitting layout with those fields
+  Estimate best;            // its fastest fitting layout with those fields
+  int64_t searched_to = 0;  // the largest node count searched
 };
 FitResult fewest_nodes_that_fit(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
-                                const FixedFields& fixed, int max_nodes = 16384);
+                                const FixedFields& fixed, int max_nodes = 16384,
+                                int64_t max_layouts = 200000);
 // The nodes below which no layout can train the job in `days` (at least 1).
 int64_t nodes_lower_bound(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, double days);
 

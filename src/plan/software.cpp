@@ -264,7 +264,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // block))), metaseq likewise (fsdp_wrap(checkpoint_wrapper(layer))): the recomputed forward
     // never re-enters FSDP's pre-forward; the pre-backward gather serves it.
     fsdp.zero3_regathers_for_recompute = false;
-    fsdp.zero1 = false;     // and so torchtitan's FSDP2, built on this profile below
+    fsdp.zero1 = false;  // and so torchtitan's FSDP2, built on this profile below
+    fsdp.fsdp_root_kept = true;
     fsdp.pipeline = false;  // Composer's parallelism is FSDP (and TP); metaseq's FSDP and TP
     // llm-foundry's MPT defaults to loss_fn: fused_crossentropy (llmfoundry/models/mpt/
     // modeling_mpt.py: flash-attn's fused cross-entropy): a forward kernel reads the logits and a

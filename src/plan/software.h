@@ -137,6 +137,12 @@ struct SoftwareProfile {
   // within this many parameters (stage3_max_reuse_distance, 1e9 by default; 0: every unit is
   // released after each use, as FSDP does). See kept_through_backward (stages.h).
   double zero3_reuse_numel = 0;
+  // PyTorch FSDP's root unit, the parameters no block unit wraps (the embedding, final norm and,
+  // in Composer's MPT tied to the embedding or in torchtitan, the head), is not resharded after
+  // the forward (FSDP1's _post_forward_reshard skips the root; FSDP2 sets the root's
+  // reshard_after_forward off): gathered once before the forward, kept through the backward, its
+  // gradients reduce-scattered after the last of them.
+  bool fsdp_root_kept = false;
   // FSDP2 (fully_shard) copies each gathered unit out of the all-gather buffer into its
   // parameters on the compute stream (foreach_all_gather_copy_out, after waiting for the
   // gather): the unit's gathered bytes read and written, once per gather. FSDP1 gathers into the

@@ -74,10 +74,14 @@ std::vector<bool> kept_through_backward(const std::vector<ZeroUnit>& units, doub
   std::vector<bool> kept(units.size(), false);
   if (reuse_numel <= 0) return kept;
   // Walking back from the last unit: the modules the trace runs between unit k's forward and its
-  // next use are the later units' forwards, recomputed forwards and backwards.
+  // next use are the later units' forwards, recomputed forwards and backwards, and under full
+  // recomputation the unit's own recomputed forward up to the module (counted whole: its next use
+  // is its recomputed forward, which the rest of the unit's recompute precedes for its first
+  // module). Without recomputation the unit's own remaining forward and backward modules are left
+  // out, so a unit near the window's edge may be kept where DeepSpeed releases its first modules.
   double between = 0;
   for (size_t k = units.size(); k-- > 0;) {
-    kept[k] = between < reuse_numel;
+    kept[k] = between + units[k].recomputed * units[k].params < reuse_numel;
     between += units[k].params * (2 + units[k].recomputed);
   }
   return kept;

@@ -48,9 +48,9 @@ std::vector<ZeroUnit> zero_units(const ModelSpec& m, const Layout& l, const Stag
 // again within `reuse_numel` parameters' worth of modules (stage3_max_reuse_distance; deepspeed/
 // runtime/zero/partitioned_param_coordinator.py, __params_to_release). After unit k's forward
 // the trace runs the later units' forwards, then their backwards in reverse (each preceded, under
-// full recomputation, by its recomputed forward) before reaching unit k again: the units near the
-// forward's end are kept through their backward and not gathered again. True for each unit kept
-// so; all false when reuse_numel is 0 (FSDP releases every unit).
+// full recomputation, by its recomputed forward, as unit k's own is) before reaching unit k
+// again: the units near the forward's end are kept through their backward and not gathered again.
+// True for each unit kept so; all false when reuse_numel is 0 (FSDP releases every unit).
 std::vector<bool> kept_through_backward(const std::vector<ZeroUnit>& units, double reuse_numel);
 
 }  // namespace kiln::plan

@@ -411,18 +411,27 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       const double reuse = j.software.zero3_reuse_numel;
       const std::vector<bool> kept = kept_through_backward(zu, z3 ? reuse : 0.0);
       const size_t n_units = units.size();
+      // FSDP's root unit (the embedding, final norm and head, which no block unit wraps) is
+      // gathered before the forward, kept through the backward and reduce-scattered after it,
+      // as one unit: fold the head into unit 0.
+      const bool root = j.software.fsdp_root_kept && s.first && s.last && n_units > 1;
+      std::vector<double> unit_params(n_units);
+      for (size_t k = 0; k < n_units; k++) unit_params[k] = units[k].params;
+      if (root) unit_params[0] += unit_params[n_units - 1], unit_params[n_units - 1] = 0;
       std::vector<double> ag(n_units), rs(n_units), gathers_bwd(n_units, 0.0);
       for (size_t k = 0; k < n_units; k++) {
-        ag[k] = fwd_gathers ? all_gather_s(units[k].params * sb.gathered, zg) : 0.0;
-        rs[k] = reduce_grads(units[k].params * sb.grads);
+        ag[k] = fwd_gathers && unit_params[k] > 0 ? all_gather_s(unit_params[k] * sb.gathered, zg)
+                                                  : 0.0;
+        rs[k] = unit_params[k] > 0 ? reduce_grads(unit_params[k] * sb.grads) : 0.0;
         // The recomputed forward's gather serves the backward too when the unit's own modules,
         // run again and then backward, fit in DeepSpeed's reuse window.
         const bool regather =
             j.software.zero3_regathers_for_recompute && !(reuse > 0 && 2 * zu[k].params < reuse);
-        if (z3 && !kept[k]) gathers_bwd[k] = 1 + (regather ? zu[k].recomputed : 0.0);
-        if (j.software.fsdp_copy_out) {
+        const bool root_unit = root && (k == 0 || k + 1 == n_units);
+        if (z3 && !kept[k] && !root_unit) gathers_bwd[k] = 1 + (regather ? zu[k].recomputed : 0.0);
+        if (j.software.fsdp_copy_out && unit_params[k] > 0) {
           // FSDP2 copies every gathered unit into its parameters on the compute stream.
-          const double copy = r.elementwise(2 * units[k].params * sb.gathered);
+          const double copy = r.elementwise(2 * unit_params[k] * sb.gathered);
           const double f = fwd_gathers ? copy : 0.0, b = gathers_bwd[k] * copy;
           x.fwd += f, x.bwd += b, x.compute += f + b;
         }

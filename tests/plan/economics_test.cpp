@@ -77,6 +77,15 @@ TEST(PlanEconomics, SpotPreemptionsJoinTheFailures) {
   in.restart_seconds =
       60 * (r.j.failures_per_gpu_hour * 10 + pre * 60) / (r.j.failures_per_gpu_hour + pre);
   EXPECT_NEAR(o[1].gpu_hours, expected_goodput(in).wall_hours * 32, 1e-6);
+  EXPECT_FALSE(o[1].stalled);
+  // Reclaimed far faster than an hour's restart: the spot run never finishes. Its row says so
+  // (stalled, no finite hours or cost) and the on-demand row stands.
+  r.j.spot_monthly_interruption = 1000;
+  o = r.options();
+  ASSERT_EQ(o.size(), 2u);
+  EXPECT_FALSE(o[0].stalled);
+  EXPECT_TRUE(o[1].stalled);
+  EXPECT_LT(o[1].goodput, kMinGoodput);
 }
 
 TEST(PlanEconomics, OwnedHardwareSpreadsItsCapitalAndPaysItsElectricity) {

@@ -90,8 +90,8 @@ TEST(PlanCli, PartialLayoutSearchesTheKeysLeftOut) {
   // Keys that fit on no cluster: said, and the way without them.
   r = run_kiln("plan --model llama2-70b --gpu a100-80gb --layout tp=1,pp=1,zero=0");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("with them it fits on no cluster of up to 16384 nodes; without them the "
-                          "cluster needs at least 32 devices with ZeRO-3"),
+  EXPECT_NE(r.output.find("nodes (searched); without them the cluster needs at least 32 devices "
+                          "with ZeRO-3"),
             std::string::npos)
       << r.output;
 }
@@ -321,6 +321,13 @@ TEST(PlanCli, DaysFindsTheSmallestClusterThatMakesTheDeadline) {
   EXPECT_GT(j["days_target"]["nodes"].get<int>(), calm);
   EXPECT_LE(j["with_failures"]["days"].get<double>(), 30);
   EXPECT_LT(j["with_failures"]["goodput"].get<double>(), 0.95);
+
+  // Failures faster than restarts at every size: no deadline is met, and the message says why.
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --days 30 --failures-per-gpu-hour 10");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no deadline is met; check --failures-per-gpu-hour (10 per device-hour)"),
+            std::string::npos)
+      << r.output;
 
   r = run_kiln("plan --model gpt3-175b --gpu a100-80gb --days 0.01");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -434,14 +434,17 @@ TEST(PlanSoftware, FsdpGathersOnceForTheRecomputedForwardAndTheBackward) {
 
 // DeepSpeed's stage 3 keeps a module's weights when its trace uses them again within
 // stage3_max_reuse_distance (1e9) parameters. Walking back from the forward's end, a unit is kept
-// while the later units' forwards, recomputed forwards and backwards stay inside the window.
+// while the later units' forwards, recomputed forwards and backwards (and, recomputed, its own
+// recomputed forward, which comes before its next use) stay inside the window.
 TEST(PlanSoftware, DeepSpeedStage3KeepsWhatItsReuseWindowReaches) {
   EXPECT_EQ(find_software("deepspeed").zero3_reuse_numel, 1e9);
   EXPECT_EQ(find_software("fsdp").zero3_reuse_numel, 0);
   const std::vector<ZeroUnit> plain(4, ZeroUnit{1, 0}), recomputed(4, ZeroUnit{1, 1});
-  // Between unit k's forward and its backward: 2 (or 3) parameters per later unit.
+  // Between unit k's forward and its next use: 2 parameters per later unit, or 3 and its own 1.
   EXPECT_EQ(kept_through_backward(plain, 5), (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(kept_through_backward(plain, 4), (std::vector<bool>{false, false, true, true}));
   EXPECT_EQ(kept_through_backward(recomputed, 5), (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(kept_through_backward(recomputed, 4), (std::vector<bool>{false, false, false, true}));
   EXPECT_EQ(kept_through_backward(plain, 0), (std::vector<bool>(4, false)));
 
   // In time, with the collectives in series: a kept unit is not gathered for its backward; the
@@ -463,35 +466,44 @@ TEST(PlanSoftware, DeepSpeedStage3KeepsWhatItsReuseWindowReaches) {
   int n_kept = 0;
   for (size_t k = 0; k < units.size(); k++)
     if (kept[k]) saved += all_gather_s(units[k].params * 2, zg), n_kept++;
-  EXPECT_GE(n_kept, 2);  // the head and at least the last layer
-  // In memory, the kept units are gathered together at the turn from forward to backward.
+  EXPECT_EQ(n_kept, 2);  // the head and the last layer: the next layer's recompute is past 1e9
+  // In memory, the kept units are gathered together at the turn from forward to backward
+  // (without recomputation: the head and two layers, more than the two layers counted anyway).
+  Layout plain_l = l;
+  plain_l.recompute = Recompute::none;
+  const std::vector<ZeroUnit> plain_units =
+      zero_units(m, plain_l, pipeline_stages(m, plain_l, 2)[0]);
+  const std::vector<bool> plain_kept = kept_through_backward(plain_units, 1e9);
   double kept_params = 0;
-  for (size_t k = 0; k < units.size(); k++) kept_params += kept[k] ? units[k].params : 0.0;
+  for (size_t k = 0; k < plain_units.size(); k++)
+    kept_params += plain_kept[k] ? plain_units[k].params : 0.0;
   const double layer_params = double(count_params(m).per_layer);
   ASSERT_GT(kept_params, 2 * layer_params);
-  EXPECT_NEAR(
-      memory_per_gpu(m, c, ds, l, 2).transient - memory_per_gpu(m, c, released, l, 2).transient,
-      (kept_params - 2 * layer_params) * 2, 1);
+  EXPECT_NEAR(memory_per_gpu(m, c, ds, plain_l, 2).transient -
+                  memory_per_gpu(m, c, released, plain_l, 2).transient,
+              (kept_params - 2 * layer_params) * 2, 1);
   EXPECT_LT(n_kept, m.n_layer);
   EXPECT_NEAR(step_time(m, c, released, l, 2).zero_exposed - step_time(m, c, ds, l, 2).zero_exposed,
               2 * saved, 1e-9);  // two micro-batches
 
   // Layers of more than half the window are gathered again for the recomputed forward: a 530B
-  // layer holds 5e9 parameters on one tp rank. The last layer is kept through its backward (its
-  // tied head is only the final norm), so its recomputed forward needs no gather either.
+  // layer holds 5e9 parameters on one tp rank. Without recomputation the last layer is kept
+  // through its backward (its tied head is only the final norm); with it, its own recomputed
+  // forward comes first and is past the window, so it is gathered twice for the backward: one
+  // gather more for every layer, and two for the last.
   const ModelSpec big = find_preset("megatron-530b").model;
   Layout none = layout(1, 1, 32, 3), full = none;
   full.recompute = Recompute::full;
   const double layer = all_gather_s(double(count_params(big).per_layer) * 2, zg);
   EXPECT_NEAR(
       step_time(big, c, ds, full, 2).zero_exposed - step_time(big, c, ds, none, 2).zero_exposed,
-      2 * (big.n_layer - 1) * layer, 1e-9 * big.n_layer * layer);
+      2 * (big.n_layer + 1) * layer, 1e-9 * big.n_layer * layer);
 }
 
 // FSDP2 copies each gathered unit into its parameters on the compute stream: per gather the
-// unit's 16-bit weights read and written. ZeRO-3 without recomputation gathers every unit twice a
-// micro-batch (forward, backward); the units are the embedding, each block, and the head with the
-// final norm.
+// unit's 16-bit weights read and written. ZeRO-3 without recomputation gathers every block twice a
+// micro-batch (forward, backward), and the root unit (the embedding, the final norm and the head)
+// once: FSDP keeps it through the backward.
 TEST(PlanSoftware, Fsdp2CopiesEachGatherOutOnTheComputeStream) {
   const ModelSpec m = find_preset("llama3-8b").model;
   const DeviceSpec d = find_device("h100-sxm");
@@ -506,10 +518,38 @@ TEST(PlanSoftware, Fsdp2CopiesEachGatherOutOnTheComputeStream) {
   const ParamCounts pc = count_params(m);
   const double bw = d.mem_bw_gbs * 1e9 * d.mem_bw_efficiency, k = d.kernel_overhead_us * 1e-6;
   auto copy = [&](double params) { return k + 2 * params * 2 / bw; };
-  const double per_micro_batch =
-      2 * (copy(double(pc.embedding)) + m.n_layer * copy(double(pc.per_layer)) +
-           copy(double(pc.head + pc.final_norm)));
+  // The root unit (embedding, final norm, head) is gathered once and kept; each block twice.
+  const double per_micro_batch = copy(double(pc.embedding + pc.head + pc.final_norm)) +
+                                 2 * m.n_layer * copy(double(pc.per_layer));
   EXPECT_NEAR(diff, 2 * per_micro_batch, 1e-9);
+}
+
+// FSDP does not reshard its root unit (the embedding, final norm and head, which no block unit
+// wraps) after the forward: with the collectives in series, a micro-batch gathers and
+// reduce-scatters the root once, where separate embedding and head units would each be gathered
+// twice and reduce-scattered once. And the root stays gathered in memory.
+TEST(PlanSoftware, FsdpKeepsItsRootUnitThroughTheBackward) {
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  JobSpec fsdp = job_with("fsdp", 4096, 64);
+  fsdp.overlap_dp = false;
+  ASSERT_TRUE(fsdp.software.fsdp_root_kept);
+  EXPECT_FALSE(find_software("deepspeed").fsdp_root_kept);
+  JobSpec split = fsdp;
+  split.software.fsdp_root_kept = false;
+  const Layout l = layout(1, 1, 32, 3);
+  const GroupPath zg = group_path(c, l, Dim::shard);
+  const ParamCounts pc = count_params(m);
+  const double emb = double(pc.embedding), head = double(pc.head + pc.final_norm);
+  auto ag = [&](double p) { return all_gather_s(p * 2, zg); };
+  auto rs = [&](double p) { return reduce_scatter_s(p * 2, zg); };
+  const double separate = 2 * ag(emb) + rs(emb) + 2 * ag(head) + rs(head);
+  const double as_root = ag(emb + head) + rs(emb + head);
+  EXPECT_NEAR(step_time(m, c, split, l, 2).zero_exposed - step_time(m, c, fsdp, l, 2).zero_exposed,
+              2 * (separate - as_root), 1e-9);
+  EXPECT_NEAR(
+      memory_per_gpu(m, c, fsdp, l, 2).transient - memory_per_gpu(m, c, split, l, 2).transient,
+      (emb + head) * 2, 1);
 }
 
 // torchtitan's FSDP2 under pipeline parallelism gathers a stage's weights once per step and

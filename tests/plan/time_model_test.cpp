@@ -239,8 +239,11 @@ TEST(PlanTimeModel, FsdpZeroTwoGathersEachUnitBeforeItsForward) {
   j.overlap_dp = false;
   Layout l;
   l.dp = 64, l.mb = 1;
-  auto run = [&](const char* software, int zero) {
+  // FSDP's root unit (embedding, norm, head) is one unit kept through the backward (software
+  // tests); here every unit is gathered apart, to compare unit by unit with DeepSpeed's.
+  auto run = [&](const char* software, int zero, bool root_kept = false) {
     j.software = find_software(software);
+    j.software.fsdp_root_kept = root_kept;
     l.zero = zero;
     return step_time(m, c, j, l, 2);
   };
@@ -260,6 +263,10 @@ TEST(PlanTimeModel, FsdpZeroTwoGathersEachUnitBeforeItsForward) {
   units += all_gather_s(double((m.tied_embeddings ? 0 : pc.head) + pc.final_norm) * gathered, g);
   EXPECT_NEAR(one_gather_per_unit, 2 * units, 1e-9 * units);
   EXPECT_GT(one_gather_per_unit, 2 * ds2.dp_comm);  // the latencies of more, smaller gathers
+  // With the root kept, ZeRO-3 adds the blocks' backward gathers only.
+  const double blocks = m.n_layer * all_gather_s(double(pc.per_layer) * gathered, g);
+  EXPECT_NEAR(run("fsdp", 3, true).zero_exposed - run("fsdp", 2, true).zero_exposed, 2 * blocks,
+              1e-9 * blocks);
 }
 
 // The loss is the profile's count of bytes per logit element in its kernels: two profiles that
