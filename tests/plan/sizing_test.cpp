@@ -89,5 +89,27 @@ TEST(PlanSizing, BudgetBuysWholeStepsAtThePlannersPrice) {
   EXPECT_EQ(what_budget_buys(p.model, c, j, e, b.usd_per_step * 0.99).steps, 0);
 }
 
+// The fewest nodes on which a layout with fixed keys fits: every smaller size was searched and
+// fits none; a scan that runs out of its layout budget says how far it got and finds nothing.
+TEST(PlanSizing, FewestNodesThatFitAFixedLayout) {
+  const Preset& p = find_preset("llama2-70b");
+  const JobSpec j = job_of(p);
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
+  FixedFields fixed;
+  fixed.values = parse_layout("tp=8", &fixed.keys);
+  const FitResult f = fewest_nodes_that_fit(p.model, c, j, fixed);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.best.layout.tp, 8);
+  EXPECT_TRUE(f.best.fits());
+  for (int n = 1; n < f.cluster.nodes; n++) {
+    ClusterSpec smaller = c;
+    smaller.nodes = n;
+    EXPECT_TRUE(search(p.model, smaller, j, fixed).fitting.empty()) << n;
+  }
+  const FitResult cut = fewest_nodes_that_fit(p.model, c, j, fixed, 16384, /*max_layouts=*/1);
+  EXPECT_FALSE(cut.found);
+  EXPECT_EQ(cut.searched_to, 2);  // one size searched, and its layouts spent the budget
+}
+
 }  // namespace
 }  // namespace kiln::plan
