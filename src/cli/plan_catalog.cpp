@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/closest_name.h"
 #include "plan/hardware.h"
 #include "plan/model_spec.h"
 #include "plan/report.h"
@@ -41,7 +42,9 @@ void list_gpus() {
 void list_software() {
   fmt::print("{:<19} {}\n", "software", "what it sets");
   for (const SoftwareProfile& s : software_catalog())
-    fmt::print("{:<19} {}\n{:<19} source: {}\n", s.name, s.description, "", s.source);
+    fmt::print("{:<19} {}\n{:<19} runs on: {}\n{:<19} source: {}\n", s.name, s.description, "",
+               s.platforms.empty() ? std::string("any device") : join_names(s.platforms), "",
+               s.source);
   fmt::print("\nthe numbers and their sources: docs/planner.md, \"Software profiles\"\n");
 }
 

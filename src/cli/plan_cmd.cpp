@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,11 @@ struct PlanOpts {
   double days = 0, budget = 0;  // --days, --budget
   bool json = false, list_models = false, list_gpus = false, list_software = false;
   bool fp8_param_gather = false, attention_unpad = false;
+  // The flags given on the command line, by their long names.
+  std::vector<std::string> given;
+  bool flag_given(const std::string& f) const {
+    return std::find(given.begin(), given.end(), f) != given.end();
+  }
   // calibration
   bool calibrate = false;
   std::string output = "configs/hardware/this-cpu.toml";
@@ -257,31 +263,52 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
 
 // No model: what the cluster is (devices, memory, peaks, links, power), for people or --json.
 void summarize(const PlanOpts& o, const Given& g) {
-  for (auto [opt, name] : {std::pair{g.days, "--days"},
-                           {g.budget, "--budget"},
-                           {g.seq_len, "--seq-len"},
-                           {g.batch_tokens, "--global-batch-tokens"},
-                           {g.tokens, "--tokens"},
-                           {g.software, "--software"},
-                           {g.grad_reduce, "--grad-reduce"},
-                           {g.fp8_param_gather, "--fp8-param-gather"},
-                           {g.cp_comm, "--cp-comm"},
-                           {g.attention_kernel, "--attention-kernel"},
-                           {g.attention_unpad, "--attention-unpad"}})
-    if (opt->count())
-      fail("{} plans a model: give --model NAME (see --list-models) or --config FILE", name);
-  if (!o.layout.empty())
-    fail("--layout plans a model: give --model NAME (see --list-models) or --config FILE");
   if (!o.sets.empty()) fail("--set changes a --config; there is none");
+  // Every other flag given must be one the summary uses: the rest plan a model.
+  static const std::set<std::string> cluster_flags = {"--gpu",
+                                                      "--hardware",
+                                                      "--nodes",
+                                                      "--gpus",
+                                                      "--gpus-per-node",
+                                                      "--intra-link",
+                                                      "--intra-link-gbs",
+                                                      "--network",
+                                                      "--nics-per-node",
+                                                      "--nic-gbps",
+                                                      "--topology",
+                                                      "--oversubscription",
+                                                      "--nodes-per-domain",
+                                                      "--slices",
+                                                      "--gpu-power-w",
+                                                      "--node-overhead-w",
+                                                      "--pue",
+                                                      "--usd-per-gpu-hour",
+                                                      "--usd-per-kwh",
+                                                      "--gco2-per-kwh",
+                                                      "--json"};
+  std::vector<std::string> model_flags;
+  for (const std::string& f : o.given)
+    if (!cluster_flags.count(f)) model_flags.push_back(f);
+  if (!model_flags.empty())
+    fail(
+        "{} {} a model: give --model NAME (see --list-models) or --config FILE; without one, "
+        "kiln plan describes the cluster (its hardware, power, and with --usd-per-gpu-hour, "
+        "--usd-per-kwh or --gco2-per-kwh what an hour of it costs)",
+        join_names(model_flags), model_flags.size() == 1 ? "plans" : "plan");
   if (!std::isfinite(o.gpu_power_w) || o.gpu_power_w < 0)
     fail("--gpu-power-w must be a finite power in W, at least 0, got {}", o.gpu_power_w);
   if (!std::isfinite(o.node_overhead_w))
     fail("--node-overhead-w must be a finite power in W, got {}", o.node_overhead_w);
   if (!std::isfinite(o.pue) || o.pue < 1)
     fail("--pue is total facility power over IT power, at least 1 (got {})", o.pue);
+  for (auto [v, flag] : {std::pair{o.usd, "--usd-per-gpu-hour"},
+                         {o.prices.usd_per_kwh, "--usd-per-kwh"},
+                         {o.gco2, "--gco2-per-kwh"}})
+    if (v < 0) fail("{} must not be negative, got {:g}", flag, v);
   const ClusterSpec c = cluster_from(o, g);
-  const ClusterSummary s =
-      summarize_cluster(c, PowerInputs{o.gpu_power_w, o.node_overhead_w, o.pue});
+  const ClusterSummary s = summarize_cluster(
+      c, PowerInputs{o.gpu_power_w, o.node_overhead_w, o.pue, o.usd, o.prices.usd_per_kwh,
+                     o.flag_given("--gco2-per-kwh") ? o.gco2 : 0});
   if (o.json)
     fmt::print("{}\n", cluster_summary_json(c, s).dump(2));
   else
@@ -523,6 +550,8 @@ void plan(const PlanOpts& o, const Given& g) {
   if (!cluster.device.bf16 && !g.dtype->count() && job.dtype == Dtype::bf16)
     job.dtype = Dtype::fp16;
   if (cluster.device.cpu && !g.attention->count()) job.flash_attention = false;
+  if (const std::string p = software_device_problem(job.software, cluster.device); !p.empty())
+    fail("{}", p);
   if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
   if (const std::string p = attention_kernel_problem(cluster.device, job); !p.empty())
     fail("{}", p);
@@ -802,6 +831,14 @@ void register_plan(CLI::App& app) {
                   "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention "
                   "(also vpp=N, sp=0|1, cp=N, asynctp=1, shard=N for hybrid sharding: ZeRO "
                   "over groups of N data-parallel ranks); without it every layout is searched")
+      ->check(
+          [](const std::string& v) -> std::string {
+            return v.find_first_not_of(" \t") == std::string::npos
+                       ? "empty value; give key=value pairs (e.g. tp=8,pp=2), or leave --layout "
+                         "out to search every layout"
+                       : "";
+          },
+          "")
       ->group(L);
   g->days = cmd->add_option("--days", o->days,
                             "find the smallest cluster (whole nodes) that trains the model in "
@@ -834,6 +871,9 @@ void register_plan(CLI::App& app) {
       ->capture_default_str()
       ->group(C);
   cmd->callback([o, g, cmd]() {
+    o->given.clear();
+    for (const CLI::Option* opt : cmd->get_options())
+      if (opt->count() > 0) o->given.push_back(opt->get_name());
     // Every number a flag takes must be finite: NaN passes any range check (each comparison is
     // false), and infinity turns the arithmetic into nonsense.
     for (const CLI::Option* opt : cmd->get_options()) {

@@ -99,11 +99,14 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
     s.has_power = true;
     s.it_kw = (s.gpus * s.gpu_w + s.nodes * s.node_overhead_w) / 1000;
     s.facility_kw = s.it_kw * s.pue;
+    s.energy_usd_per_hour = s.facility_kw * p.usd_per_kwh;
+    s.co2_kg_per_hour = s.facility_kw * p.gco2_per_kwh / 1000;
     if (d.cpu) s.power_note = "the CPU's power is an estimate, not a measurement";
   } else {
     s.power_note = fmt::format(
         "no power figure: '{}' has no tdp_w in its description (give --gpu-power-w W)", d.name);
   }
+  s.rent_usd_per_hour = s.gpus * p.usd_per_gpu_hour;
   s.source = d.source;
   return s;
 }

@@ -15,6 +15,9 @@ struct PowerInputs {
   double gpu_w = 0;
   double node_overhead_w = -1;
   double pue = 1.2;
+  // What an hour of the whole cluster costs, each where given (0: not asked): renting it, the
+  // facility's electricity, and its emissions.
+  double usd_per_gpu_hour = 0, usd_per_kwh = 0, gco2_per_kwh = 0;
 };
 
 struct PeakRate {
@@ -48,6 +51,9 @@ struct ClusterSummary {
   double gpu_w = 0, node_overhead_w = 0, it_kw = 0, pue = 0, facility_kw = 0;
   std::string power_source;  // "TDP (catalog)", "--gpu-power-w", ...
   std::string power_note;
+  // One hour of the whole cluster, each 0 when its price or intensity was not given (or, for
+  // electricity and CO2, when there is no power figure).
+  double rent_usd_per_hour = 0, energy_usd_per_hour = 0, co2_kg_per_hour = 0;
   std::string source;  // the device's sources, from the catalog or the hardware file
 };
 

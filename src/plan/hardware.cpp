@@ -54,6 +54,15 @@ bool DeviceSpec::nvidia() const {
   return arch == "ampere" || arch == "hopper" || arch == "blackwell" || arch == "ada";
 }
 
+std::string DeviceSpec::platform() const {
+  if (cpu || arch == "cpu") return "cpu";
+  if (nvidia()) return "nvidia";
+  if (arch.rfind("cdna", 0) == 0) return "amd";
+  if (arch.rfind("tpu", 0) == 0) return "tpu";
+  if (arch == "davinci") return "ascend";
+  return "";
+}
+
 void DeviceSpec::validate(const std::string& where) const {
   if (peak_tflops_16 <= 0 && peak_tflops_32 <= 0)
     fail("{}: device '{}' needs peak_tflops_bf16 or peak_tflops_fp32", where, name);

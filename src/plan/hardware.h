@@ -76,6 +76,9 @@ struct DeviceSpec {
   double linear_flops(Dtype d) const;
   // An NVIDIA GPU (CUDA): ampere, hopper, blackwell or ada.
   bool nvidia() const;
+  // The device's family, which decides the software that runs on it: "nvidia", "amd" (cdna),
+  // "tpu", "ascend" (davinci), "cpu", or "" when the architecture is not one kiln knows.
+  std::string platform() const;
   void validate(const std::string& where) const;
 };
 

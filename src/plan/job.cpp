@@ -156,7 +156,9 @@ double parse_count(const std::string& text, const std::string& flag) {
   for (auto& [name, scale] : units)
     if (suffix == name) {
       v *= scale;
-      if (!(v > 0) || !std::isfinite(v)) fail("{} must be positive, got '{}'", flag, text);
+      if (!std::isfinite(v))
+        fail("{} must be a finite number (e.g. 2e12, 300B, 4M or 4Mi), got '{}'", flag, text);
+      if (!(v > 0)) fail("{} must be positive, got '{}'", flag, text);
       return v;
     }
   fail(

@@ -487,6 +487,17 @@ std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s) 
                              s.node_overhead_w, amount(s.facility_kw), s.pue));
   }
   if (!s.power_note.empty()) row("power note", s.power_note);
+  if (s.rent_usd_per_hour > 0)
+    row("rent",
+        fmt::format("${} per hour, ${} per day ({} devices × ${:g})", amount(s.rent_usd_per_hour),
+                    amount(24 * s.rent_usd_per_hour), s.gpus, s.rent_usd_per_hour / s.gpus));
+  if (s.energy_usd_per_hour > 0)
+    row("electricity",
+        fmt::format("${} per hour, ${} per day ({} kW at PUE {:g})", amount(s.energy_usd_per_hour),
+                    amount(24 * s.energy_usd_per_hour), amount(s.facility_kw), s.pue));
+  if (s.co2_kg_per_hour > 0)
+    row("CO2", fmt::format("{} kg per hour, {} tonnes per day", amount(s.co2_kg_per_hour),
+                           amount(24 * s.co2_kg_per_hour / 1000)));
   row("sources", s.source.empty() ? "(none given)" : s.source);
   return out;
 }
@@ -534,6 +545,10 @@ nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& 
   else
     j["power"] = nullptr;
   if (!s.power_note.empty()) j["power_note"] = s.power_note;
+  auto per_hour = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  j["per_hour"] = {{"rent_usd", per_hour(s.rent_usd_per_hour)},
+                   {"electricity_usd", per_hour(s.energy_usd_per_hour)},
+                   {"co2_kg", per_hour(s.co2_kg_per_hour)}};
   return j;
 }
 

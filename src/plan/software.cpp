@@ -1,5 +1,9 @@
 #include "plan/software.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "core/closest_name.h"
@@ -183,6 +187,9 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "core/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication); "
         "FlashAttention-2 and -3 papers";
     megatron.flash_of_peak = {fa2_a100(), FlashRate{"hopper", {{8192, 0.50}}}};
+    // CUDA; ROCm through AMD's ROCm/Megatron-LM; Ascend through Huawei's MindSpeed, which runs
+    // Megatron-LM's code on torch_npu.
+    megatron.platforms = {"nvidia", "amd", "ascend"};
     megatron.grad_bytes_bf16 = 4;
     megatron.fp8_cast_bytes_per_e = 1, megatron.fp8_cast_bytes_fixed = 2;
     megatron.fp8_cast_kernels = 1;
@@ -197,12 +204,14 @@ const std::vector<SoftwareProfile>& software_catalog() {
     SoftwareProfile nemo = megatron;
     nemo.name = "nemo";
     nemo.description = "NVIDIA NeMo: runs Megatron-Core, the megatron profile";
+    nemo.platforms = {"nvidia"};  // NVIDIA's framework, released for CUDA
     c.push_back(nemo);
     // Megatron-LM as of the SC'21 paper (Narayanan et al., arXiv:2104.04473, measured before
     // 2021-09-02, when the branch slym/allreduce_custom merged ColumnParallelLinearWith-
     // AsyncAllreduce into main): every tensor-parallel collective waits.
     SoftwareProfile megatron21 = megatron;
     megatron21.name = "megatron-2021";
+    megatron21.platforms = {"nvidia"};  // the SC'21 code, CUDA only
     megatron21.description =
         "Megatron-LM of early 2021 (the SC'21 paper's): no overlap of the backward's "
         "tensor-parallel collectives";
@@ -220,6 +229,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // which this profile leaves out.
     ds.tp_dgrad_overlap = false;
     ds.name = "deepspeed";
+    // DeepSpeed's accelerators (deepspeed/accelerator/): cuda (ROCm builds too) and npu (Ascend).
+    ds.platforms = {"nvidia", "amd", "ascend"};
     ds.description =
         "Megatron-DeepSpeed: Megatron's fused kernels, DeepSpeed's pipeline engine (activations "
         "and gradients partitioned over the tp ranks, blocking sends and receives), ZeRO "
@@ -242,6 +253,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     c.push_back(ds);
     SoftwareProfile ds2021 = ds;
     ds2021.name = "deepspeed-2021";
+    ds2021.platforms = {"nvidia", "amd"};  // before DeepSpeed's accelerator abstraction (2022)
     ds2021.description =
         "DeepSpeed's pipeline engine before September 2021 (and EleutherAI's DeeperSpeed of "
         "then): as deepspeed, but every tp rank sends the whole activation gradient";
@@ -251,6 +263,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     c.push_back(ds2021);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";
+    // PyTorch's FSDP runs wherever torch.distributed has a backend: NCCL (CUDA), RCCL (ROCm),
+    // HCCL (torch_npu, Ascend) and Gloo (CPUs). On a TPU, PyTorch/XLA's FSDP is another
+    // implementation, not planned as this one.
+    fsdp.platforms = {"nvidia", "amd", "ascend", "cpu"};
     fsdp.description =
         "PyTorch FSDP, eager (Composer/llm-foundry, metaseq): FlashAttention-2, RMSNorm, rotary "
         "and SwiGLU as separate kernels, gradients reduced in the training dtype";
@@ -281,6 +297,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     SoftwareProfile tt = fsdp;
     tt.pipeline = true;  // torch.distributed.pipelining, with looped (interleaved) schedules
     tt.name = "torchtitan";
+    tt.platforms = {"nvidia", "amd"};  // its README: tested on NVIDIA and AMD (ROCm) GPUs
     tt.description =
         "torchtitan, eager: FSDP2 reducing gradients in fp32, SDPA's FlashAttention-2, eager "
         "RMSNorm/rotary/SwiGLU, torchao Float8 with dynamic scaling";
@@ -336,6 +353,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "MaxText on XLA (the tpu-v4 default): XLA-fused element-wise work, fp32 weights and "
         "gradients, attention at the matmul rate (no TPU kernel benchmark published)";
     maxtext.source = "google/maxtext MaxText/configs/base.yml (weight_dtype: float32)";
+    maxtext.platforms = {"tpu", "nvidia"};  // JAX on TPUs and on NVIDIA GPUs (its README)
     maxtext.grad_bytes_bf16 = maxtext.grad_bytes_fp16 = 4;
     maxtext.fp8_cast_bytes_per_e = 1, maxtext.fp8_cast_bytes_fixed = 2;  // casts fused, as XLA
     maxtext.fp8_cast_kernels = 1;                                        // fuses element-wise
@@ -357,6 +375,39 @@ const std::vector<SoftwareProfile>& software_catalog() {
 
 const SoftwareProfile& find_software(const std::string& name) {
   return find_named(software_catalog(), name, "--software", "the profiles");
+}
+
+std::string software_device_problem(const SoftwareProfile& software, const DeviceSpec& d) {
+  const std::string platform = d.platform();
+  auto runs_on = [&](const SoftwareProfile& s) {
+    return s.platforms.empty() ||
+           std::find(s.platforms.begin(), s.platforms.end(), platform) != s.platforms.end();
+  };
+  if (platform.empty() || runs_on(software)) return "";
+  auto pretty = [](const std::string& p) -> std::string {
+    if (p == "nvidia") return "NVIDIA";
+    if (p == "ascend") return "Ascend";
+    std::string up = p;
+    for (char& ch : up) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    return up;  // AMD, TPU, CPU
+  };
+  // "a, b and c" / "a, b or c"
+  auto list = [](const std::vector<std::string>& v, const char* last) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); i++)
+      out += (i == 0 ? "" : i + 1 == v.size() ? std::string(" ") + last + " " : ", ") + v[i];
+    return out;
+  };
+  std::vector<std::string> where, fit;
+  for (const std::string& p : software.platforms) where.push_back(pretty(p));
+  for (const SoftwareProfile& s : software_catalog())
+    if (runs_on(s)) fit.push_back(s.name);
+  return fmt::format(
+      "--software {} runs on {} devices, and {} is a{} {} device: plan it with "
+      "--software {}",
+      software.name, list(where, "and"), d.name,
+      platform == "amd" || platform == "ascend" || platform == "nvidia" ? "n" : "",
+      pretty(platform), list(fit, "or"));
 }
 
 }  // namespace kiln::plan

@@ -54,6 +54,9 @@ struct SoftwareProfile {
   std::string name;  // --software value
   std::string description;
   std::string source;
+  // The device families it runs on (DeviceSpec::platform(): nvidia, amd, ascend, tpu, cpu);
+  // empty: any. A device of unknown family (a hardware file without a known arch) is not checked.
+  std::vector<std::string> platforms;
   std::vector<FlashRate> flash_of_peak;
   Composite rmsnorm, rotary, swiglu;
   double grad_bytes_bf16 = 2;  // gradients kept and reduced, bytes per element, bf16 training
@@ -194,5 +197,8 @@ const AttentionKernel& find_attention_kernel(const std::string& name);
 const std::vector<SoftwareProfile>& software_catalog();
 // Throws kiln::Error listing the profiles (and the closest name) when `name` is unknown.
 const SoftwareProfile& find_software(const std::string& name);
+// Why `software` cannot plan a job on `d` ("" when it can): the software does not run on the
+// device's family; the message names the profiles that do.
+std::string software_device_problem(const SoftwareProfile& software, const DeviceSpec& d);
 
 }  // namespace kiln::plan

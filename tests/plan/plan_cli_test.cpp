@@ -126,6 +126,13 @@ TEST(PlanCli, BadInputSaysWhatWouldWork) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--config FILE (a kiln config), not both"), std::string::npos)
       << r.output;
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --layout ''");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--layout: empty value; give key=value pairs"), std::string::npos)
+      << r.output;
+  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --tokens inf");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--tokens must be a finite number"), std::string::npos) << r.output;
   r = run_kiln("plan --model llama2-7b --gpu b100");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("unknown GPU 'b100'"), std::string::npos) << r.output;
@@ -275,6 +282,42 @@ TEST(PlanCli, ClusterSummaryWithoutAModel) {
   r = run_kiln("plan --gpu h100-sxm --nodes 16 --pue 0.5");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--pue is total facility power over IT power"), std::string::npos)
+      << r.output;
+  // Every flag that only a model uses is named, none silently ignored.
+  r = run_kiln("plan --gpu h100-sxm --nodes 16 --dtype fp8 --top 3 --failures-per-gpu-hour 1e-4");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--dtype, --failures-per-gpu-hour, --top plan a model"),
+            std::string::npos)
+      << r.output;
+  r = run_kiln("plan --gpu h100-sxm --nodes 16 --layout tp=2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--layout plans a model"), std::string::npos) << r.output;
+}
+
+// What an hour of the cluster costs: rent at --usd-per-gpu-hour, the facility's electricity at
+// --usd-per-kwh and its CO2 at --gco2-per-kwh, each from the power the summary shows.
+TEST(PlanCli, ClusterSummaryPricesAnHourOfTheCluster) {
+  auto r = run_kiln(
+      "plan --gpu h100-sxm --nodes 4 --usd-per-gpu-hour 2.5 --usd-per-kwh 0.1 --gco2-per-kwh 400");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 32 × $2.5 = $80; IT 32 × 700 W + 4 × 4600 W = 40.8 kW, × PUE 1.2 = 48.96 kW.
+  for (const char* text : {"$80 per hour, $1,920 per day (32 devices × $2.5)",
+                           "$4.896 per hour, $117.5 per day (48.96 kW at PUE 1.2)",
+                           "19.58 kg per hour, 0.47 tonnes per day"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  r = run_kiln("plan --gpu h100-sxm --nodes 4 --usd-per-gpu-hour 2.5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_DOUBLE_EQ(j["per_hour"]["rent_usd"].get<double>(), 80);
+  EXPECT_TRUE(j["per_hour"]["electricity_usd"].is_null());
+  EXPECT_TRUE(j["per_hour"]["co2_kg"].is_null());
+  // Without the flags the summary has no prices.
+  r = run_kiln("plan --gpu h100-sxm --nodes 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("per hour"), std::string::npos) << r.output;
+  r = run_kiln("plan --gpu h100-sxm --nodes 4 --usd-per-kwh -0.1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--usd-per-kwh must not be negative, got -0.1"), std::string::npos)
       << r.output;
 }
 

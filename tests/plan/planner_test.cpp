@@ -275,6 +275,13 @@ TEST(PlanPlanner, JobErrorsNameTheFlag) {
   EXPECT_DOUBLE_EQ(parse_count("2e12", "--x"), 2e12);
   EXPECT_NE(error_of([] { parse_count("3X", "--tokens"); }).find("--tokens '3X': unknown suffix"),
             std::string::npos);
+  // Not a count: infinity and NaN are named as such, a non-positive count as non-positive.
+  for (const char* text : {"inf", "1e400", "nan", "infT"})
+    EXPECT_NE(error_of([&] { parse_count(text, "--tokens"); }).find("must be a finite number"),
+              std::string::npos)
+        << text;
+  EXPECT_NE(error_of([] { parse_count("-3B", "--tokens"); }).find("must be positive, got '-3B'"),
+            std::string::npos);
 }
 
 // Run totals follow from the step: GPU-hours = steps × step time × devices / 3600, energy =

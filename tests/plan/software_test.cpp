@@ -770,5 +770,51 @@ TEST(PlanSoftware, FsdpHasNoZero1) {
     EXPECT_EQ(layout_problem(m, c, job_with(name), l), "") << name;
 }
 
+// Software runs on the device families it was built for: a GPU framework on a TPU (or MaxText on
+// an AMD part) is refused, naming the profiles that do run there; every catalog device has a
+// framework besides kiln's own trainer, and a hardware file of unknown architecture is not
+// checked.
+TEST(PlanSoftware, EachProfileRunsOnItsOwnDevices) {
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const DeviceSpec& tpu = find_device("tpu-v4");
+  EXPECT_EQ(tpu.platform(), "tpu");
+  const std::string mt = software_device_problem(find_software("megatron"), tpu);
+  EXPECT_NE(mt.find("--software megatron runs on NVIDIA, AMD and Ascend devices, and tpu-v4 is a "
+                    "TPU device: plan it with --software maxtext or kiln"),
+            std::string::npos)
+      << mt;
+  const std::string amd = software_device_problem(find_software("maxtext"), find_device("mi300x"));
+  EXPECT_NE(amd.find("mi300x is an AMD device"), std::string::npos) << amd;
+  EXPECT_NE(software_device_problem(find_software("torchtitan"), find_device("ascend-910"))
+                .find("--software megatron, deepspeed, fsdp, fsdp-compile or kiln"),
+            std::string::npos);
+  EXPECT_EQ(software_device_problem(find_software("fsdp"), find_device("cpu")), "");
+  EXPECT_EQ(software_device_problem(find_software("maxtext"), find_device("h100-sxm")), "");
+  // The planner's own checks refuse such a layout; the search finds nothing to run.
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  ClusterSpec on_tpu = c;
+  on_tpu.device = tpu;
+  Layout l = layout(1, 1, 32, 1);
+  l.zero = 3;
+  EXPECT_EQ(layout_problem(m, c, job_with("torchtitan"), l), "");
+  EXPECT_NE(layout_problem(m, on_tpu, job_with("torchtitan"), l).find("is a TPU device"),
+            std::string::npos);
+  for (const DeviceSpec& d : device_catalog()) {
+    int frameworks = 0;
+    for (const SoftwareProfile& s : software_catalog())
+      frameworks += s.name != "kiln" && software_device_problem(s, d).empty();
+    EXPECT_GT(frameworks, 0) << d.name;
+  }
+  DeviceSpec custom = find_device("h100-sxm");
+  custom.arch = "";
+  EXPECT_EQ(custom.platform(), "");
+  EXPECT_EQ(software_device_problem(find_software("nemo"), custom), "");
+  auto r = kiln::testing::run_kiln("plan --model llama2-7b --gpu tpu-v4 --nodes 4 --software fsdp");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--software fsdp runs on NVIDIA, AMD, Ascend and CPU devices"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace kiln::plan

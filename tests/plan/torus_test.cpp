@@ -94,7 +94,8 @@ TEST(PlanTorus, OpenAxesAndSpacedGroupsGetLessOfTheLinks) {
 
 TEST(PlanTorus, TensorParallelismStaysOnOneAxisAndSizesAreSlices) {
   const Preset& p = find_preset("llama2-7b");
-  const JobSpec j = p.job();
+  JobSpec j = p.job();
+  j.software = find_software("maxtext");  // what a TPU slice runs (the CLI's default there)
   // 4x8x8: tp up to the 4 chips of x.
   const ClusterSpec c = tpu_v4(256);
   EXPECT_EQ(layout_problem(p.model, c, j, parse_layout("tp=4,pp=1,dp=64")), "");
@@ -114,6 +115,7 @@ TEST(PlanTorus, TensorParallelismStaysOnOneAxisAndSizesAreSlices) {
 TEST(PlanTorus, DeadlineBeyondAPodUsesSlices) {
   const Preset& p = find_preset("llama2-70b");
   JobSpec j = p.job();
+  j.software = find_software("maxtext");
   j.train_tokens = 2e12;
   const int pod_hosts = 4096 / 4;
   const DeadlineResult one = smallest_cluster_for_days(p.model, tpu_v4(4), j, 10, {}, pod_hosts);
