@@ -243,7 +243,10 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
   const Estimate& best = r.fitting.front();
   if (o.budget > 0) return plan_budget(o, in, best);
   if (o.json) {
-    nlohmann::json j = inputs_json(in);
+    // A full search's keys (best, faster_but_out_of_memory, fields, layouts_considered,
+    // layouts_fitting), then the best layout's estimate at the top level and the partial
+    // layout's own summary under "search".
+    nlohmann::json j = search_json(r, in, o.top);
     j.update(estimate_json(best, in));
     searched["others"] = nlohmann::json::array();
     for (int i = 1; i < int(r.fitting.size()) && i < o.top; i++)

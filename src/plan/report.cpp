@@ -366,6 +366,17 @@ nlohmann::json search_fields_json(const SearchResult& r) {
           {"not_searched", list(r.not_searched)}};
 }
 
+namespace {
+// A step time to the 3 significant digits the search ranks by, in plain notation (1230, 4.53,
+// 0.00453).
+std::string ranked_step(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) return fmt::format("{:g}", seconds);
+  const int exponent = int(std::floor(std::log10(seconds)));
+  const double mag = std::pow(10.0, exponent - 2);
+  return fmt::format("{:.{}f}", std::round(seconds / mag) * mag, std::max(0, 2 - exponent));
+}
+}  // namespace
+
 std::string search_table(const SearchResult& r, int top) {
   std::string s =
       fmt::format("\nsearched {} layouts, {} fit in memory\n", r.considered, r.fitting.size());
@@ -404,8 +415,10 @@ std::string search_table(const SearchResult& r, int top) {
       const double slower = std::max(0.0, 100 * (e.time.step / best - 1));  // ranks round steps
       why = fmt::format("+{:.1f}% step; {}", slower, why);
     }
-    s += fmt::format("{:>3}  {:<{}} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  {}\n", i + 1,
-                     e.layout.to_string(), w, e.time.step, si(e.tokens_per_s),
+    // The step to the 3 significant digits the search ranks by (equal ones rank the lower ZeRO
+    // stage, then the smaller memory, first), so the column reads in order.
+    s += fmt::format("{:>3}  {:<{}} {:>9} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  {}\n", i + 1,
+                     e.layout.to_string(), w, ranked_step(e.time.step), si(e.tokens_per_s),
                      e.tflops_per_gpu_model, 100 * e.mfu, gib(e.memory.total), why);
   }
   if (n_oom > 0) {
@@ -413,11 +426,11 @@ std::string search_table(const SearchResult& r, int top) {
     for (int i = 0; i < n_oom; i++) {
       const Estimate& e = r.faster_oom[i];
       s += fmt::format(
-          "{:>3}  {:<{}} {:>9.4g} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  needs {:.1f} of "
+          "{:>3}  {:<{}} {:>9} {:>9} {:>8.4g} {:>5.1f}% {:>8.1f}  needs {:.1f} of "
           "{:.1f} GiB (+{:.1f})\n",
-          "-", e.layout.to_string(), w, e.time.step, si(e.tokens_per_s), e.tflops_per_gpu_model,
-          100 * e.mfu, gib(e.memory.total), gib(e.memory.total), gib(e.memory.capacity),
-          gib(e.memory.total - e.memory.capacity));
+          "-", e.layout.to_string(), w, ranked_step(e.time.step), si(e.tokens_per_s),
+          e.tflops_per_gpu_model, 100 * e.mfu, gib(e.memory.total), gib(e.memory.total),
+          gib(e.memory.capacity), gib(e.memory.total - e.memory.capacity));
     }
   }
   return s;

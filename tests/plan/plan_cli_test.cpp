@@ -57,6 +57,11 @@ TEST(PlanCli, PartialLayoutSearchesTheKeysLeftOut) {
   EXPECT_EQ(j["layout"]["zero"], 1);
   EXPECT_EQ(j["layout"]["recompute"], "attention");
   EXPECT_GT(j["layout"]["vpp"].get<int>(), 1);  // interleaving is faster here
+  // The keys of a full search's JSON are there too, its best layout the one at the top level.
+  for (const char* key :
+       {"best", "faster_but_out_of_memory", "fields", "layouts_considered", "layouts_fitting"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["best"][0]["layout"]["text"], j["layout"]["text"]);
   // ... and faster than the default the field used to get.
   auto one = run_kiln(base + "tp=8,pp=16,mb=1,zero=1,recompute=selective,vpp=1");
   ASSERT_EQ(one.exit_code, 0) << one.output;
