@@ -12,8 +12,8 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
   s.gpus = c.total_gpus();
   s.nodes = c.nodes;
   s.gpus_per_node = c.gpus_per_node;
-  s.hbm_per_gpu_gb = d.memory_gib * double(1 << 30) / 1e9;
-  s.hbm_total_tb = s.hbm_per_gpu_gb * s.gpus / 1e3;
+  s.hbm_per_gpu_gib = d.memory_gib;
+  s.hbm_total_tib = d.memory_gib * s.gpus / 1024;
   s.hbm_bw_per_gpu_gbs = d.mem_bw_gbs;
   if (d.peak_tflops_16 > 0)
     s.peaks.push_back(

@@ -31,7 +31,9 @@ struct PeakRate {
 // uses it.
 struct ClusterSummary {
   int gpus = 0, nodes = 0, gpus_per_node = 0;
-  double hbm_per_gpu_gb = 0, hbm_total_tb = 0;  // decimal units, as datasheets give them
+  // The capacity the planner fits into: what the driver reports (binary units;
+  // plan/device_catalog.cpp).
+  double hbm_per_gpu_gib = 0, hbm_total_tib = 0;
   double hbm_bw_per_gpu_gbs = 0;
   std::vector<PeakRate> peaks;  // only the precisions the device has a peak for
   // Inside a node: per device, and all devices of a node together.

@@ -36,7 +36,16 @@ namespace kiln::plan {
 // matmul_overhead_us for them (and the H100's other parts: H100 PCIe, the 500 W H100, H200).
 // tests/plan/gemm_shape_test.cpp checks the fit and that kiln's matmul times then follow the
 // table's shapes within 10%. Other devices keep the 4 µs kernel overhead for matmuls too.
-// Reserved memory: CUDA/ROCm context, cuBLAS/hipBLAS workspaces and NCCL/RCCL buffers, ~2 GiB.
+// Memory capacity: what the driver reports, where a report was found: nvidia-smi's total in MiB
+// (its Memory-Usage column, as published in many logs): A100-SXM4-40GB 40,960, A100-SXM4-80GB
+// 81,920, H100 80GB HBM3 and H100 PCIe 81,559, H200 143,771, B200 183,359, L40S 46,068, RTX 4090
+// 24,564. An "80 GB" HBM part is 80 GiB of stacks (less the driver's share on Hopper and later),
+// not 80·10⁹ bytes: reading the datasheet's GB as decimal under-counted these parts by 5-7%.
+// Parts without a driver figure (the 500 W H100 96 GB, AMD, Ascend) keep the datasheet's
+// decimal GB. PyTorch's "total capacity" (cudaMemGetInfo) reads 0.4-0.7 GiB below nvidia-smi's
+// total (39.5-39.6 GiB on an A100 40 GB); that, the CUDA/ROCm context, cuBLAS/hipBLAS workspaces
+// and NCCL/RCCL buffers are the ~2 GiB reserved.
+constexpr double kMiB = 1.0 / 1024;  // GiB per MiB
 constexpr double kSustained = 0.845;
 // fp8: tilelang's FP8 GEMM benchmark (benchmark/matmul_fp8/README.md, H800 SXM, whose tensor
 // cores are the H100 SXM's: 1,979 TFLOP/s dense fp8) reaches 1,461 and 1,507 TFLOP/s at
@@ -92,12 +101,12 @@ const std::vector<DeviceSpec>& device_catalog() {
       DeviceSpec d = a100;
       d.name = "a100-40gb";
       d.description = "NVIDIA A100 SXM4 40 GB";
-      d.memory_gib = 40e9 / (1 << 30);
+      d.memory_gib = 40960 * kMiB;
       d.mem_bw_gbs = 1555;
       c.push_back(nvidia(d));
       d.name = "a100-80gb";
       d.description = "NVIDIA A100 SXM4 80 GB";
-      d.memory_gib = 80e9 / (1 << 30);
+      d.memory_gib = 81920 * kMiB;
       d.mem_bw_gbs = 2039;
       c.push_back(nvidia(d));
     }
@@ -116,7 +125,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_8 = 1979;  // 3,958 with sparsity
       d.matmul_efficiency_fp8 = kFp8Burst * kSustained;
       d.peak_tflops_32 = 67;
-      d.memory_gib = 80e9 / (1 << 30);
+      d.memory_gib = 81559 * kMiB;  // the PCIe part's too
       d.mem_bw_gbs = 3350;
       d.matmul_efficiency = 0.801 * kSustained;
       d.tdp_w = 700;
@@ -177,7 +186,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_8 = 1979;
       d.matmul_efficiency_fp8 = kFp8Burst * kSustained;
       d.peak_tflops_32 = 67;
-      d.memory_gib = 141e9 / (1 << 30);
+      d.memory_gib = 143771 * kMiB;
       d.mem_bw_gbs = 4800;
       d.matmul_efficiency = 0.803 * kSustained;
       d.tdp_w = 700;
@@ -204,7 +213,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_16 = 2250;
       d.peak_tflops_8 = 4500;  // 9 PFLOP/s with sparsity
       d.peak_tflops_32 = 80;
-      d.memory_gib = 180e9 / (1 << 30);
+      d.memory_gib = 183359 * kMiB;
       d.mem_bw_gbs = 8000;
       d.matmul_efficiency = 1455.7 / 2250;
       d.matmul_overhead_us = 6.3;  // OpenXLA's sm_100 GEMM table (above)
@@ -233,7 +242,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_16 = 362;
       d.peak_tflops_8 = 733;  // 1,466 with sparsity
       d.peak_tflops_32 = 91.6;
-      d.memory_gib = 48e9 / (1 << 30);
+      d.memory_gib = 46068 * kMiB;
       d.mem_bw_gbs = 864;
       d.matmul_efficiency = 0.801 * kSustained;
       d.tdp_w = 350;
@@ -250,7 +259,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_16 = 165.2;
       d.peak_tflops_8 = 330.3;  // FP32 accumulate, dense (whitepaper: 660.6 with sparsity)
       d.peak_tflops_32 = 82.6;
-      d.memory_gib = 24e9 / (1 << 30);
+      d.memory_gib = 24564 * kMiB;
       d.mem_bw_gbs = 1008;
       d.tdp_w = 450;
       d.node_overhead_w = 1000;

@@ -462,8 +462,8 @@ std::string cluster_summary_text(const ClusterSpec& c, const ClusterSummary& s) 
   row("devices", fmt::format("{} ({} node{} × {})", s.gpus, s.nodes, s.nodes == 1 ? "" : "s",
                              s.gpus_per_node));
   row("memory",
-      fmt::format("{} GB per device, {} TB in all; {} GB/s per device", amount(s.hbm_per_gpu_gb),
-                  amount(s.hbm_total_tb), amount(s.hbm_bw_per_gpu_gbs)));
+      fmt::format("{} GiB per device, {} TiB in all; {} GB/s per device", amount(s.hbm_per_gpu_gib),
+                  amount(s.hbm_total_tib), amount(s.hbm_bw_per_gpu_gbs)));
   for (const auto& p : s.peaks)
     row("peak " + p.dtype + (p.dtype == "fp32" ? "" : " dense"),
         fmt::format("{} TFLOP/s per device, {} PFLOP/s in all", amount(p.per_gpu),
@@ -527,8 +527,8 @@ nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& 
                       {"nodes", s.nodes},
                       {"gpus_per_node", s.gpus_per_node},
                       {"memory",
-                       {{"per_gpu_gb", s.hbm_per_gpu_gb},
-                        {"total_tb", s.hbm_total_tb},
+                       {{"per_gpu_gib", s.hbm_per_gpu_gib},
+                        {"total_tib", s.hbm_total_tib},
                         {"bandwidth_per_gpu_gbs", s.hbm_bw_per_gpu_gbs}}},
                       {"peak", peaks},
                       {"intra_node",

@@ -8,13 +8,14 @@
 namespace kiln::plan {
 namespace {
 
-// 16 DGX H100: 128 × (989 TFLOP/s BF16, 80 GB, 700 W), 8 × 400 Gb/s NDR and 10.2 kW a node.
+// 16 DGX H100: 128 × (989 TFLOP/s BF16, 80 GB, 700 W), 8 × 400 Gb/s NDR and 10.2 kW a node. Memory
+// is what the driver reports: nvidia-smi's 81,559 MiB.
 TEST(PlanClusterSummary, DgxH100FiguresFromTheCatalog) {
   const ClusterSpec c = default_cluster(find_device("h100-sxm"), 16);
   const ClusterSummary s = summarize_cluster(c, PowerInputs{});
   EXPECT_EQ(s.gpus, 128);
-  EXPECT_DOUBLE_EQ(s.hbm_per_gpu_gb, 80);
-  EXPECT_DOUBLE_EQ(s.hbm_total_tb, 10.24);
+  EXPECT_DOUBLE_EQ(s.hbm_per_gpu_gib, 81559.0 / 1024);
+  EXPECT_DOUBLE_EQ(s.hbm_total_tib, 128 * 81559.0 / 1024 / 1024);
   ASSERT_EQ(s.peaks.size(), 3u);
   EXPECT_DOUBLE_EQ(s.peaks[0].per_gpu, 989);
   EXPECT_DOUBLE_EQ(s.peaks[0].total, 126.592);  // PFLOP/s

@@ -105,13 +105,13 @@ TEST(PlanContextParallel, AllGatherKeysAndValuesAreExposed) {
       << r.output;
 }
 
-// The search tries cp where the user left it open: Llama 3 70B at 128K tokens on 32 H100s fits on
+// The search tries cp where the user left it open: Llama 3 70B at 192K tokens on 32 H100s fits on
 // no layout without context parallelism (a layer's activations for one sequence outgrow the
 // device), and does with it; a cp the user fixes stays fixed, even when nothing then fits.
 TEST(PlanContextParallel, SearchTriesCpForLongSequences) {
   const ModelSpec m = find_preset("llama3-70b").model;
   const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
-  JobSpec j = long_job(131072);
+  JobSpec j = long_job(196608);
   j.global_batch_tokens = int64_t(32) * j.seq_len;
   FixedFields cp1;
   cp1.values.cp = 1;

@@ -152,7 +152,7 @@ TEST(PlanMemoryModel, AllowanceAndReservationAreAddedAsStated) {
   EXPECT_DOUBLE_EQ(m.allowance, 0.25 * counted);
   EXPECT_DOUBLE_EQ(m.reserved, 2.0 * (1 << 30));
   EXPECT_DOUBLE_EQ(m.total, counted * 1.25 + m.reserved);
-  EXPECT_DOUBLE_EQ(m.capacity, 80e9);
+  EXPECT_DOUBLE_EQ(m.capacity, 80.0 * (1 << 30));  // nvidia-smi: 81,920 MiB
 }
 
 // Multi-query attention under tensor parallelism (StarCoder: 1 key/value head, tp = 4): every

@@ -265,10 +265,10 @@ TEST(PlanCli, ClusterSummaryWithoutAModel) {
   auto r = run_kiln("plan --gpu h100-sxm --nodes 16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* text :
-       {"devices                                  128 (16 nodes × 8)", "10.24 TB in all",
-        "989 TFLOP/s per device, 126.6 PFLOP/s in all", "bisection (fat-tree)",
-        "3,200 GB/s each way", "163.2 kW IT (128 × 700 W TDP + 16 × 4600 W rest of node)",
-        "NVIDIA H100 datasheet"})
+       {"devices                                  128 (16 nodes × 8)",
+        "79.65 GiB per device, 9.956 TiB in all", "989 TFLOP/s per device, 126.6 PFLOP/s in all",
+        "bisection (fat-tree)", "3,200 GB/s each way",
+        "163.2 kW IT (128 × 700 W TDP + 16 × 4600 W rest of node)", "NVIDIA H100 datasheet"})
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   r = run_kiln("plan --gpu h100-sxm --gpus 128 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;

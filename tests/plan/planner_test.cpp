@@ -59,7 +59,8 @@ TEST(PlanPlanner, SearchRanksFittingLayoutsByStepTime) {
 // Llama 2 70B on one node of A100-80GB: 18 bytes × 69B of model state alone (Megatron-LM keeps
 // fp32 gradients) is 1.2 TB, so it needs ZeRO-3 over at least 24 devices (1.2 TB / 24 = 52 GB
 // plus activations); but 24 does not divide its batch of 1024 sequences, so 32 (4 nodes); or
-// 24-way model parallelism (77 GB of model state each at 16-way).
+// 12-way model parallelism with the optimizer state over dp = 2 (ZeRO-1) on 24 devices: 6 bytes
+// of weights and gradients and 6 of optimizer state per parameter, 69 GB each.
 TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
   const Preset& p = find_preset("llama2-70b");
   const ClusterSpec c = default_cluster(find_device("a100-80gb"), 1);
@@ -70,7 +71,7 @@ TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
                         "tp=1,pp=1,dp=32,mb=1,zero=3,recompute=full)"),
             std::string::npos)
       << advice;
-  EXPECT_NE(advice.find("tp×pp = 24 on 24 devices (3 nodes: --nodes 3 --layout "),
+  EXPECT_NE(advice.find("tp×pp = 12 with ZeRO-1 on 24 devices (3 nodes: --nodes 3 --layout "),
             std::string::npos)
       << advice;
   // Four nodes, tensor-parallel over the node, no ZeRO: out of memory; ZeRO-2 or 3 would fit.
@@ -83,26 +84,26 @@ TEST(PlanPlanner, AdviceSaysWhatWouldFit) {
                           [](const std::string& f) { return f.rfind("zero=3", 0) == 0; }));
 }
 
-// At 128K tokens context parallelism splits each sequence's activations, so the advice counts
-// it: Llama 3 70B needs 40 devices as tp×pp (ZeRO-3 alone fits nowhere) but 32 as tp 8 × cp 2 ×
-// pp 2, and that cluster's search finds it. A fixed layout out of memory hears "cp=2 (dp=2)"
-// among its one-change fixes when that fits.
+// At 256K tokens context parallelism splits each sequence's activations, so the advice counts
+// it: Llama 3 70B needs 72 devices as tp×pp (ZeRO-3 alone fits nowhere) but 48 as tp 8 × cp 2 ×
+// pp 3, and that cluster's search finds it. A fixed layout out of memory hears "cp=2 (dp=2)"
+// among its one-change fixes when that fits (Llama 3 8B at 128K).
 TEST(PlanPlanner, AdviceCountsContextParallelismForLongSequences) {
   const Preset& p = find_preset("llama3-70b");
   const ClusterSpec one = default_cluster(find_device("h100-sxm"), 1);
   JobSpec j = job_of(p);
-  j.seq_len = 131072;
+  j.seq_len = 262144;
   j.global_batch_tokens = 16 * j.seq_len;
   EXPECT_TRUE(search(p.model, one, j).fitting.empty());
   const std::string advice = fit_advice(p.model, one, j);
-  EXPECT_NE(advice.find("tp×cp×pp = 32 with ZeRO-1 on 32 devices (4 nodes: --nodes 4 --layout "
-                        "tp=8,pp=2,dp=1,mb=1,zero=1,recompute=full,cp=2"),
+  EXPECT_NE(advice.find("tp×cp×pp = 48 with ZeRO-1 on 48 devices (6 nodes: --nodes 6 --layout "
+                        "tp=8,pp=3,dp=1,mb=1,zero=1,recompute=full,cp=2"),
             std::string::npos)
       << advice;
-  const ClusterSpec four = default_cluster(find_device("h100-sxm"), 4);
+  const ClusterSpec six = default_cluster(find_device("h100-sxm"), 6);
   EXPECT_TRUE(
-      evaluate(p.model, four, j, parse_layout("tp=8,pp=2,dp=1,zero=1,recompute=full,cp=2")).fits());
-  EXPECT_FALSE(search(p.model, four, j).fitting.empty());
+      evaluate(p.model, six, j, parse_layout("tp=8,pp=3,dp=1,zero=1,recompute=full,cp=2")).fits());
+  EXPECT_FALSE(search(p.model, six, j).fitting.empty());
 
   const Preset& small = find_preset("llama3-8b");
   JobSpec js = job_of(small);
