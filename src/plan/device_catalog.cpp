@@ -89,6 +89,7 @@ const std::vector<DeviceSpec>& device_catalog() {
     a100.peak_tflops_16 = 312;
     a100.peak_tflops_32 = 19.5;
     a100.matmul_efficiency = 0.859 * kSustained;
+    a100.sustained = kSustained;
     a100.tdp_w = 400;
     a100.node_overhead_w = 6500 - 8 * 400;
     a100.intra_link = "nvlink";
@@ -128,6 +129,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.memory_gib = 81559 * kMiB;  // the PCIe part's too
       d.mem_bw_gbs = 3350;
       d.matmul_efficiency = 0.801 * kSustained;
+      d.sustained = kSustained;
       d.tdp_w = 700;
       d.node_overhead_w = 10200 - 8 * 700;
       d.intra_link = "nvlink";
@@ -189,6 +191,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.memory_gib = 143771 * kMiB;
       d.mem_bw_gbs = 4800;
       d.matmul_efficiency = 0.803 * kSustained;
+      d.sustained = kSustained;
       d.tdp_w = 700;
       d.node_overhead_w = 10200 - 8 * 700;
       d.intra_link = "nvlink";
@@ -216,7 +219,8 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.memory_gib = 183359 * kMiB;
       d.mem_bw_gbs = 8000;
       d.matmul_efficiency = 1455.7 / 2250;
-      d.matmul_overhead_us = 6.3;  // OpenXLA's sm_100 GEMM table (above)
+      d.sustained = 1455.7 / 1732.6;  // its own MSMF over MAMF
+      d.matmul_overhead_us = 6.3;     // OpenXLA's sm_100 GEMM table (above)
       d.tdp_w = 1000;
       d.node_overhead_w = 14300 - 8 * 1000;
       d.intra_link = "nvlink";
@@ -245,6 +249,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.memory_gib = 46068 * kMiB;
       d.mem_bw_gbs = 864;
       d.matmul_efficiency = 0.801 * kSustained;
+      d.sustained = kSustained;
       d.tdp_w = 350;
       d.node_overhead_w = 2000;
       d.intra_link = "pcie";
@@ -288,6 +293,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.memory_gib = 64e9 / (1 << 30);
       d.mem_bw_gbs = 1600;
       d.matmul_efficiency = 0.767 * kSustained;
+      d.sustained = kSustained;
       d.tdp_w = 280;
       d.node_overhead_w = 1500;
       d.intra_link = "xgmi";
@@ -396,6 +402,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.mem_bw_gbs = 1200;
       d.mem_bw_efficiency = 0.85;
       d.matmul_efficiency = 0.801 * kSustained;
+      d.sustained = kSustained;
       d.kernel_overhead_us = 4;
       d.tdp_w = 350;
       d.node_overhead_w = 6000 / 2 - 4 * 350;

@@ -91,6 +91,11 @@ void DeviceSpec::validate(const std::string& where) const {
   if (kernel_overhead_us < 0 || matmul_overhead_us < 0 || cache_mib < 0 || cache_bw_gbs < 0 ||
       tdp_w < 0 || node_overhead_w < 0)
     fail("{}: device '{}': overheads, cache and power must not be negative", where, name);
+  if (!(sustained > 0 && sustained <= 1))
+    fail(
+        "{}: device '{}': sustained is the share of a burst's rate kept through training, in (0, "
+        "1], got {}",
+        where, name, sustained);
   if (!(overlap_slowdown >= 0 && overlap_slowdown < 1))
     fail(
         "{}: device '{}': overlap_slowdown is the fraction by which compute slows beside a "
@@ -390,6 +395,7 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
       {"device.kernel_overhead_us", num(&d.kernel_overhead_us)},
       {"device.matmul_overhead_us", num(&d.matmul_overhead_us)},
       {"device.overlap_slowdown", num(&d.overlap_slowdown)},
+      {"device.sustained", num(&d.sustained)},
       {"device.cache_mib", num(&d.cache_mib)},
       {"device.cache_bw_gbs", num(&d.cache_bw_gbs)},
       {"device.tdp_w", num(&d.tdp_w)},
@@ -510,6 +516,7 @@ std::string hardware_toml(const DeviceSpec& d, const std::string& comment) {
   if (d.matmul_overhead_us > 0)
     out += fmt::format("matmul_overhead_us = {:.4g}\n", d.matmul_overhead_us);
   out += fmt::format("overlap_slowdown = {:.4g}\n", d.overlap_slowdown);
+  out += fmt::format("sustained = {:.4g}\n", d.sustained);
   out += fmt::format("cache_mib = {:.6g}\n", d.cache_mib);
   out += fmt::format("cache_bw_gbs = {:.6g}\n", d.cache_bw_gbs);
   out += fmt::format("tdp_w = {:.6g}\n", d.tdp_w);

@@ -42,6 +42,11 @@ struct DeviceSpec {
   // The attention core's products (score and value, or a flash kernel) relative to the matmul
   // rate; 1 on GPUs (batched GEMMs), measured for kiln's own attention loops on CPUs.
   double attention_efficiency = 1;
+  // The share of a short burst's rate a compute-bound kernel keeps through training, when power
+  // and heat lower the clocks (the ML Engineering book's MSMF over MAMF). matmul_efficiency
+  // already includes it; kernel rates a software profile takes from burst benchmarks (flash
+  // attention's) are scaled by it. 1: the device sustains what it bursts.
+  double sustained = 1;
   double mem_bw_efficiency = 0;   // fraction of the bandwidth a streaming kernel reaches
   double kernel_overhead_us = 0;  // fixed cost of every kernel: launch, ramp-up, tail
   // The fixed cost of one matmul (launch, tile set-up, the last wave's tail), where a measured

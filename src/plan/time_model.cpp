@@ -54,10 +54,11 @@ struct Rates {
     return fp8 ? elementwise(elements * cast_bytes / cast_kernels, cast_kernels) : 0.0;
   }
   // A flash kernel over `tokens` keys and queries: the software's published rate for the
-  // device's architecture, or (no figure) the unfused attention rate.
+  // device's architecture, measured in a short burst, at the share of it the device sustains in
+  // training (as its matmuls); or (no figure) the unfused attention rate.
   double flash(double tokens) const {
     const double f = software->flash_flops(*device, tokens);
-    return f > 0 ? f : attn_flops;
+    return f > 0 ? f * device->sustained : attn_flops;
   }
   double attention_matmul(double M, double N, double K, double count) const {
     return product(M, N, K, count, attn_flops);
