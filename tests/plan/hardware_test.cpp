@@ -46,12 +46,14 @@ TEST(PlanHardware, WrittenFileReadsBack) {
   d.cache_mib = 32;
   d.cache_bw_gbs = 95.5;
   d.overlap_slowdown = 0.25;
+  d.sustained = 0.9;
   const HardwareFile hw = parse_hardware_toml(hardware_toml(d, "measured\non a test"), "x.toml");
   EXPECT_EQ(hw.device.name, "this-cpu");
   EXPECT_TRUE(hw.device.cpu);
   EXPECT_DOUBLE_EQ(hw.device.peak_tflops_32, 0.1875);
   EXPECT_DOUBLE_EQ(hw.device.cache_bw_gbs, 95.5);
   EXPECT_DOUBLE_EQ(hw.device.overlap_slowdown, 0.25);
+  EXPECT_DOUBLE_EQ(hw.device.sustained, 0.9);
   EXPECT_EQ(hw.cluster.gpus_per_node, 1);
 }
 
@@ -80,6 +82,14 @@ TEST(PlanHardware, ErrorsNameTheKeyAndTheFile) {
                                   "f.toml");
             }).find("f.toml: device 'h100-sxm': overlap_slowdown is the fraction"),
             std::string::npos);
+  for (const char* v : {"0", "1.2", "-0.5"})
+    EXPECT_NE(error_of([&] {
+                parse_hardware_toml(
+                    std::string("[device]\nbase = \"h100-sxm\"\nsustained = ") + v + "\n",
+                    "g.toml");
+              }).find("g.toml: device 'h100-sxm': sustained is the share of a burst's rate"),
+              std::string::npos)
+        << v;
   EXPECT_NE(error_of([] { parse_hardware_toml("[device\n", "e.toml"); }).find("e.toml:1:"),
             std::string::npos);
   EXPECT_NE(error_of([] {

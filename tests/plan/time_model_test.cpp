@@ -78,6 +78,34 @@ TEST(PlanTimeModel, FullRecomputeAddsAForwardPass) {
   EXPECT_NEAR(full.compute - full.recompute, none.compute, 1e-9 * none.compute);
 }
 
+// A flash kernel's published rate is a short burst's, like a matmul's MAMF; in training it runs
+// at the device's sustained share of it, as the matmuls do (their efficiency has it already). On
+// an H100 under the megatron profile (cuDNN attention, 0.50 of peak at every length) only the
+// attention time changes with `sustained`: forward 2·s²·d per head (causal half of 4·s²·d),
+// backward 2.5 times that, per layer and micro-batch.
+TEST(PlanTimeModel, FlashAttentionRunsAtTheSustainedClock) {
+  const ModelSpec m = even_model();
+  ClusterSpec c = default_cluster(find_device("h100-sxm"), 1);
+  EXPECT_DOUBLE_EQ(c.device.sustained, 0.845);
+  JobSpec j = job(64);
+  j.software = find_software("megatron");
+  ASSERT_TRUE(j.flash_attention);
+  Layout l;
+  l.dp = 8, l.mb = 1;
+  const TimeBreakdown held = step_time(m, c, j, l, 8);
+  c.device.sustained = 1;
+  const TimeBreakdown burst = step_time(m, c, j, l, 8);
+  const double rate = 0.50 * 989e12, s = 2048, d = 128;
+  const double fl = m.n_head * 0.5 * 4 * s * s * d;  // one layer, one micro-batch, forward
+  const double extra = 8 * m.n_layer * 3.5 * fl * (1 / (0.845 * rate) - 1 / rate);
+  EXPECT_NEAR(held.compute - burst.compute, extra, 1e-6 * extra);
+  // Unfused attention runs at the matmul rate, which is sustained already: nothing changes.
+  j.flash_attention = false;
+  const TimeBreakdown unfused_burst = step_time(m, c, j, l, 8);
+  c.device.sustained = 0.845;
+  EXPECT_DOUBLE_EQ(step_time(m, c, j, l, 8).compute, unfused_burst.compute);
+}
+
 // Data-parallel gradients overlap with the last backward unless told not to.
 TEST(PlanTimeModel, OverlapHidesDataParallelTraffic) {
   const ModelSpec m = even_model();

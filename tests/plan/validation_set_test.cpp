@@ -407,8 +407,7 @@ TEST(PlanValidationSet, EverySupportedRunEvaluatesAtItsPublishedLayout) {
 
 // True when the set was made (docs/planner-validation.md): on the runs of the tuning half the
 // planner supports, kiln has more runs within ±20% than the trivial planner and a lower median
-// error. The held-out half is reported, not asserted: there the trivial planner is as good or
-// better on the runs nobody had seen.
+// error. The held-out half's scores are asserted below.
 TEST(PlanValidationSet, KilnBeatsHalfOfPeakOnTheTuningHalf) {
   const std::vector<PublishedRun> runs = load_runs();
   const HalfScores h = tally(score(runs), "tune");
@@ -417,13 +416,16 @@ TEST(PlanValidationSet, KilnBeatsHalfOfPeakOnTheTuningHalf) {
   EXPECT_EQ(h.kiln_supported.runs, int(h.kiln_supported.abs_errors.size()));
 }
 
-// On the held-out half (every run supported since issue 20's second round) kiln has more runs
-// within ±20% and a lower median error than the trivial planner; within ±10% it does not beat
-// it yet (docs/planner-validation.md, "Where kiln stands"), and the issue's targets are not met.
-TEST(PlanValidationSet, KilnBeatsHalfOfPeakWithin20PercentOnTheHeldOutHalf) {
+// The held-out half (every run supported since issue 20's second round): the issue's first
+// target, within ±20% on at least 90% of its runs, holds since the tenth round; its second,
+// within ±10% on 75%, does not (29 of 48: docs/planner-validation.md, "Where kiln stands"). kiln
+// has more runs than the trivial planner within either bound and a lower median error.
+TEST(PlanValidationSet, HeldOutHalfMeetsTheTwentyPercentTargetAndBeatsHalfOfPeak) {
   const std::vector<PublishedRun> runs = load_runs();
   const HalfScores h = tally(score(runs), "holdout");
+  EXPECT_GE(h.kiln_all.within20, 0.90 * h.kiln_all.runs);
   EXPECT_GT(h.kiln_all.within20, h.trivial_all.within20);
+  EXPECT_GT(h.kiln_all.within10, h.trivial_all.within10);
   EXPECT_LT(h.kiln_all.median(), h.trivial_all.median());
 }
 
