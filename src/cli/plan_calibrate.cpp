@@ -381,6 +381,7 @@ void plan_calibrate(int threads, double seconds, int rounds, const std::string& 
                                                  : nlohmann::json()},
                         {"bf16_native", matmul_bf16_native()},
                         {"matmul_efficiency", cal.device.matmul_efficiency},
+                        {"sustained", cal.device.sustained},
                         {"mem_bw_gbs", cal.device.mem_bw_gbs},
                         {"cache_mib", cal.device.cache_mib},
                         {"cache_bw_gbs", cal.device.cache_bw_gbs},

@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/plan_calibrate.h"
 #include "cli/plan_catalog.h"
+#include "cli/plan_opts.h"
 #include "core/buffer.h"
 #include "core/clock.h"
 #include "core/closest_name.h"
@@ -40,133 +41,9 @@ namespace {
 
 using namespace kiln::plan;
 
-struct PlanOpts {
-  // model
-  std::string config;
-  std::vector<std::string> sets;
-  std::string model;
-  // hardware
-  std::string gpu, hardware;
-  int nodes = 1, gpus = 0, gpus_per_node = 8, nics_per_node = 8;
-  std::string intra_link, network, topology = "fat-tree", rank_order = "tp-dp-pp";
-  double intra_link_gbs = 0, nic_gbps = 0, oversubscription = 1;
-  int nodes_per_domain = 32, slices = 1;
-  // job
-  int seq_len = 0;
-  std::string batch_tokens, tokens;
-  std::string dtype = "bf16", attention = "flash", software, grad_reduce, cp_comm, attention_kernel;
-  bool no_overlap = false;
-  double mem_allowance = 0.10, usd = 0, gpu_power_w = 0, node_overhead_w = -1, pue = 1.2;
-  double gco2 = 480;
-  double failures_per_gpu_hour = plan::JobSpec{}.failures_per_gpu_hour;
-  double restart_minutes = 10;
-  double ckpt_write_gbs = 0;
-  double storage_gbs = 2000;
-  plan::JobSpec prices;  // the other ways to pay (reserved, spot, owned) and $/kWh
-  // what to do
-  std::string layout;
-  int top = 5;
-  double days = 0, budget = 0;  // --days, --budget
-  bool json = false, list_models = false, list_gpus = false, list_software = false;
-  bool fp8_param_gather = false, attention_unpad = false;
-  // The flags given on the command line, by their long names.
-  std::vector<std::string> given;
-  bool flag_given(const std::string& f) const {
-    return std::find(given.begin(), given.end(), f) != given.end();
-  }
-  // calibration
-  bool calibrate = false;
-  std::string output = "configs/hardware/this-cpu.toml";
-  double seconds = 0.2;
-  int rounds = 3;
-  int threads = 0;
-};
-
-// Which flags were given (they override a hardware file and the device's usual server).
-struct Given {
-  CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
-      *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *slices, *seq_len,
-      *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather,
-      *cp_comm, *attention_kernel, *attention_unpad, *days, *budget;
-};
-
 // The matmuls run over the padded vocabulary.
 ModelSpec model_from_config(const TrainConfig& cfg) {
   return model_spec(cfg.model, /*padded=*/true, fs::path(cfg.source).stem().string());
-}
-
-// --gpus N as whole nodes of the cluster's server; with --nodes as well, the two must agree.
-int nodes_for_gpus(const PlanOpts& o, const Given& g, const ClusterSpec& c) {
-  const int per = c.gpus_per_node;
-  if (o.gpus < 1) fail("--gpus (devices in the cluster) must be at least 1, got {}", o.gpus);
-  if (per < 1) fail("--gpus-per-node must be at least 1, got {}", per);
-  if (g.nodes->count() && int64_t(o.nodes) * per != o.gpus)
-    fail(
-        "--gpus {} and --nodes {} disagree: {} nodes of {} devices are {} devices; give one of "
-        "them (or --gpus-per-node {} if the nodes are that size)",
-        o.gpus, o.nodes, o.nodes, per, int64_t(o.nodes) * per,
-        o.nodes > 0 && o.gpus % o.nodes == 0 ? std::to_string(o.gpus / o.nodes) : "N");
-  if (o.gpus % per != 0) {
-    const int below = o.gpus / per, above = below + 1;
-    std::string whole =
-        below > 0 ? fmt::format("--gpus {} ({} node{}) or --gpus {} ({} nodes)", below * per, below,
-                                below == 1 ? "" : "s", above * per, above)
-                  : fmt::format("--gpus {} (1 node)", per);
-    fail(
-        "--gpus {} is not a whole number of {}-device nodes of {}: the planner lays out whole "
-        "nodes; use {}, or --gpus-per-node to describe smaller nodes (--gpus-per-node {} "
-        "--gpus {} is {} node{})",
-        o.gpus, per, c.device.name, whole, std::gcd(o.gpus, per), o.gpus,
-        o.gpus / std::gcd(o.gpus, per), o.gpus / std::gcd(o.gpus, per) == 1 ? "" : "s");
-  }
-  return o.gpus / per;
-}
-
-ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
-  if (!o.gpu.empty() && !o.hardware.empty())
-    fail(
-        "give --gpu or --hardware, not both (a hardware file can start from a catalog GPU with "
-        "base = \"{}\")",
-        o.gpu);
-  ClusterSpec c;
-  if (!o.hardware.empty()) {
-    c = load_hardware_file(o.hardware).cluster;
-  } else if (!o.gpu.empty()) {
-    c = default_cluster(find_device(o.gpu), 1);
-  } else {
-    std::vector<std::string> names;
-    for (const auto& d : device_catalog()) names.push_back(d.name);
-    fail(
-        "which hardware? give --gpu NAME (one of: {}) or --hardware FILE (e.g. "
-        "configs/hardware/this-cpu.toml, written by `kiln plan --calibrate`)",
-        join_names(names));
-  }
-  if (g.nodes->count()) c.nodes = o.nodes;
-  if (g.gpus_per_node->count()) c.gpus_per_node = o.gpus_per_node;
-  if (g.gpus->count()) c.nodes = nodes_for_gpus(o, g, c);
-  if (g.intra_link->count()) {
-    c.intra_link = o.intra_link;
-    c.intra_link_gbs = find_link(o.intra_link, false).default_bw;
-  }
-  if (g.intra_link_gbs->count()) c.intra_link_gbs = o.intra_link_gbs;
-  if (g.network->count()) {
-    c.network = o.network;
-    c.nic_gbps = find_link(o.network, true).default_bw;
-  }
-  if (g.nics_per_node->count()) c.nics_per_node = o.nics_per_node;
-  if (g.nic_gbps->count()) c.nic_gbps = o.nic_gbps;
-  if (g.topology->count()) c.topology = parse_topology(o.topology);
-  if (g.oversubscription->count()) c.oversubscription = o.oversubscription;
-  if (g.nodes_per_domain->count()) c.nodes_per_domain = o.nodes_per_domain;
-  if (g.rank_order->count()) c.order = parse_rank_order(o.rank_order);
-  if (g.slices->count()) c.slices = o.slices;
-  // --days chooses the size: check the rest of the description on the smallest cluster of its
-  // slices (a host of chips each), not on the one host the size defaults to.
-  if (g.days->count() && c.topology == Topology::torus && c.slices > 1 && !g.nodes->count() &&
-      !g.gpus->count())
-    c.nodes = c.slices;
-  c.validate();
-  return c;
 }
 
 double gib(double bytes) {
@@ -203,9 +80,9 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
     const SearchResult any = search(in.model, in.cluster, in.job);
     // On more nodes with the same fields (the network decides whether there can be more).
     const bool network = in.cluster.nic_gbps > 0 && in.cluster.nics_per_node > 0;
-    const FitResult more =
-        network ? fewest_nodes_that_fit(in.model, in.cluster, in.job, FixedFields{given, keys})
-                : FitResult{};
+    FitResult more;
+    if (network)
+      more = fewest_nodes_that_fit(in.model, in.cluster, in.job, FixedFields{given, keys});
     std::string way;
     if (more.found)
       way = fmt::format(
@@ -262,60 +139,6 @@ void plan_partial(const PlanOpts& o, const PlanInputs& in, const LayoutKeys& key
   if (!o.config.empty() && in.cluster.device.cpu)
     fmt::print("\nmeasure it: kiln bench train --config {}{}\n", o.config,
                o.sets.empty() ? "" : " --set ...");
-}
-
-// No model: what the cluster is (devices, memory, peaks, links, power), for people or --json.
-void summarize(const PlanOpts& o, const Given& g) {
-  if (!o.sets.empty()) fail("--set changes a --config; there is none");
-  // Every other flag given must be one the summary uses: the rest plan a model.
-  static const std::set<std::string> cluster_flags = {"--gpu",
-                                                      "--hardware",
-                                                      "--nodes",
-                                                      "--gpus",
-                                                      "--gpus-per-node",
-                                                      "--intra-link",
-                                                      "--intra-link-gbs",
-                                                      "--network",
-                                                      "--nics-per-node",
-                                                      "--nic-gbps",
-                                                      "--topology",
-                                                      "--oversubscription",
-                                                      "--nodes-per-domain",
-                                                      "--slices",
-                                                      "--gpu-power-w",
-                                                      "--node-overhead-w",
-                                                      "--pue",
-                                                      "--usd-per-gpu-hour",
-                                                      "--usd-per-kwh",
-                                                      "--gco2-per-kwh",
-                                                      "--json"};
-  std::vector<std::string> model_flags;
-  for (const std::string& f : o.given)
-    if (!cluster_flags.count(f)) model_flags.push_back(f);
-  if (!model_flags.empty())
-    fail(
-        "{} {} a model: give --model NAME (see --list-models) or --config FILE; without one, "
-        "kiln plan describes the cluster (its hardware, power, and with --usd-per-gpu-hour, "
-        "--usd-per-kwh or --gco2-per-kwh what an hour of it costs)",
-        join_names(model_flags), model_flags.size() == 1 ? "plans" : "plan");
-  if (!std::isfinite(o.gpu_power_w) || o.gpu_power_w < 0)
-    fail("--gpu-power-w must be a finite power in W, at least 0, got {}", o.gpu_power_w);
-  if (!std::isfinite(o.node_overhead_w))
-    fail("--node-overhead-w must be a finite power in W, got {}", o.node_overhead_w);
-  if (!std::isfinite(o.pue) || o.pue < 1)
-    fail("--pue is total facility power over IT power, at least 1 (got {})", o.pue);
-  for (auto [v, flag] : {std::pair{o.usd, "--usd-per-gpu-hour"},
-                         {o.prices.usd_per_kwh, "--usd-per-kwh"},
-                         {o.gco2, "--gco2-per-kwh"}})
-    if (v < 0) fail("{} must not be negative, got {:g}", flag, v);
-  const ClusterSpec c = cluster_from(o, g);
-  const ClusterSummary s = summarize_cluster(
-      c, PowerInputs{o.gpu_power_w, o.node_overhead_w, o.pue, o.usd, o.prices.usd_per_kwh,
-                     o.flag_given("--gco2-per-kwh") ? o.gco2 : 0});
-  if (o.json)
-    fmt::print("{}\n", cluster_summary_json(c, s).dump(2));
-  else
-    fmt::print("{}", cluster_summary_text(c, s));
 }
 
 // A positive, finite number for `flag` (days, dollars).
@@ -451,6 +274,9 @@ void plan(const PlanOpts& o, const Given& g) {
   if (o.list_models) return list_models();
   if (o.list_gpus) return list_gpus();
   if (o.list_software) return list_software();
+  // (An empty --config is refused when the file is read: "config file '': No such file".)
+  if (o.flag_given("--model") && o.model.empty())
+    fail("--model is empty: give a preset name (see --list-models)");
   if (o.config.empty() && o.model.empty()) return summarize(o, g);
   if (!o.config.empty() && !o.model.empty())
     fail(
@@ -834,14 +660,6 @@ void register_plan(CLI::App& app) {
                   "evaluate one layout, e.g. tp=8,pp=16,dp=8,mb=1,zero=1,recompute=attention "
                   "(also vpp=N, sp=0|1, cp=N, asynctp=1, shard=N for hybrid sharding: ZeRO "
                   "over groups of N data-parallel ranks); without it every layout is searched")
-      ->check(
-          [](const std::string& v) -> std::string {
-            return v.find_first_not_of(" \t") == std::string::npos
-                       ? "empty value; give key=value pairs (e.g. tp=8,pp=2), or leave --layout "
-                         "out to search every layout"
-                       : "";
-          },
-          "")
       ->group(L);
   g->days = cmd->add_option("--days", o->days,
                             "find the smallest cluster (whole nodes) that trains the model in "
@@ -875,8 +693,13 @@ void register_plan(CLI::App& app) {
       ->group(C);
   cmd->callback([o, g, cmd]() {
     o->given.clear();
-    for (const CLI::Option* opt : cmd->get_options())
+    o->hardware_flags.clear();
+    for (const CLI::Option* opt : cmd->get_options()) {
       if (opt->count() > 0) o->given.push_back(opt->get_name());
+      if (opt->get_group() == "Hardware") o->hardware_flags.push_back(opt->get_name());
+    }
+    // A --layout given empty (or only commas) is refused, not read as "search everything".
+    if (o->flag_given("--layout")) (void)parse_layout(o->layout, nullptr);
     // Every number a flag takes must be finite: NaN passes any range check (each comparison is
     // false), and infinity turns the arithmetic into nonsense.
     for (const CLI::Option* opt : cmd->get_options()) {

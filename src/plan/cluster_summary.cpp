@@ -105,6 +105,8 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
   } else {
     s.power_note = fmt::format(
         "no power figure: '{}' has no tdp_w in its description (give --gpu-power-w W)", d.name);
+    if (p.usd_per_kwh > 0 || p.gco2_per_kwh > 0)
+      s.power_note += "; electricity and CO2 per hour need one";
   }
   s.rent_usd_per_hour = s.gpus * p.usd_per_gpu_hour;
   s.source = d.source;

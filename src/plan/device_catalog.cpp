@@ -39,12 +39,14 @@ namespace kiln::plan {
 // Memory capacity: what the driver reports, where a report was found: nvidia-smi's total in MiB
 // (its Memory-Usage column, as published in many logs): A100-SXM4-40GB 40,960, A100-SXM4-80GB
 // 81,920, H100 80GB HBM3 and H100 PCIe 81,559, H200 143,771, B200 183,359, L40S 46,068, RTX 4090
-// 24,564. An "80 GB" HBM part is 80 GiB of stacks (less the driver's share on Hopper and later),
-// not 80·10⁹ bytes: reading the datasheet's GB as decimal under-counted these parts by 5-7%.
-// Parts without a driver figure (the 500 W H100 96 GB, AMD, Ascend) keep the datasheet's
-// decimal GB. PyTorch's "total capacity" (cudaMemGetInfo) reads 0.4-0.7 GiB below nvidia-smi's
-// total (39.5-39.6 GiB on an A100 40 GB); that, the CUDA/ROCm context, cuBLAS/hipBLAS workspaces
-// and NCCL/RCCL buffers are the ~2 GiB reserved.
+// 24,564; on AMD, ROCm's VRAM total in bytes: MI300X 205,822,885,888 (rocm-smi), one MI250X GCD
+// 68,702,699,520 (the KFD node's memory bank, as HPE Cray's runtime prints it on Frontier). An
+// "80 GB" HBM part is 80 GiB of stacks (less the driver's share on Hopper and later), not 80·10⁹
+// bytes: reading the datasheet's GB as decimal under-counted these parts by up to 7.4%. The
+// parts for which no driver figure was found (the 500 W H100 96 GB, the Ascend 910) keep the
+// datasheet's decimal GB, a floor. PyTorch's "total capacity" (cudaMemGetInfo) reads 0.4-0.7 GiB
+// below nvidia-smi's total (39.5-39.6 GiB on an A100 40 GB); that, the CUDA/ROCm context,
+// cuBLAS/hipBLAS workspaces and NCCL/RCCL buffers are the ~2 GiB reserved.
 constexpr double kMiB = 1.0 / 1024;  // GiB per MiB
 constexpr double kSustained = 0.845;
 // fp8: tilelang's FP8 GEMM benchmark (benchmark/matmul_fp8/README.md, H800 SXM, whose tensor
@@ -290,7 +292,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.arch = "cdna2";
       d.peak_tflops_16 = 191.5;
       d.peak_tflops_32 = 47.9;
-      d.memory_gib = 64e9 / (1 << 30);
+      d.memory_gib = 68702699520.0 / (1 << 30);  // the driver's total (above)
       d.mem_bw_gbs = 1600;
       d.matmul_efficiency = 0.767 * kSustained;
       d.sustained = kSustained;
@@ -317,7 +319,7 @@ const std::vector<DeviceSpec>& device_catalog() {
       d.peak_tflops_16 = 1307;
       d.peak_tflops_8 = 2614.9;  // 5,229.8 with sparsity
       d.peak_tflops_32 = 163.4;
-      d.memory_gib = 192e9 / (1 << 30);
+      d.memory_gib = 205822885888.0 / (1 << 30);  // rocm-smi's total (above)
       d.mem_bw_gbs = 5300;
       d.matmul_efficiency = 668.4 / 1307;  // its burst is already sustained
       d.matmul_overhead_us = 19.8;         // OpenXLA's gfx942 GEMM table (above)

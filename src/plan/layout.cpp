@@ -57,8 +57,11 @@ Layout parse_layout(const std::string& text, LayoutKeys* given) {
                                          "zero", "recompute", "sp", "asynctp", "shard"};
   std::set<std::string> seen;
   size_t pos = 0;
-  if (text.empty())
-    fail("--layout is empty; e.g. --layout tp=8,pp=4,mb=1,zero=1,recompute=attention");
+  if (text.find_first_not_of(", \t") == std::string::npos)
+    fail(
+        "--layout gives no key=value pair; e.g. --layout "
+        "tp=8,pp=4,mb=1,zero=1,recompute=attention, "
+        "or leave --layout out to search every layout");
   while (pos <= text.size()) {
     size_t end = text.find(',', pos);
     if (end == std::string::npos) end = text.size();

@@ -85,6 +85,12 @@ std::string tp_problem(const ModelSpec& m, const ClusterSpec& c, const Layout& l
 
 }  // namespace
 
+double ranked_step_seconds(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) return seconds;
+  const double mag = std::pow(10.0, std::floor(std::log10(seconds)) - 2);
+  return std::round(seconds / mag) * mag;
+}
+
 std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                            const Layout& l) {
   if (std::string p = software_device_problem(j.software, c.device); !p.empty()) return p;
@@ -464,8 +470,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   // Fastest first; step times equal to 3 significant digits rank the lower ZeRO stage first
   // (less traffic to go wrong), then the smaller memory.
   auto key = [](const Estimate& e) {
-    const double mag = std::pow(10.0, std::floor(std::log10(e.time.step)) - 2);
-    return std::tuple(std::round(e.time.step / mag) * mag, e.layout.zero, e.memory.total);
+    return std::tuple(ranked_step_seconds(e.time.step), e.layout.zero, e.memory.total);
   };
   auto faster = [&](const Estimate& a, const Estimate& b) { return key(a) < key(b); };
   std::sort(out.fitting.begin(), out.fitting.end(), faster);

@@ -42,6 +42,10 @@ struct Estimate {
 
 // Checks that `l` can run `m` on `c` with `j` (dp must be set); "" or the reason it cannot,
 // naming what would work ("tp=3 does not divide the 32 heads; tp can be 1, 2, 4 or 8").
+// A step time to the 3 significant digits the search ranks by: equal ones rank the lower ZeRO
+// stage, then the smaller memory, first (the search table prints this value).
+double ranked_step_seconds(double seconds);
+
 std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                            const Layout& l);
 

@@ -65,6 +65,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
                             {"peak_tflops", c.device.peak_tflops(j.dtype)},
                             {"memory_gib", c.device.memory_gib},
                             {"matmul_efficiency", c.device.matmul_efficiency},
+                            {"sustained", c.device.sustained},
                             {"intra_link", c.intra_link},
                             {"intra_link_gbs", c.intra_link_gbs},
                             {"network", c.network},
@@ -371,9 +372,9 @@ namespace {
 // 0.00453).
 std::string ranked_step(double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds)) return fmt::format("{:g}", seconds);
-  const int exponent = int(std::floor(std::log10(seconds)));
-  const double mag = std::pow(10.0, exponent - 2);
-  return fmt::format("{:.{}f}", std::round(seconds / mag) * mag, std::max(0, 2 - exponent));
+  const double ranked = ranked_step_seconds(seconds);  // 9.996 ranks as 10.0, printed "10.0"
+  const int exponent = int(std::floor(std::log10(ranked)));
+  return fmt::format("{:.{}f}", ranked, std::max(0, 2 - exponent));
 }
 }  // namespace
 

@@ -400,8 +400,9 @@ std::string software_device_problem(const SoftwareProfile& software, const Devic
   };
   std::vector<std::string> where, fit;
   for (const std::string& p : software.platforms) where.push_back(pretty(p));
+  // kiln's own trainer runs on CPUs today: named for a CPU, not offered for an accelerator.
   for (const SoftwareProfile& s : software_catalog())
-    if (runs_on(s)) fit.push_back(s.name);
+    if (runs_on(s) && (!s.platforms.empty() || platform == "cpu")) fit.push_back(s.name);
   return fmt::format(
       "--software {} runs on {} devices, and {} is a{} {} device: plan it with "
       "--software {}",

@@ -14,6 +14,13 @@ namespace {
 
 using kiln::testing::run_kiln;
 
+// `kiln <args>` fails with exit code 1 and says `text`.
+void expect_refused(const std::string& args, const std::string& text) {
+  const auto r = run_kiln(args);
+  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(text), std::string::npos) << args << "\n" << r.output;
+}
+
 TEST(PlanCli, EvaluatesOneLayoutAsJson) {
   auto r = run_kiln(
       "plan --model gpt3-175b --gpu a100-80gb --nodes 128 --layout "
@@ -131,13 +138,11 @@ TEST(PlanCli, BadInputSaysWhatWouldWork) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--config FILE (a kiln config), not both"), std::string::npos)
       << r.output;
-  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --layout ''");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("--layout: empty value; give key=value pairs"), std::string::npos)
-      << r.output;
-  r = run_kiln("plan --model llama2-7b --gpu a100-80gb --tokens inf");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("--tokens must be a finite number"), std::string::npos) << r.output;
+  for (const char* empty : {"''", "','", "' , '"})
+    expect_refused(std::string("plan --model llama2-7b --gpu a100-80gb --layout ") + empty,
+                   "kiln: error: --layout gives no key=value pair");
+  expect_refused("plan --model llama2-7b --gpu a100-80gb --tokens inf",
+                 "--tokens must be a finite number");
   r = run_kiln("plan --model llama2-7b --gpu b100");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("unknown GPU 'b100'"), std::string::npos) << r.output;
@@ -289,14 +294,14 @@ TEST(PlanCli, ClusterSummaryWithoutAModel) {
   EXPECT_NE(r.output.find("--pue is total facility power over IT power"), std::string::npos)
       << r.output;
   // Every flag that only a model uses is named, none silently ignored.
-  r = run_kiln("plan --gpu h100-sxm --nodes 16 --dtype fp8 --top 3 --failures-per-gpu-hour 1e-4");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("--dtype, --failures-per-gpu-hour, --top plan a model"),
-            std::string::npos)
-      << r.output;
-  r = run_kiln("plan --gpu h100-sxm --nodes 16 --layout tp=2");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("--layout plans a model"), std::string::npos) << r.output;
+  expect_refused("plan --gpu h100-sxm --nodes 16 --dtype fp8 --top 3 --failures-per-gpu-hour 1e-4",
+                 "--dtype, --failures-per-gpu-hour, --top plan a model");
+  expect_refused("plan --gpu h100-sxm --nodes 16 --layout tp=2", "--layout plans a model");
+  // Every Hardware flag describes the cluster, --rank-order too; --calibrate's go with it.
+  r = run_kiln("plan --gpu h100-sxm --nodes 16 --rank-order tp-pp-dp --topology spine-leaf");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  expect_refused("plan --gpu h100-sxm --nodes 16 --seconds 3", "--seconds goes with --calibrate");
+  expect_refused("plan --model '' --gpu h100-sxm", "--model is empty: give a preset name");
 }
 
 // What an hour of the cluster costs: rent at --usd-per-gpu-hour, the facility's electricity at
@@ -320,10 +325,8 @@ TEST(PlanCli, ClusterSummaryPricesAnHourOfTheCluster) {
   r = run_kiln("plan --gpu h100-sxm --nodes 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("per hour"), std::string::npos) << r.output;
-  r = run_kiln("plan --gpu h100-sxm --nodes 4 --usd-per-kwh -0.1");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("--usd-per-kwh must not be negative, got -0.1"), std::string::npos)
-      << r.output;
+  expect_refused("plan --gpu h100-sxm --nodes 4 --usd-per-kwh -0.1",
+                 "--usd-per-kwh must not be negative, got -0.1");
 }
 
 // --days D: the smallest cluster whose best layout trains the model in D days, and a clear

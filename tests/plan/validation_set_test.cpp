@@ -423,6 +423,8 @@ TEST(PlanValidationSet, KilnBeatsHalfOfPeakOnTheTuningHalf) {
 TEST(PlanValidationSet, HeldOutHalfMeetsTheTwentyPercentTargetAndBeatsHalfOfPeak) {
   const std::vector<PublishedRun> runs = load_runs();
   const HalfScores h = tally(score(runs), "holdout");
+  // No margin, on purpose: 44 of 48 is the target's 90%, and four held-out runs sit at 17-19%,
+  // so a change that moves one of them past ±20% fails here and has to say so.
   EXPECT_GE(h.kiln_all.within20, 0.90 * h.kiln_all.runs);
   EXPECT_GT(h.kiln_all.within20, h.trivial_all.within20);
   EXPECT_GT(h.kiln_all.within10, h.trivial_all.within10);
