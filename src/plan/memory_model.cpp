@@ -89,6 +89,9 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const ClusterSpec& c, const J
       const std::vector<ZeroUnit> units = zero_units(m, l, st);
       const std::vector<bool> keep = kept_through_backward(units, j.software.zero3_reuse_numel);
       for (size_t k = 0; k < units.size(); k++) kept += keep[k] ? units[k].params : 0.0;
+      // A tied head's table, gathered again at the forward's end, is live with them.
+      if (!keep.empty() && keep.back())
+        kept += tied_head_regather(m, st, units, j.software.zero3_reuse_numel);
       // FSDP's root unit (embedding, final norm, head) stays gathered through the step.
       const double root = j.software.fsdp_root_kept && st.first && st.last && units.size() > 1
                               ? units.front().params + units.back().params

@@ -70,6 +70,14 @@ std::vector<ZeroUnit> zero_units(const ModelSpec& m, const Layout& l, const Stag
   return units;
 }
 
+double tied_head_regather(const ModelSpec& m, const Stage& s, const std::vector<ZeroUnit>& units,
+                          double reuse_numel) {
+  if (!m.tied_embeddings || !s.first || !s.last || reuse_numel <= 0 || units.size() < 2) return 0;
+  double between = 0;  // the layers' forwards between the embedding's and the head's
+  for (size_t k = 1; k + 1 < units.size(); k++) between += units[k].params;
+  return between < reuse_numel ? 0.0 : units.front().params;
+}
+
 std::vector<bool> kept_through_backward(const std::vector<ZeroUnit>& units, double reuse_numel) {
   std::vector<bool> kept(units.size(), false);
   if (reuse_numel <= 0) return kept;

@@ -53,4 +53,11 @@ std::vector<ZeroUnit> zero_units(const ModelSpec& m, const Layout& l, const Stag
 // True for each unit kept so; all false when reuse_numel is 0 (FSDP releases every unit).
 std::vector<bool> kept_through_backward(const std::vector<ZeroUnit>& units, double reuse_numel);
 
+// A tied head on the embedding's stage uses the embedding's table again at the forward's end.
+// DeepSpeed released the table after the embedding's forward when the layers between outweigh
+// its reuse window, so the head gathers it again: the table's parameters (a rank's slice) that
+// gather moves, or 0 (untied, pipeline stages apart, no window: FSDP keeps its root unit).
+double tied_head_regather(const ModelSpec& m, const Stage& s, const std::vector<ZeroUnit>& units,
+                          double reuse_numel);
+
 }  // namespace kiln::plan

@@ -420,9 +420,13 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       for (size_t k = 0; k < n_units; k++) unit_params[k] = units[k].params;
       if (root) unit_params[0] += unit_params[n_units - 1], unit_params[n_units - 1] = 0;
       std::vector<double> ag(n_units), rs(n_units), gathers_bwd(n_units, 0.0);
+      // A tied head gathers the embedding's table again past DeepSpeed's reuse window.
+      const double regather_table = z3 ? tied_head_regather(m, s, zu, reuse) : 0.0;
       for (size_t k = 0; k < n_units; k++) {
         ag[k] = fwd_gathers && unit_params[k] > 0 ? all_gather_s(unit_params[k] * sb.gathered, zg)
                                                   : 0.0;
+        if (k + 1 == n_units && regather_table > 0)
+          ag[k] += all_gather_s(regather_table * sb.gathered, zg);
         rs[k] = unit_params[k] > 0 ? reduce_grads(unit_params[k] * sb.grads) : 0.0;
         // The recomputed forward's gather serves the backward too when the unit's own modules,
         // run again and then backward, fit in DeepSpeed's reuse window.

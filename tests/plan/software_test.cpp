@@ -770,6 +770,42 @@ TEST(PlanSoftware, FsdpHasNoZero1) {
     EXPECT_EQ(layout_problem(m, c, job_with(name), l), "") << name;
 }
 
+// A head tied to the embedding on one stage uses the table again at the forward's end; DeepSpeed
+// released it after the embedding's forward when the layers between outweigh its reuse window,
+// so the head gathers it again (and holds it with the units kept into the backward). Not when
+// the layers fit the window, not across pipeline stages, not untied, not under FSDP (no window;
+// its root unit keeps the table).
+TEST(PlanSoftware, DeepSpeedTiedHeadGathersTheTableAgainPastItsWindow) {
+  ModelSpec m = find_preset("llama2-7b").model;
+  m.tied_embeddings = true;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 4);
+  const Layout l = layout(1, 1, 32, 3);
+  const Stage whole = pipeline_stages(m, l, 2)[0];
+  const std::vector<ZeroUnit> units = zero_units(m, l, whole);
+  const double table = double(m.vocab) * m.hidden;
+  ASSERT_DOUBLE_EQ(units.front().params, table);
+  EXPECT_DOUBLE_EQ(tied_head_regather(m, whole, units, 1e9), table);  // 6.5B of layers between
+  EXPECT_EQ(tied_head_regather(m, whole, units, 1e12), 0);
+  EXPECT_EQ(tied_head_regather(m, whole, units, 0), 0);
+  ModelSpec untied = m;
+  untied.tied_embeddings = false;
+  EXPECT_EQ(tied_head_regather(untied, whole, zero_units(untied, l, whole), 1e9), 0);
+  const Layout piped = layout(1, 2, 16, 1);
+  const Stage first = pipeline_stages(m, piped, 2)[0];
+  EXPECT_EQ(tied_head_regather(m, first, zero_units(m, piped, first), 1e9), 0);
+  // In memory the table is live with the units kept at the turn (the head among them).
+  const JobSpec ds = job_with("deepspeed", 4096, 64);
+  ASSERT_TRUE(kept_through_backward(units, 1e9).back());
+  const std::vector<bool> kept = kept_through_backward(units, 1e9);
+  double kept_params = 0;
+  for (size_t k = 0; k < units.size(); k++) kept_params += kept[k] ? units[k].params : 0.0;
+  const double layer = double(count_params(m).per_layer);
+  const double transient = memory_per_gpu(m, c, ds, l, 2).transient;
+  const double without_zero3 = memory_per_gpu(m, c, ds, layout(1, 1, 32, 2), 2).transient;
+  EXPECT_NEAR(transient - without_zero3, (std::max(2 * layer, kept_params + table) + layer) * 2,
+              1e3);
+}
+
 // Software runs on the device families it was built for: a GPU framework on a TPU (or MaxText on
 // an AMD part) is refused, naming the profiles that do run there; every catalog device has a
 // framework besides kiln's own trainer, and a hardware file of unknown architecture is not
