@@ -250,6 +250,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.async_tp = false;
     // deepspeed/runtime/zero/config.py: stage3_max_reuse_distance defaults to 1e9.
     ds.zero3_reuse_numel = 1e9;
+    ds.zero3_max_live_numel = 1e9;  // stage3_max_live_parameters
     c.push_back(ds);
     SoftwareProfile ds2021 = ds;
     ds2021.name = "deepspeed-2021";

@@ -140,6 +140,12 @@ struct SoftwareProfile {
   // within this many parameters (stage3_max_reuse_distance, 1e9 by default; 0: every unit is
   // released after each use, as FSDP does). See kept_through_backward (stages.h).
   double zero3_reuse_numel = 0;
+  // DeepSpeed's stage 3 prefetches the next parameters only while fewer than this many are
+  // gathered (stage3_max_live_parameters, 1e9 by default; PartitionedParameterCoordinator's
+  // fetch_sub_module budgets min(max live − available, prefetch bucket)): a layer holding a single
+  // weight at least this large leaves no budget, so its gathers run unprefetched, exposed. 0: no
+  // such limit.
+  double zero3_max_live_numel = 0;
   // PyTorch FSDP's root unit, the parameters no block unit wraps (the embedding, final norm and,
   // in Composer's MPT tied to the embedding or in torchtitan, the head), is not resharded after
   // the forward (FSDP1's _post_forward_reshard skips the root; FSDP2 sets the root's

@@ -441,16 +441,23 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
           x.fwd += f, x.bwd += b, x.compute += f + b;
         }
       }
+      // DeepSpeed prefetches nothing while a single weight of the running layer fills its
+      // live-parameter budget: every layer's gathers then wait, exposed.
+      const double max_live = j.software.zero3_max_live_numel;
+      const double largest_weight =
+          m.hidden * std::max(m.ffn_hidden / t, (m.n_head * m.head_dim()) / t);
+      const bool no_prefetch = z3 && max_live > 0 && largest_weight >= max_live;
       double exposed_fwd = 0, exposed_bwd = rs[0], serial = 0;  // unit 0's backward is last
       for (size_t k = 0; k < n_units; k++) {
         serial += ag[k] + gathers_bwd[k] * ag[k] + rs[k];
         // Forward, in unit order: the gather of unit k hides behind unit k − 1's forward.
-        exposed_fwd += k == 0 ? ag[k] : std::max(0.0, ag[k] - units[k - 1].fwd);
+        exposed_fwd += k == 0 || no_prefetch ? ag[k] : std::max(0.0, ag[k] - units[k - 1].fwd);
         // Backward, in reverse order: unit k's gathers and the reduce-scatter of unit k + 1
         // (finished just before) share the link during unit k + 1's backward; the last unit's
         // gathers come before any backward.
-        exposed_bwd += k + 1 == n_units
-                           ? gathers_bwd[k] * ag[k]
+        exposed_bwd += k + 1 == n_units ? gathers_bwd[k] * ag[k]
+                       : no_prefetch
+                           ? gathers_bwd[k] * ag[k] + std::max(0.0, rs[k + 1] - units[k + 1].bwd)
                            : std::max(0.0, gathers_bwd[k] * ag[k] + rs[k + 1] - units[k + 1].bwd);
       }
       x.zero = j.overlap_dp ? exposed_fwd + exposed_bwd : serial;

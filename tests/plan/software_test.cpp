@@ -806,6 +806,33 @@ TEST(PlanSoftware, DeepSpeedTiedHeadGathersTheTableAgainPastItsWindow) {
               1e3);
 }
 
+// DeepSpeed prefetches the next parameters only within stage3_max_live_parameters (1e9): a
+// layer with one weight that large (Megatron's 530B at tp = 1: its MLP's 20480 × 81920 = 1.7e9)
+// leaves no budget, so its gathers wait, exposed, where at tp = 2 (8.4e8) they hide behind the
+// previous layer's compute. With overlap off, the same gathers run in series either way.
+TEST(PlanSoftware, DeepSpeedPrefetchesNothingPastItsLiveParameterBudget) {
+  EXPECT_EQ(find_software("deepspeed").zero3_max_live_numel, 1e9);
+  EXPECT_EQ(find_software("fsdp").zero3_max_live_numel, 0);
+  const ModelSpec m = find_preset("megatron-530b").model;
+  const ClusterSpec c = default_cluster(find_device("a100-80gb"), 64);
+  const JobSpec ds = job_with("deepspeed", 2048, 512);
+  JobSpec unlimited = ds;
+  unlimited.software.zero3_max_live_numel = 0;
+  for (int tp : {1, 2}) {
+    const Layout l = layout(tp, 1, 512 / tp, 3);
+    const double limited = step_time(m, c, ds, l, 1).zero_exposed;
+    const double free = step_time(m, c, unlimited, l, 1).zero_exposed;
+    if (tp == 1)
+      EXPECT_GT(limited, 1.5 * free) << "every gather waits";
+    else
+      EXPECT_DOUBLE_EQ(limited, free) << "8.4e8 per weight: prefetched";
+    JobSpec serial = ds, serial_free = unlimited;
+    serial.overlap_dp = serial_free.overlap_dp = false;
+    EXPECT_DOUBLE_EQ(step_time(m, c, serial, l, 1).zero_exposed,
+                     step_time(m, c, serial_free, l, 1).zero_exposed);
+  }
+}
+
 // Software runs on the device families it was built for: a GPU framework on a TPU (or MaxText on
 // an AMD part) is refused, naming the profiles that do run there; every catalog device has a
 // framework besides kiln's own trainer, and a hardware file of unknown architecture is not
