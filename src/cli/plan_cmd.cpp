@@ -58,11 +58,7 @@ std::string searched_names(const SearchResult& r) {
   std::vector<std::string> names;
   for (const SearchField& f : r.searched)
     if (f.key != "dp") names.push_back(f.key);
-  if (names.empty()) return "nothing";
-  std::string s;
-  for (size_t i = 0; i < names.size(); i++)
-    s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
-  return s;
+  return names.empty() ? "nothing" : join_names(names, "and");
 }
 
 // A --layout that leaves keys out: the fastest layout with the given keys, after the table of

@@ -36,4 +36,12 @@ inline std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
+// "a, b and c" (or "a, b or c" with last = "or").
+inline std::string join_names(const std::vector<std::string>& names, const std::string& last) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); i++)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " " + last + " " : ", ") + names[i];
+  return out;
+}
+
 }  // namespace kiln

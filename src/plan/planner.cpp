@@ -7,6 +7,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "core/closest_name.h"
 #include "core/error.h"
 #include "plan/recompute.h"
 #include "plan/stages.h"
@@ -22,10 +23,9 @@ std::vector<int> divisors(int64_t n, int64_t cap) {
 }
 
 std::string list_ints(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); i++)
-    s += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + std::to_string(v[i]);
-  return s;
+  std::vector<std::string> names;
+  for (int x : v) names.push_back(std::to_string(x));
+  return join_names(names, "or");
 }
 
 // Tensor-parallel degrees that divide the node, the heads, the key/value heads and the MLP.

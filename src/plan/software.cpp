@@ -392,13 +392,6 @@ std::string software_device_problem(const SoftwareProfile& software, const Devic
     for (char& ch : up) ch = char(std::toupper(static_cast<unsigned char>(ch)));
     return up;  // AMD, TPU, CPU
   };
-  // "a, b and c" / "a, b or c"
-  auto list = [](const std::vector<std::string>& v, const char* last) {
-    std::string out;
-    for (size_t i = 0; i < v.size(); i++)
-      out += (i == 0 ? "" : i + 1 == v.size() ? std::string(" ") + last + " " : ", ") + v[i];
-    return out;
-  };
   std::vector<std::string> where, fit;
   for (const std::string& p : software.platforms) where.push_back(pretty(p));
   // kiln's own trainer runs on CPUs today: named for a CPU, not offered for an accelerator.
@@ -407,9 +400,9 @@ std::string software_device_problem(const SoftwareProfile& software, const Devic
   return fmt::format(
       "--software {} runs on {} devices, and {} is a{} {} device: plan it with "
       "--software {}",
-      software.name, list(where, "and"), d.name,
+      software.name, join_names(where, "and"), d.name,
       platform == "amd" || platform == "ascend" || platform == "nvidia" ? "n" : "",
-      pretty(platform), list(fit, "or"));
+      pretty(platform), join_names(fit, "or"));
 }
 
 }  // namespace kiln::plan
