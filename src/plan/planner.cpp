@@ -248,7 +248,7 @@ Estimate evaluate(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j, co
   e.tokens_per_step = double(seqs) * j.seq_len;
   e.tokens_per_s = e.tokens_per_step / e.time.step;
   const double fpt = model_flops_per_token(m, j.seq_len);
-  const double hw = fpt + recompute_flops_per_token(m, j.seq_len, l, j.flash_attention);
+  const double hw = fpt + recompute_flops_per_token(m, j, l);
   if (j.flash_attention) {
     // The FLOPs counted run attention over the whole sequence; a causal kernel skips half.
     const double masked = 1.5 * kiln::attention_core_forward_flops_per_token(m, j.seq_len) / fpt;

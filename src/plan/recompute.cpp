@@ -32,7 +32,12 @@ double op_policy_bytes(const ModelSpec& m, const Layout& l, double n, double e) 
   return n * per_token;
 }
 
-double recompute_flops_per_token(const ModelSpec& m, int seq, const Layout& l, bool flash) {
+bool reruns_attention_core(const JobSpec& j) {
+  return !j.flash_attention || j.software.selective_reruns_flash;
+}
+
+double recompute_flops_per_token(const ModelSpec& m, const JobSpec& j, const Layout& l) {
+  const int seq = j.seq_len;
   if (l.recompute_op) {
     double fl = 0;
     for (const BlockMatmul& mm : op_policy_matmuls(m))
@@ -40,7 +45,7 @@ double recompute_flops_per_token(const ModelSpec& m, int seq, const Layout& l, b
     return m.n_layer * fl;
   }
   if (l.recompute == Recompute::full) return block_forward_flops_per_token(m, seq) / l.full_every;
-  if (l.recompute == Recompute::attention && !flash)
+  if (l.recompute == Recompute::attention && reruns_attention_core(j))
     return attention_core_forward_flops_per_token(m, seq);
   return 0;
 }

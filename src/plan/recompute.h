@@ -15,6 +15,7 @@
 #pragma once
 #include <vector>
 
+#include "plan/job.h"
 #include "plan/layout.h"
 #include "plan/model_spec.h"
 
@@ -35,9 +36,14 @@ std::vector<BlockMatmul> op_policy_matmuls(const ModelSpec& m);
 // log-sum-exp); `sp`: the block's input is split over the tp ranks.
 double op_policy_bytes(const ModelSpec& m, const Layout& l, double n, double e);
 
+// Whether selective recomputation (recompute=attention) runs the attention core's forward again:
+// always for unfused attention; with a flash kernel where the software checkpoints it
+// (SoftwareProfile::selective_reruns_flash).
+bool reruns_attention_core(const JobSpec& j);
+
 // FLOPs per token run again in backward under the layout's policy (full: the blocks' forward;
-// attention with unfused attention: the attention core; op: its recomputed matmuls; full/N: 1/N
-// of full), for hardware FLOP counts.
-double recompute_flops_per_token(const ModelSpec& m, int seq, const Layout& l, bool flash);
+// attention: the attention core where reruns_attention_core; op: its recomputed matmuls; full/N:
+// 1/N of full), for hardware FLOP counts.
+double recompute_flops_per_token(const ModelSpec& m, const JobSpec& j, const Layout& l);
 
 }  // namespace kiln::plan

@@ -101,6 +101,13 @@ struct SoftwareProfile {
   // PyTorch's micro-pipeline pass does not fuse with its reduce-scatter (it needs one producing
   // matmul): those two run as plain collectives, exposed as without async TP.
   bool async_tp_dgrad_rs = true;
+  // Selective recomputation (recompute=attention) with a flash kernel runs the kernel's forward
+  // again in backward: Megatron-Core checkpoints the core attention whatever its implementation
+  // (megatron/core/transformer/attention.py, checkpoint_core_attention and
+  // _checkpointed_attention_forward; recompute_modules defaults to ["core_attn"]). Megatron-LM's
+  // legacy model (the 2021 code, Megatron-DeepSpeed's forks) checkpoints only the unfused core
+  // and calls its flash kernel outside the checkpoint, so selective recomputes nothing there.
+  bool selective_reruns_flash = false;
   // Asynchronous TP by PyTorch's SymmetricMemory ops (torch/distributed/_symmetric_memory,
   // torchtitan's enable_async_tensor_parallel): besides the overlapped peer copies, each fused
   // all-gather + matmul copies the rank's own shard on the compute stream, each fused matmul +

@@ -208,7 +208,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     rec = lt.op_rec;
   else if (l.recompute == Recompute::full)
     rec = lt.fwd * l.full_share();
-  else if (l.recompute == Recompute::attention && !j.flash_attention)
+  else if (l.recompute == Recompute::attention && reruns_attention_core(j))
     rec = lt.attn_fwd;
 
   // Tensor-parallel collectives of one activation (n·h·e bytes) inside the node.

@@ -40,9 +40,9 @@ TEST(PlanRecompute, OpPolicyRecomputesEverySecondMatmul) {
   ASSERT_EQ(gelu.size(), 6u);
   EXPECT_TRUE(gelu[5].recomputed && gelu[5].row_parallel);  // w2
   // Hardware FLOPs: the recomputed matmuls' forward, every layer.
-  EXPECT_DOUBLE_EQ(recompute_flops_per_token(llama, 8192, with("op"), true),
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(llama, job8k(), with("op")),
                    32 * 2 * (h * kv + h * h + h * f));
-  EXPECT_DOUBLE_EQ(recompute_flops_per_token(llama, 8192, with("full/2"), true),
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(llama, job8k(), with("full/2")),
                    block_forward_flops_per_token(llama, 8192) / 2);
 }
 
@@ -72,6 +72,33 @@ TEST(PlanRecompute, RecomputeTimeOfEachPolicy) {
   EXPECT_GT(rec("op"), 0);
   EXPECT_LT(rec("op"), rec("full/2"));
   EXPECT_EQ(rec("none"), 0);
+}
+
+// Selective recomputation with a flash kernel: Megatron-Core checkpoints the core attention
+// whatever runs it, so its forward runs again in backward (time and hardware FLOPs); Megatron-
+// DeepSpeed's legacy model calls its flash kernel outside the checkpoint and recomputes nothing.
+// Unfused attention is recomputed under either.
+TEST(PlanRecompute, SelectiveRerunsTheFlashKernelWhereTheSoftwareCheckpointsIt) {
+  const ModelSpec m = find_preset("llama3-8b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 1);
+  const Layout sel = parse_layout("tp=1,pp=1,dp=1,mb=2,zero=0,recompute=attention");
+  const Layout none = parse_layout("tp=1,pp=1,dp=1,mb=2,zero=0,recompute=none");
+  const double core = attention_core_forward_flops_per_token(m, 8192);
+  const JobSpec mcore = job8k("megatron"), legacy = job8k("deepspeed");
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, mcore, sel), core);
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, legacy, sel), 0);
+  const TimeBreakdown with_rerun = step_time(m, c, mcore, sel, 1);
+  EXPECT_GT(with_rerun.recompute, 0);
+  // What it adds is the recompute and nothing else.
+  EXPECT_NEAR(with_rerun.step - step_time(m, c, mcore, none, 1).step, with_rerun.recompute, 1e-9);
+  // The flash kernel's forward: a small share of the step at 8K tokens, not a block's forward.
+  const Layout full = parse_layout("tp=1,pp=1,dp=1,mb=2,zero=0,recompute=full");
+  EXPECT_LT(with_rerun.recompute, 0.25 * step_time(m, c, mcore, full, 1).recompute);
+  EXPECT_EQ(step_time(m, c, legacy, sel, 1).recompute, 0);
+  JobSpec unfused = legacy;
+  unfused.flash_attention = false;
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, unfused, sel), core);
+  EXPECT_GT(step_time(m, c, unfused, sel, 1).recompute, 0);
 }
 
 TEST(PlanRecompute, LayoutTextAndChecks) {

@@ -171,7 +171,7 @@ double trivial_of(const PublishedRun& r) {
   const double peak = r.cluster.device.peak_tflops(r.job.dtype) * 1e12;
   const int s = r.job.seq_len;
   const double fpt = model_flops_per_token(r.model, s);
-  const double hw = fpt + recompute_flops_per_token(r.model, s, r.layout, r.job.flash_attention);
+  const double hw = fpt + recompute_flops_per_token(r.model, r.job, r.layout);
   const double tokens_per_s_per_gpu = 0.5 * peak / fpt;
   if (r.kind == "tflops_hw") return 0.5 * peak * hw / fpt * 1e-12;
   if (r.kind == "tflops_model") return 0.5 * peak * 1e-12;
