@@ -299,17 +299,18 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   }
   if (k.recompute) recomputes = {v};
   const std::vector<int> tps = k.tp ? std::vector<int>{v.tp} : tp_options(m, c);
-  // Asynchronous TP where the software runs it: with Megatron's userbuffers the model only hides
-  // collective time (plan/time_model.cpp), never adds any, so the search takes it wherever it
-  // can; PyTorch's SymmetricMemory ops add work on the compute stream (async_tp_symm_mem), which
-  // can cost more than they hide on small matmuls, so there the search tries both.
+  // Asynchronous TP where the software runs it. Both kinds add work beside what they hide
+  // (plan/time_model.cpp): Transformer Engine's userbuffers chunk the GEMMs and run reduction
+  // kernels on SMs; PyTorch's SymmetricMemory ops add own-shard copies, partial-sum reductions and
+  // chunk matmuls on the compute stream. On small matmuls that can cost more than it hides, so
+  // the search tries both.
   // Only on NVIDIA GPUs: Megatron-LM's --tp-comm-overlap is Transformer Engine's CUDA
   // userbuffers and torchtitan's is PyTorch's CUDA SymmetricMemory. No Ascend counterpart is
   // sourced, and ROCm's Transformer Engine merged userbuffers only in 2026
   // (ROCm/TransformerEngine#367), its overlap kernels for gfx950 (MI350, not in the catalog).
   const bool no_async_here = !c.device.nvidia();
   const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp && !no_async_here;
-  const bool try_both_async = async_tp && !k.async_tp && j.software.async_tp_symm_mem;
+  const bool try_both_async = async_tp && !k.async_tp && j.software.async_tp_adds_work();
   auto one_cp = [&](int cp) {
     for (int tp : tps) {
       const int max_pp = j.software.pipeline ? m.n_layer : 1;
@@ -455,11 +456,15 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     out.not_searched.push_back(
         {"asynctp", fmt::format("0 ({}'s overlap is CUDA's; none is modelled on {})",
                                 j.software.name, c.device.name)});
-  else if (j.software.async_tp && j.software.async_tp_symm_mem)
+  else if (j.software.async_tp && j.software.async_tp_adds_work())
     out.searched.push_back(
-        {"asynctp", fmt::format("0 and 1 wherever tp > 1: {}'s SymmetricMemory ops add "
-                                "compute-stream work, which can outweigh what they hide",
-                                j.software.name)});
+        {"asynctp",
+         fmt::format("0 and 1 wherever tp > 1: {}'s {} add work beside what they hide, which "
+                     "can outweigh it",
+                     j.software.name,
+                     j.software.async_tp_symm_mem
+                         ? "SymmetricMemory ops"
+                         : "userbuffers (chunked GEMMs, reduction kernels on SMs)")});
   else if (j.software.async_tp)
     out.not_searched.push_back(
         {"asynctp",

@@ -196,6 +196,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.async_tp = true;
     megatron.tp_dgrad_overlap = true;
     megatron.selective_reruns_flash = true;
+    megatron.async_tp_userbuffers = true;
     // Megatron-Core's VocabParallelCrossEntropy (tensor_parallel/cross_entropy.py; the fused
     // variant needs --cross-entropy-loss-fusion): forward logits.float() (e in, 4 out), max (4),
     // subtract in place (8), exp in place (8), sum (4), divide in place (8); backward multiply in
@@ -221,8 +222,9 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "(arXiv:2104.04473)";
     megatron21.tp_dgrad_overlap = false;
     megatron21.selective_reruns_flash = false;  // the legacy model (above)
-    megatron21.async_tp = false;                // Transformer Engine's userbuffers came in 2023
-    megatron21.sequence_parallel = false;       // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
+    megatron21.async_tp_userbuffers = false;
+    megatron21.async_tp = false;           // Transformer Engine's userbuffers came in 2023
+    megatron21.sequence_parallel = false;  // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
     // The Megatron-DeepSpeed forks of the published DeepSpeed runs (BigScience's of 2022, MT-NLG's
@@ -231,6 +233,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // which this profile leaves out.
     ds.tp_dgrad_overlap = false;
     ds.selective_reruns_flash = false;  // Megatron-DeepSpeed runs the legacy model
+    ds.async_tp_userbuffers = false;
     ds.name = "deepspeed";
     // DeepSpeed's accelerators (deepspeed/accelerator/): cuda (ROCm builds too) and npu (Ascend).
     ds.platforms = {"nvidia", "amd", "ascend"};

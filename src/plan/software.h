@@ -116,6 +116,12 @@ struct SoftwareProfile {
   // chunk matmuls, each with its fixed cost. Megatron's userbuffers are not this. Since this can
   // cost more than it hides, the search tries asynctp=0 as well under such software.
   bool async_tp_symm_mem = false;
+  // Asynchronous TP by Transformer Engine's userbuffers (Megatron-Core's --tp-comm-overlap):
+  // the gathers go on the copy engines with each GEMM they feed run in tp chunks; the
+  // reduce-scatters and the backward's bulk overlaps run reduction kernels on 16 SMs beside the
+  // GEMMs, which slows them (time_model.cpp).
+  bool async_tp_userbuffers = false;
+  bool async_tp_adds_work() const { return async_tp_symm_mem || async_tp_userbuffers; }
   // In fp8 with sequence parallelism, the blocks' all-gathers move fp8 (1 byte an element): the
   // input of QKV and of the MLP's up projection is cast before it is gathered, and so is the
   // output gradient of the attention output and MLP down before the backward's gather (torchao's

@@ -280,6 +280,24 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       const double up = m.ffn == FfnKind::swiglu ? 2 : 1;
       fwd += (copy + 3 * chunks) + (copy + up * chunks) + 2 * scatter;
       bwd += 2 * (copy + chunks) + (dgrad_rs ? 2 * scatter : 0.0);
+    } else if (j.software.async_tp_userbuffers) {
+      // Transformer Engine's userbuffers (Megatron-Core's --tp-comm-overlap; the defaults of
+      // initialize_ub in transformer_engine/pytorch/module/base.py, TE 1.7 and 1.8): the
+      // gathers feeding QKV and MLP up (forward) and the attention output's and MLP down's input
+      // gradients (backward) are "ring_exchange", peer copies on the copy engines, each GEMM run
+      // in tp chunks (t − 1 more fixed costs); the forward's reduce-scatters after the attention
+      // output and MLP down are "pipeline", the GEMM in 4 chunks with the reduction kernels on 16
+      // SMs beside them; the backward's input-gradient reduce-scatters and the weight gradients'
+      // input gathers are "bulk", on 16 SMs too. What runs on SMs slows the GEMM beside it, as
+      // NCCL's kernels do (tp_layer_hidden); the copy engines' transfers are not charged so.
+      const double ring = (t - 1) * r.mm_overhead, pipe = 3 * r.mm_overhead;
+      fwd += 2 * ring + 2 * pipe;
+      bwd += 2 * ring;
+      auto hidden = [&](double coll, double mm) { return coll - exposed(coll, mm); };
+      const double sm_fwd = hidden(rs, mm[1]) + hidden(rs, mm[3]);
+      double sm_bwd = dgrad_rs ? hidden(rs, mm[0]) + hidden(rs, mm[2]) : 0.0;
+      if (j.software.tp_dgrad_overlap) sm_bwd += std::min(ag, mm[0]) + std::min(ag, mm[2]);
+      tp_layer_hidden = sm_fwd * (1 + l.full_share()) + sm_bwd;
     }
     tp_layer = fwd * (1 + l.full_share()) + bwd;
   }

@@ -63,6 +63,7 @@ TEST(PlanAsyncTp, TorchtitansBackwardInputGradientReduceScattersStayExposed) {
   j.software = find_software("torchtitan-compile");  // every synchronous collective waits
   const double t_sync = step_time(m, c, j, sync, 4).tp_comm;
   j.software = find_software("megatron");
+  j.software.async_tp_userbuffers = false;  // its own costs: UserbuffersChunkTheirGemmsAndContend
   const double megatron = step_time(m, c, j, async, 4).tp_comm;
   j.software = find_software("torchtitan-compile");
   j.software.async_tp_symm_mem = false;  // its own kernels: SymmetricMemoryKernelsAreCharged
@@ -101,6 +102,38 @@ TEST(PlanAsyncTp, SymmetricMemoryKernelsAreCharged) {
   const double per_layer = 2 * forward + 2 * (copy + chunks);
   EXPECT_NEAR(with - without, 4 * m.n_layer * per_layer, 1e-9);
   EXPECT_FALSE(find_software("megatron").async_tp_symm_mem);
+}
+
+// Megatron-Core's --tp-comm-overlap runs Transformer Engine's userbuffers (TE 1.7/1.8 defaults):
+// the ring-exchange gathers split each GEMM they feed into tp chunks and the forward's pipelined
+// reduce-scatters split theirs into 4, each chunk a matmul's fixed cost more (per layer: QKV
+// and MLP up forward, the attention output's and MLP down's input gradients backward, and the two
+// pipelined GEMMs forward; the forward twice under full recompute); the reduction kernels on SMs
+// (the reduce-scatters, the backward's bulk gathers) slow the GEMMs they hide behind.
+TEST(PlanAsyncTp, UserbuffersChunkTheirGemmsAndContend) {
+  const ModelSpec m = find_preset("gpt3-175b").model;
+  const DeviceSpec d = find_device("h100-sxm");
+  const ClusterSpec c = default_cluster(d, 4);
+  JobSpec j = job(8192, 64);
+  const Layout l = parse_layout("tp=8,pp=1,dp=4,mb=4,zero=3,recompute=full,asynctp=1");
+  j.software = find_software("megatron");
+  ASSERT_TRUE(j.software.async_tp_userbuffers);
+  const TimeBreakdown with = step_time(m, c, j, l, 4);
+  j.software.async_tp_userbuffers = false;
+  const TimeBreakdown without = step_time(m, c, j, l, 4);
+  const double mm = d.matmul_overhead_us * 1e-6, ring = 7 * mm, pipe = 3 * mm;
+  const double per_layer = 2 * (2 * ring + 2 * pipe) + 2 * ring;
+  EXPECT_NEAR(with.tp_comm - without.tp_comm, 4 * m.n_layer * per_layer, 1e-9);
+  EXPECT_GT(with.contention, without.contention);
+  // At most the overlap slowdown of everything the layer's collectives could hide.
+  EXPECT_LT(with.contention - without.contention,
+            d.overlap_slowdown * step_time(m, c, j,
+                                           parse_layout("tp=8,pp=1,dp=4,mb=4,zero=3,"
+                                                        "recompute=full"),
+                                           4)
+                                     .tp_comm);
+  EXPECT_FALSE(find_software("torchtitan-compile").async_tp_userbuffers);
+  EXPECT_TRUE(find_software("nemo").async_tp_userbuffers);
 }
 
 // Where the matmuls are small, what PyTorch's SymmetricMemory ops add (an own-shard copy, a
@@ -143,14 +176,15 @@ TEST(PlanAsyncTp, SearchTriesItOnlyWhereTheSoftwareRunsIt) {
         EXPECT_TRUE(sw.async_tp) << sw.name << " " << e.layout.to_string();
         EXPECT_GT(e.layout.tp, 1);
         EXPECT_TRUE(e.layout.sp);
-      } else if (sw.async_tp && !sw.async_tp_symm_mem) {
+      } else if (sw.async_tp && !sw.async_tp_adds_work()) {
         EXPECT_TRUE(e.layout.tp == 1 || !e.layout.sp) << sw.name << " " << e.layout.to_string();
       }
     }
     EXPECT_EQ(any_async, sw.async_tp) << sw.name;
-    // PyTorch's SymmetricMemory ops can cost more than they hide: the search tries every such
-    // layout both ways.
-    if (sw.async_tp_symm_mem)
+    // PyTorch's SymmetricMemory ops and Transformer Engine's userbuffers can cost more than they
+    // hide: the search tries every such layout both ways.
+    EXPECT_EQ(sw.async_tp_adds_work(), sw.async_tp) << sw.name;
+    if (sw.async_tp_adds_work())
       for (const Estimate& e : r.fitting) {
         if (!e.layout.async_tp) continue;
         Layout sync = e.layout;
