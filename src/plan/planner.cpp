@@ -310,7 +310,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
   // (ROCm/TransformerEngine#367), its overlap kernels for gfx950 (MI350, not in the catalog).
   const bool no_async_here = !c.device.nvidia();
   const bool async_tp = k.async_tp ? v.async_tp : j.software.async_tp && !no_async_here;
-  const bool try_both_async = async_tp && !k.async_tp && j.software.async_tp_adds_work();
+  const bool try_both_async = async_tp && !k.async_tp;
   auto one_cp = [&](int cp) {
     for (int tp : tps) {
       const int max_pp = j.software.pipeline ? m.n_layer : 1;
@@ -456,7 +456,7 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
     out.not_searched.push_back(
         {"asynctp", fmt::format("0 ({}'s overlap is CUDA's; none is modelled on {})",
                                 j.software.name, c.device.name)});
-  else if (j.software.async_tp && j.software.async_tp_adds_work())
+  else if (j.software.async_tp)
     out.searched.push_back(
         {"asynctp",
          fmt::format("0 and 1 wherever tp > 1: {}'s {} add work beside what they hide, which "
@@ -465,10 +465,6 @@ SearchResult search(const ModelSpec& m, const ClusterSpec& c, const JobSpec& j,
                      j.software.async_tp_symm_mem
                          ? "SymmetricMemory ops"
                          : "userbuffers (chunked GEMMs, reduction kernels on SMs)")});
-  else if (j.software.async_tp)
-    out.not_searched.push_back(
-        {"asynctp",
-         fmt::format("1 wherever tp > 1 ({} runs it; it only hides time)", j.software.name)});
   else
     out.not_searched.push_back(
         {"asynctp", fmt::format("0 ({} does not run asynchronous TP)", j.software.name)});

@@ -105,8 +105,9 @@ struct SoftwareProfile {
   // again in backward: Megatron-Core checkpoints the core attention whatever its implementation
   // (megatron/core/transformer/attention.py, checkpoint_core_attention and
   // _checkpointed_attention_forward; recompute_modules defaults to ["core_attn"]). Megatron-LM's
-  // legacy model (the 2021 code, Megatron-DeepSpeed's forks) checkpoints only the unfused core
-  // and calls its flash kernel outside the checkpoint, so selective recomputes nothing there.
+  // legacy model on its own layers (the 2021 code, Megatron-DeepSpeed's forks) checkpoints only
+  // the unfused core and calls its flash kernel outside the checkpoint, so selective recomputes
+  // nothing there.
   bool selective_reruns_flash = false;
   // Asynchronous TP by PyTorch's SymmetricMemory ops (torch/distributed/_symmetric_memory,
   // torchtitan's enable_async_tensor_parallel): besides the overlapped peer copies, each fused
@@ -121,7 +122,6 @@ struct SoftwareProfile {
   // reduce-scatters and the backward's bulk overlaps run reduction kernels on 16 SMs beside the
   // GEMMs, which slows them (time_model.cpp).
   bool async_tp_userbuffers = false;
-  bool async_tp_adds_work() const { return async_tp_symm_mem || async_tp_userbuffers; }
   // In fp8 with sequence parallelism, the blocks' all-gathers move fp8 (1 byte an element): the
   // input of QKV and of the MLP's up projection is cast before it is gathered, and so is the
   // output gradient of the attention output and MLP down before the backward's gather (torchao's

@@ -258,14 +258,48 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       return coll / t + std::max(0.0, coll * (t - 1) / t - mm);
     };
     const std::vector<double>& mm = lt.linear_fwd;
-    double fwd = exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
     const bool dgrad_rs = j.software.async_tp_dgrad_rs;
-    double bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
-                 (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
-    // Megatron keeps the column-parallel layers' inputs split and gathers them again for the
-    // weight gradients, beside the input-gradient matmuls (Transformer Engine's userbuffers:
-    // the "bulk" overlaps of qkv_dgrad and fc1_dgrad); torchtitan saves the gathered input.
-    if (j.software.tp_dgrad_overlap) bwd += std::max(0.0, ag - mm[0]) + std::max(0.0, ag - mm[2]);
+    double fwd = 0, bwd = 0;
+    if (j.software.async_tp_userbuffers) {
+      // Transformer Engine's userbuffers (Megatron-Core's --tp-comm-overlap; the defaults of
+      // initialize_ub in transformer_engine/pytorch/module/base.py, unchanged from TE 1.2 to
+      // 1.8): the gathers feeding QKV and MLP up (forward) and the attention output's and MLP
+      // down's input gradients (backward) are "ring_exchange", peer copies on the copy engines,
+      // each GEMM run in tp chunks (t − 1 more fixed costs). The forward's reduce-scatters after
+      // the attention output and MLP down are "pipeline" (split_overlap_rs): the GEMM in 4
+      // chunks, each chunk's reduce-scatter beside the next chunk's GEMM and the last alone, so a
+      // quarter is exposed and the rest beyond the GEMM; 3 more fixed costs. The backward's
+      // input-gradient reduce-scatters (beside the weight-gradient GEMM) and the gathers of the
+      // column-parallel layers' saved inputs for it (beside the input-gradient GEMM) are "bulk":
+      // one transfer beside one GEMM. Pipeline and bulk run on 16 SMs, ring exchange on 1 with
+      // the copy engines; what runs on SMs slows the GEMM beside it (tp_layer_hidden, below).
+      const double ring = (t - 1) * r.mm_overhead, pipe = 3 * r.mm_overhead;
+      auto pipelined = [](double coll, double mm) {
+        return coll / 4 + 0.75 * std::max(0.0, coll - mm);
+      };
+      auto bulk = [](double coll, double mm) { return std::max(0.0, coll - mm); };
+      fwd = exposed(ag, mm[0]) + pipelined(rs, mm[1]) + exposed(ag, mm[2]) + pipelined(rs, mm[3]) +
+            2 * ring + 2 * pipe;
+      bwd = (dgrad_rs ? bulk(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
+            (dgrad_rs ? bulk(rs, mm[2]) : rs) + exposed(ag, mm[3]) + 2 * ring;
+      double sm_bwd = dgrad_rs ? (rs - bulk(rs, mm[0])) + (rs - bulk(rs, mm[2])) : 0.0;
+      if (j.software.tp_dgrad_overlap) {
+        bwd += bulk(ag, mm[0]) + bulk(ag, mm[2]);
+        sm_bwd += (ag - bulk(ag, mm[0])) + (ag - bulk(ag, mm[2]));
+      }
+      const double sm_fwd = (rs - pipelined(rs, mm[1])) + (rs - pipelined(rs, mm[3]));
+      // The overlap slowdown is NCCL's, whose all-gather holds 24 of an H100's 132 SMs (the
+      // catalog's note); these kernels hold 16: that share of it.
+      tp_layer_hidden = 16.0 / 24 * (sm_fwd * (1 + l.full_share()) + sm_bwd);
+    } else {
+      fwd = exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
+      bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
+            (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
+      // Software that keeps the column-parallel layers' inputs split (Megatron) gathers them
+      // again for the weight gradients, beside the input-gradient matmuls; torchtitan saves the
+      // gathered input.
+      if (j.software.tp_dgrad_overlap) bwd += std::max(0.0, ag - mm[0]) + std::max(0.0, ag - mm[2]);
+    }
     if (j.software.async_tp_symm_mem) {
       // PyTorch's SymmetricMemory ops run more on the compute stream than the matmul: a fused
       // gather copies the rank's own shard there (n/t tokens, read and written); a fused
@@ -280,24 +314,6 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
       const double up = m.ffn == FfnKind::swiglu ? 2 : 1;
       fwd += (copy + 3 * chunks) + (copy + up * chunks) + 2 * scatter;
       bwd += 2 * (copy + chunks) + (dgrad_rs ? 2 * scatter : 0.0);
-    } else if (j.software.async_tp_userbuffers) {
-      // Transformer Engine's userbuffers (Megatron-Core's --tp-comm-overlap; the defaults of
-      // initialize_ub in transformer_engine/pytorch/module/base.py, TE 1.7 and 1.8): the
-      // gathers feeding QKV and MLP up (forward) and the attention output's and MLP down's input
-      // gradients (backward) are "ring_exchange", peer copies on the copy engines, each GEMM run
-      // in tp chunks (t − 1 more fixed costs); the forward's reduce-scatters after the attention
-      // output and MLP down are "pipeline", the GEMM in 4 chunks with the reduction kernels on 16
-      // SMs beside them; the backward's input-gradient reduce-scatters and the weight gradients'
-      // input gathers are "bulk", on 16 SMs too. What runs on SMs slows the GEMM beside it, as
-      // NCCL's kernels do (tp_layer_hidden); the copy engines' transfers are not charged so.
-      const double ring = (t - 1) * r.mm_overhead, pipe = 3 * r.mm_overhead;
-      fwd += 2 * ring + 2 * pipe;
-      bwd += 2 * ring;
-      auto hidden = [&](double coll, double mm) { return coll - exposed(coll, mm); };
-      const double sm_fwd = hidden(rs, mm[1]) + hidden(rs, mm[3]);
-      double sm_bwd = dgrad_rs ? hidden(rs, mm[0]) + hidden(rs, mm[2]) : 0.0;
-      if (j.software.tp_dgrad_overlap) sm_bwd += std::min(ag, mm[0]) + std::min(ag, mm[2]);
-      tp_layer_hidden = sm_fwd * (1 + l.full_share()) + sm_bwd;
     }
     tp_layer = fwd * (1 + l.full_share()) + bwd;
   }
@@ -347,6 +363,10 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   // tp rank) cp − 1 times per layer, each pass during one chunk's attention (Megatron-Core and
   // Transformer Engine's ring attention); backward passes the chunk again and its gradient.
   double cp_layer = 0;
+  // Forward passes of the attention core per layer: once, again under full recomputation, and
+  // again under selective recomputation where the core runs again (its ring or gather is inside).
+  const double core_passes =
+      1 + l.full_share() + (l.recompute == Recompute::attention && reruns_attention_core(j));
   if (l.cp > 1 && j.cp_comm == JobSpec::CpComm::all_gather) {
     // All-gather-based context parallelism: every rank gathers the whole sequence's keys and
     // values before its attention, and backward gathers them again and reduce-scatters their
@@ -355,7 +375,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     const GroupPath cpg = group_path(c, l, Dim::cp);
     const double kv_all = l.cp * n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
     const double ag = all_gather_s(kv_all, cpg), rs = reduce_scatter_s(kv_all, cpg);
-    cp_layer = ag * (1 + l.full_share()) + ag + rs;
+    cp_layer = ag * core_passes + ag + rs;
   } else if (l.cp > 1) {
     const GroupPath cpg = group_path(c, l, Dim::cp);
     const double chunk = n * 2 * kv_heads_per_rank(m, l.tp) * m.head_dim() * e;
@@ -364,7 +384,7 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     const double attn_step = lt.attn_fwd / l.cp;
     const double fwd = (l.cp - 1) * std::max(0.0, pass - attn_step);
     const double bwd = (l.cp - 1) * std::max(0.0, 2 * pass - 2.5 * attn_step);
-    cp_layer = fwd * (1 + l.full_share()) + bwd;
+    cp_layer = fwd * core_passes + bwd;
   }
 
   // ZeRO's collectives run over its shard group (all of dp·cp, or one replica's with shard=);
@@ -547,9 +567,10 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   }
   // The hidden data-parallel and ZeRO collectives ran beside compute, which ran
   // overlap_slowdown slower for as long as they did; so did Megatron's backward tensor-parallel
-  // collectives (NCCL kernels too), whose part is in the stages' time each micro-batch (and so in
-  // the bubble) and is shown here with the rest. Asynchronous TP (Megatron's userbuffers,
-  // torchtitan's SymmetricMemory copies) and context parallelism's ring passes are not charged:
+  // collectives (NCCL kernels too) and, at 16/24 of the rate, Transformer Engine's userbuffers'
+  // reduction kernels (asynchronous TP under Megatron-Core), whose part is in the stages' time
+  // each micro-batch (and so in the bubble) and is shown here with the rest. torchtitan's
+  // SymmetricMemory copies (copy engines) and context parallelism's ring passes are not charged:
   // no measurement of their contention was found.
   const double beside = c.device.overlap_slowdown * (mbs * st[crit].zero_hidden + dp_beside);
   tb.contention = beside + mbs * st[crit].tp_slow;

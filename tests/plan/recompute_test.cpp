@@ -95,6 +95,15 @@ TEST(PlanRecompute, SelectiveRerunsTheFlashKernelWhereTheSoftwareCheckpointsIt) 
   const Layout full = parse_layout("tp=1,pp=1,dp=1,mb=2,zero=0,recompute=full");
   EXPECT_LT(with_rerun.recompute, 0.25 * step_time(m, c, mcore, full, 1).recompute);
   EXPECT_EQ(step_time(m, c, legacy, sel, 1).recompute, 0);
+  // The core's context-parallel gather (or ring) is inside the checkpoint and runs again: with
+  // all-gather context parallelism a layer gathers the keys and values twice in forward instead of
+  // once, beside backward's gather and reduce-scatter (which cost the same): 4/3 of the traffic.
+  JobSpec cpj = mcore;
+  cpj.cp_comm = JobSpec::CpComm::all_gather;
+  const Layout cp_sel = parse_layout("tp=1,pp=1,dp=1,cp=2,mb=1,zero=0,recompute=attention");
+  const Layout cp_none = parse_layout("tp=1,pp=1,dp=1,cp=2,mb=1,zero=0,recompute=none");
+  EXPECT_NEAR(step_time(m, c, cpj, cp_sel, 1).cp_comm / step_time(m, c, cpj, cp_none, 1).cp_comm,
+              4.0 / 3, 1e-9);
   JobSpec unfused = legacy;
   unfused.flash_attention = false;
   EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, unfused, sel), core);
