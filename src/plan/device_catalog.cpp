@@ -53,10 +53,11 @@ constexpr double kSustained = 0.845;
 // 2026-08-15) measures the H100 SXM with torch 2.7.0+cu126 at 1,402.6 of 1,979 TFLOP/s in fp8
 // (float8_e4m3fn through torch._scaled_mm, cuBLASLt: the GEMM torchao's Float8Linear calls, and
 // the library Transformer Engine's fp8 GEMMs run on) against 794.5 of 989 in bf16 in the same
-// software: fp8 reaches 0.709 of its peak in a burst where bf16 reaches 0.803. H100 and H200
-// run fp8 matmuls at 0.709 × 0.845 of the fp8 peak; devices with no fp8 MAMF take their bf16
-// efficiency × 0.709/0.803. (kiln had used tilelang's hand-written FP8 GEMM, 0.75 of the peak,
-// a kernel none of the frameworks here runs.)
+// software: fp8 reaches 0.709 of its peak in a burst where bf16 reaches 0.803. The H100 parts
+// run fp8 matmuls at 0.709 × 0.845 of the fp8 peak (the H200 and B200 at their own measured
+// sustained rates, below); devices with no fp8 measurement take their bf16 efficiency ×
+// 0.709/0.803. (kiln had used tilelang's hand-written FP8 GEMM, 0.75 of the peak, a kernel none
+// of the frameworks here runs.)
 // Compute beside a collective: NCCL and RCCL run collectives as kernels that hold SMs (CUs) and
 // memory bandwidth for as long as they are in flight, so a matmul overlapped with a gather or a
 // reduce-scatter runs slower than alone. "Characterizing Compute-Communication
