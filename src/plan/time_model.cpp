@@ -259,46 +259,40 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
     };
     const std::vector<double>& mm = lt.linear_fwd;
     const bool dgrad_rs = j.software.async_tp_dgrad_rs;
-    double fwd = 0, bwd = 0;
-    if (j.software.async_tp_userbuffers) {
-      // Transformer Engine's userbuffers (Megatron-Core's --tp-comm-overlap; the defaults of
-      // initialize_ub in transformer_engine/pytorch/module/base.py, unchanged from TE 1.2 to
-      // 1.8): the gathers feeding QKV and MLP up (forward) and the attention output's and MLP
-      // down's input gradients (backward) are "ring_exchange", peer copies on the copy engines,
-      // each GEMM run in tp chunks (t − 1 more fixed costs). The forward's reduce-scatters after
-      // the attention output and MLP down are "pipeline" (split_overlap_rs): the GEMM in 4
-      // chunks, each chunk's reduce-scatter beside the next chunk's GEMM and the last alone, so a
-      // quarter is exposed and the rest beyond the GEMM; 3 more fixed costs. The backward's
-      // input-gradient reduce-scatters (beside the weight-gradient GEMM) and the gathers of the
-      // column-parallel layers' saved inputs for it (beside the input-gradient GEMM) are "bulk":
-      // one transfer beside one GEMM. Pipeline and bulk run on 16 SMs, ring exchange on 1 with
-      // the copy engines; what runs on SMs slows the GEMM beside it (tp_layer_hidden, below).
+    const bool ub = j.software.async_tp_userbuffers;
+    // A transfer beside one GEMM exposes what it takes beyond it.
+    auto bulk = [](double coll, double mm) { return std::max(0.0, coll - mm); };
+    // Transformer Engine's userbuffers (Megatron-Core's --tp-comm-overlap; the defaults of
+    // initialize_ub in transformer_engine/pytorch/module/base.py, unchanged from TE 1.2 to 1.8)
+    // run the gathers feeding QKV and MLP up (forward) and the attention output's and MLP down's
+    // input gradients (backward) as "ring_exchange", peer copies on the copy engines with each
+    // GEMM in tp chunks: the micro-pipeline above. The forward's reduce-scatters after the
+    // attention output and MLP down are "pipeline" (split_overlap_rs): the GEMM in 4 chunks, each
+    // chunk's reduce-scatter beside the next chunk's GEMM and the last alone, so a quarter is
+    // exposed and the rest beyond the GEMM. The backward's input-gradient reduce-scatters (beside
+    // the weight-gradient GEMM) and the gathers of the column-parallel layers' saved inputs for it
+    // (beside the input-gradient GEMM) are "bulk": one transfer beside one GEMM.
+    auto rs_fwd = [&](double mm) { return ub ? rs / 4 + 0.75 * bulk(rs, mm) : exposed(rs, mm); };
+    auto rs_bwd = [&](double mm) { return !dgrad_rs ? rs : ub ? bulk(rs, mm) : exposed(rs, mm); };
+    double fwd = exposed(ag, mm[0]) + rs_fwd(mm[1]) + exposed(ag, mm[2]) + rs_fwd(mm[3]);
+    double bwd = rs_bwd(mm[0]) + exposed(ag, mm[1]) + rs_bwd(mm[2]) + exposed(ag, mm[3]);
+    // Software that keeps the column-parallel layers' inputs split (Megatron) gathers them again
+    // for the weight gradients, beside the input-gradient matmuls; torchtitan saves the gathered
+    // input.
+    if (j.software.tp_dgrad_overlap) bwd += bulk(ag, mm[0]) + bulk(ag, mm[2]);
+    if (ub) {
+      // Each ring-exchange GEMM runs in tp chunks (t − 1 more fixed costs), each pipelined one in
+      // 4 (3 more). Pipeline and bulk run on 16 SMs, ring exchange on 1 with the copy engines;
+      // what runs on SMs slows the GEMM beside it. The overlap slowdown is NCCL's, whose
+      // all-gather holds 24 of an H100's 132 SMs (the catalog's note); these kernels hold 16:
+      // that share of it.
       const double ring = (t - 1) * r.mm_overhead, pipe = 3 * r.mm_overhead;
-      auto pipelined = [](double coll, double mm) {
-        return coll / 4 + 0.75 * std::max(0.0, coll - mm);
-      };
-      auto bulk = [](double coll, double mm) { return std::max(0.0, coll - mm); };
-      fwd = exposed(ag, mm[0]) + pipelined(rs, mm[1]) + exposed(ag, mm[2]) + pipelined(rs, mm[3]) +
-            2 * ring + 2 * pipe;
-      bwd = (dgrad_rs ? bulk(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
-            (dgrad_rs ? bulk(rs, mm[2]) : rs) + exposed(ag, mm[3]) + 2 * ring;
-      double sm_bwd = dgrad_rs ? (rs - bulk(rs, mm[0])) + (rs - bulk(rs, mm[2])) : 0.0;
-      if (j.software.tp_dgrad_overlap) {
-        bwd += bulk(ag, mm[0]) + bulk(ag, mm[2]);
-        sm_bwd += (ag - bulk(ag, mm[0])) + (ag - bulk(ag, mm[2]));
-      }
-      const double sm_fwd = (rs - pipelined(rs, mm[1])) + (rs - pipelined(rs, mm[3]));
-      // The overlap slowdown is NCCL's, whose all-gather holds 24 of an H100's 132 SMs (the
-      // catalog's note); these kernels hold 16: that share of it.
+      fwd += 2 * ring + 2 * pipe;
+      bwd += 2 * ring;
+      double sm_bwd = dgrad_rs ? (rs - rs_bwd(mm[0])) + (rs - rs_bwd(mm[2])) : 0.0;
+      if (j.software.tp_dgrad_overlap) sm_bwd += std::min(ag, mm[0]) + std::min(ag, mm[2]);
+      const double sm_fwd = (rs - rs_fwd(mm[1])) + (rs - rs_fwd(mm[3]));
       tp_layer_hidden = 16.0 / 24 * (sm_fwd * (1 + l.full_share()) + sm_bwd);
-    } else {
-      fwd = exposed(ag, mm[0]) + exposed(rs, mm[1]) + exposed(ag, mm[2]) + exposed(rs, mm[3]);
-      bwd = (dgrad_rs ? exposed(rs, mm[0]) : rs) + exposed(ag, mm[1]) +
-            (dgrad_rs ? exposed(rs, mm[2]) : rs) + exposed(ag, mm[3]);
-      // Software that keeps the column-parallel layers' inputs split (Megatron) gathers them
-      // again for the weight gradients, beside the input-gradient matmuls; torchtitan saves the
-      // gathered input.
-      if (j.software.tp_dgrad_overlap) bwd += std::max(0.0, ag - mm[0]) + std::max(0.0, ag - mm[2]);
     }
     if (j.software.async_tp_symm_mem) {
       // PyTorch's SymmetricMemory ops run more on the compute stream than the matmul: a fused
