@@ -197,6 +197,13 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron.tp_dgrad_overlap = true;
     megatron.selective_reruns_flash = true;
     megatron.async_tp_userbuffers = true;
+    // Transformer Engine's fused LayerNorm + column-parallel linear (QKV, MLP up) writes its fp8
+    // output and gathers that under sequence parallelism (module/layernorm_linear.py: ln_out of
+    // torch.uint8 under fp8, gather_along_first_dim(ln_out); the backward regathers the saved fp8
+    // copy for the weight gradient), and the row-parallel layers' backward casts the output
+    // gradient to fp8 before its gather (module/base.py, grad_output_preprocess); the same in TE
+    // 1.2, 1.5 and 1.8. The reduce-scatters stay 16-bit.
+    megatron.tp_fp8_gathers = true;
     // Megatron-Core's VocabParallelCrossEntropy (tensor_parallel/cross_entropy.py; the fused
     // variant needs --cross-entropy-loss-fusion): forward logits.float() (e in, 4 out), max (4),
     // subtract in place (8), exp in place (8), sum (4), divide in place (8); backward multiply in
@@ -223,6 +230,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron21.tp_dgrad_overlap = false;
     megatron21.selective_reruns_flash = false;  // the legacy model (above)
     megatron21.async_tp_userbuffers = false;
+    megatron21.tp_fp8_gathers = false;     // no Transformer Engine in 2021
     megatron21.async_tp = false;           // Transformer Engine's userbuffers came in 2023
     megatron21.sequence_parallel = false;  // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
     c.push_back(megatron21);
@@ -234,6 +242,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.tp_dgrad_overlap = false;
     ds.selective_reruns_flash = false;  // Megatron-DeepSpeed runs the legacy model
     ds.async_tp_userbuffers = false;
+    ds.tp_fp8_gathers = false;  // Megatron's own layers, no Transformer Engine
     ds.name = "deepspeed";
     // DeepSpeed's accelerators (deepspeed/accelerator/): cuda (ROCm builds too) and npu (Ascend).
     ds.platforms = {"nvidia", "amd", "ascend"};

@@ -125,7 +125,8 @@ struct SoftwareProfile {
   // In fp8 with sequence parallelism, the blocks' all-gathers move fp8 (1 byte an element): the
   // input of QKV and of the MLP's up projection is cast before it is gathered, and so is the
   // output gradient of the attention output and MLP down before the backward's gather (torchao's
-  // PrepareFloat8ModuleInput and Float8RowwiseParallel, which torchtitan's TP plan uses); the
+  // PrepareFloat8ModuleInput and Float8RowwiseParallel, which torchtitan's TP plan uses;
+  // Transformer Engine's LayerNormLinear and grad_output_preprocess, under Megatron-Core); the
   // reduce-scatters stay 16-bit.
   bool tp_fp8_gathers = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:

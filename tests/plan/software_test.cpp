@@ -398,8 +398,41 @@ TEST(PlanSoftware, TorchtitanGathersFp8UnderTensorParallelism) {
   JobSpec bf16 = fp8, bf16_wide = wide;
   bf16.dtype = bf16_wide.dtype = Dtype::bf16;
   EXPECT_DOUBLE_EQ(step_time(m, c, bf16, l, 8).tp_comm, step_time(m, c, bf16_wide, l, 8).tp_comm);
-  EXPECT_FALSE(find_software("megatron").tp_fp8_gathers);
   EXPECT_TRUE(find_software("torchtitan-compile").tp_fp8_gathers);
+}
+
+// Transformer Engine under Megatron-Core gathers fp8 too: the fused LayerNorm writes the QKV and
+// MLP-up inputs in fp8 and gathers those (forward, and again for the weight gradient), and the
+// row-parallel layers' output gradients are cast before the backward's gather. Without
+// asynchronous TP, Megatron's forward gathers and the backward's output-gradient gathers wait
+// (four per layer), and the saved inputs' regathers run beside the input-gradient matmuls, so
+// fp8 gathers save at least those four gathers' halves and at most six. The legacy profiles
+// (no Transformer Engine) gather 16-bit.
+TEST(PlanSoftware, MegatronGathersFp8UnderTransformerEngine) {
+  const ModelSpec m = find_preset("llama3-70b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec fp8 = job_with("megatron", 8192, 64);
+  fp8.dtype = Dtype::fp8;
+  Layout l = layout(8, 1, 4, 1);
+  l.mb = 4;
+  l.sp = true;
+  ASSERT_TRUE(fp8.software.tp_fp8_gathers);
+  ASSERT_TRUE(fp8.software.tp_dgrad_overlap);
+  JobSpec wide = fp8;
+  wide.software.tp_fp8_gathers = false;
+  const double with = step_time(m, c, fp8, l, 8).tp_comm;
+  const double without = step_time(m, c, wide, l, 8).tp_comm;
+  const GroupPath g = group_path(c, l, Dim::tp);
+  const double act = 4.0 * 8192 * m.hidden * 2;  // a micro-batch's activation, 16-bit
+  const double half = all_gather_s(act, g) - all_gather_s(act / 2, g);
+  EXPECT_GE(without - with, 8 * m.n_layer * 4 * half * (1 - 1e-12));
+  EXPECT_LE(without - with, 8 * m.n_layer * 6 * half * (1 + 1e-12));
+  JobSpec bf16 = fp8, bf16_wide = wide;
+  bf16.dtype = bf16_wide.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(step_time(m, c, bf16, l, 8).tp_comm, step_time(m, c, bf16_wide, l, 8).tp_comm);
+  for (const char* legacy : {"megatron-2021", "deepspeed", "deepspeed-2021"})
+    EXPECT_FALSE(find_software(legacy).tp_fp8_gathers) << legacy;
+  EXPECT_TRUE(find_software("nemo").tp_fp8_gathers);
 }
 
 // ZeRO-3 under full recomputation: a regathering profile gathers each recomputed layer again

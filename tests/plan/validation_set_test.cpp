@@ -203,14 +203,14 @@ void print_detail(const PublishedRun& r, const Estimate& e) {
   const double gib = double(1 << 30);
   std::printf(
       "%s: %s, %lld micro-batches, step %.4g s = compute %.4g (recompute %.4g) + tp %.4g + cp "
-      "%.4g + p2p %.4g + zero %.4g + bubble %.4g + dp %.4g + optimizer %.4g; MFU %.1f%%, "
+      "%.4g + p2p %.4g + zero %.4g + bubble %.4g + dp %.4g (of %.4g) + optimizer %.4g; MFU %.1f%%, "
       "memory %.1f GiB = weights %.2f + grads %.2f + optimizer %.2f + activations %.2f + "
       "transient %.2f + allowance %.2f + reserved %.2f\n",
       r.id.c_str(), r.layout.to_string().c_str(), (long long)e.micro_batches, t.step, t.compute,
       t.recompute, t.tp_comm, t.cp_comm, t.pp_p2p, t.zero_exposed, t.bubble, t.dp_exposed,
-      t.optimizer, 100 * e.mfu, e.memory.total / gib, e.memory.weights / gib, e.memory.grads / gib,
-      e.memory.optimizer / gib, e.memory.activations / gib, e.memory.transient / gib,
-      e.memory.allowance / gib, e.memory.reserved / gib);
+      t.dp_comm, t.optimizer, 100 * e.mfu, e.memory.total / gib, e.memory.weights / gib,
+      e.memory.grads / gib, e.memory.optimizer / gib, e.memory.activations / gib,
+      e.memory.transient / gib, e.memory.allowance / gib, e.memory.reserved / gib);
 }
 
 std::vector<Scored> score(const std::vector<PublishedRun>& runs) {
