@@ -233,6 +233,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron21.tp_fp8_gathers = false;     // no Transformer Engine in 2021
     megatron21.async_tp = false;           // Transformer Engine's userbuffers came in 2023
     megatron21.sequence_parallel = false;  // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
+    megatron21.fp8 = false;                // fp8 came with Hopper and Transformer Engine (2022)
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
     // The Megatron-DeepSpeed forks of the published DeepSpeed runs (BigScience's of 2022, MT-NLG's
@@ -276,6 +277,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds2021.p2p_grads_split_tp = false;
     ds2021.bf16_optimizer = false;     // BF16_Optimizer came with #1801, 2022-04
     ds2021.sequence_parallel = false;  // the Megatron forks of 2021 had none
+    ds2021.fp8 = false;                // fp8 came with Hopper and Transformer Engine (2022)
     c.push_back(ds2021);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";
@@ -382,7 +384,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
         "kiln's own trainer: its fused kernels, attention at the device's measured "
         "attention_efficiency, gradients in the training dtype";
     kiln.source = "src/model, src/train; docs/performance.md";
-    kiln.fp8_cast_bytes_per_e = 1, kiln.fp8_cast_bytes_fixed = 2, kiln.fp8_cast_kernels = 1;
+    // The trainer's train.dtype is fp32 or bf16 (src/train/config.h, docs/training.md).
+    kiln.fp8 = kiln.fp16 = false;
     c.push_back(kiln);
     return c;
   }();
@@ -418,6 +421,26 @@ std::string software_device_problem(const SoftwareProfile& software, const Devic
       software.name, join_names(where, "and"), d.name,
       platform == "amd" || platform == "ascend" || platform == "nvidia" ? "n" : "",
       pretty(platform), join_names(fit, "or"));
+}
+
+std::string software_precision_problem(const SoftwareProfile& software, Dtype dt) {
+  auto trains = [&](const SoftwareProfile& s) {
+    return dt == Dtype::fp8 ? s.fp8 : dt == Dtype::fp16 ? s.fp16 : true;
+  };
+  if (trains(software)) return "";
+  std::vector<std::string> in = {"fp32", "bf16"}, fit;
+  if (software.fp16) in.push_back("fp16");
+  if (software.fp8) in.push_back("fp8");
+  for (const SoftwareProfile& s : software_catalog())
+    if (trains(s)) fit.push_back(s.name);
+  const char* name = dt == Dtype::fp8 ? "fp8" : "fp16";
+  const char* why = software.name == "kiln" ? " (its train.dtype)"
+                    : dt == Dtype::fp8      ? " (it predates fp8 training)"
+                                            : "";
+  return fmt::format(
+      "--software {} trains in {}{}, not {}: plan --dtype {} with --software {}, or this "
+      "software with --dtype bf16",
+      software.name, join_names(in, "or"), why, name, name, join_names(fit, "or"));
 }
 
 }  // namespace kiln::plan

@@ -86,6 +86,8 @@ struct SoftwareProfile {
   double fp8_cast_bytes_fixed = 0;
   int fp8_cast_kernels = 0;  // kernels per cast tensor
   bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
+  // The precisions the software trains in (--dtype); a job in another is refused.
+  bool fp8 = true, fp16 = true;
   // Has sequence parallelism (Megatron-LM since 2022-03; the search takes sp=1 with tp > 1 only
   // then, and a layout asking for it under software without it is refused).
   bool sequence_parallel = true;
@@ -220,5 +222,7 @@ const SoftwareProfile& find_software(const std::string& name);
 // Why `software` cannot plan a job on `d` ("" when it can): the software does not run on the
 // device's family; the message names the profiles that do.
 std::string software_device_problem(const SoftwareProfile& software, const DeviceSpec& d);
+// Why `software` cannot train in `dt` ("" when it can); the message names the profiles that do.
+std::string software_precision_problem(const SoftwareProfile& software, Dtype dt);
 
 }  // namespace kiln::plan

@@ -913,5 +913,42 @@ TEST(PlanSoftware, EachProfileRunsOnItsOwnDevices) {
       << r.output;
 }
 
+// A profile plans only the precisions its software trains in: the 2021 codes predate fp8, and
+// kiln's own trainer takes train.dtype fp32 or bf16. The planner's check refuses such a layout,
+// the CLI refuses the job naming the profiles that do train in it, and the others plan it.
+TEST(PlanSoftware, EachProfileTrainsInItsOwnPrecisions) {
+  const std::string old = software_precision_problem(find_software("megatron-2021"), Dtype::fp8);
+  EXPECT_NE(old.find("--software megatron-2021 trains in fp32, bf16 or fp16 (it predates fp8 "
+                     "training), not fp8: plan --dtype fp8 with --software megatron, nemo, "
+                     "deepspeed, fsdp"),
+            std::string::npos)
+      << old;
+  EXPECT_NE(software_precision_problem(find_software("deepspeed-2021"), Dtype::fp8), "");
+  const std::string kiln = software_precision_problem(find_software("kiln"), Dtype::fp16);
+  EXPECT_NE(kiln.find("--software kiln trains in fp32 or bf16 (its train.dtype), not fp16"),
+            std::string::npos)
+      << kiln;
+  EXPECT_NE(software_precision_problem(find_software("kiln"), Dtype::fp8), "");
+  for (const SoftwareProfile& s : software_catalog()) {
+    EXPECT_EQ(software_precision_problem(s, Dtype::bf16), "") << s.name;
+    EXPECT_EQ(software_precision_problem(s, Dtype::fp32), "") << s.name;
+  }
+  for (const char* name : {"megatron", "nemo", "deepspeed", "fsdp", "torchtitan-compile"})
+    EXPECT_EQ(software_precision_problem(find_software(name), Dtype::fp8), "") << name;
+  const ModelSpec m = find_preset("llama2-7b").model;
+  const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
+  JobSpec j = job_with("megatron-2021");
+  j.dtype = Dtype::fp8;
+  EXPECT_NE(layout_problem(m, c, j, layout(1, 1, 32, 1)).find("predates fp8"), std::string::npos);
+  j.software = find_software("megatron");
+  EXPECT_EQ(layout_problem(m, c, j, layout(1, 1, 32, 1)), "");
+  auto r = kiln::testing::run_kiln(
+      "plan --model llama2-7b --gpu h100-sxm --nodes 4 --software deepspeed-2021 --dtype fp8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--software deepspeed-2021 trains in fp32, bf16 or fp16"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace kiln::plan
