@@ -23,10 +23,16 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   const double rep = l.sp ? 1.0 / t : 1.0;
   const double drop = m.dropout ? 1.0 : 0.0;
   if (r == Recompute::full) return n * h * e * rep;
-  double replicated = 4 * h * e + 2 * h * drop;
-  // Q and K, V and the attention output (K and V of replicated heads are whole on every rank).
-  double split = (a * d * e + a * d * e) + t * (2 * g_rank * d * e);
-  split += (m.ffn == FfnKind::swiglu ? 3 : 2) * f * e;
+  // The linear layers' kept inputs: 16-bit, or fp8 where the software keeps the fp8 cast.
+  const bool fp8_kept = j.dtype == Dtype::fp8 && j.software.fp8_saves_fp8_inputs;
+  const double in = fp8_kept ? 1.0 : e;
+  // The two norms' inputs (the residual stream) and outputs (the QKV and MLP-up inputs).
+  double replicated = 2 * h * e + 2 * h * in + 2 * h * drop;
+  // Q and K, V and the attention output (K and V of replicated heads are whole on every rank);
+  // in fp8 the output projection keeps its own fp8 copy of the attention output.
+  double split = (a * d * e + a * d * e) + t * (2 * g_rank * d * e) + (fp8_kept ? a * d : 0.0);
+  // The MLP's up projection output (both halves for SwiGLU) and the down projection's input.
+  split += (m.ffn == FfnKind::swiglu ? 2 : 1) * f * e + f * in;
   if (j.flash_attention)
     split += a * 4;  // the fp32 log-sum-exp per query head and token
   else if (r == Recompute::none)

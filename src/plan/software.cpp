@@ -204,6 +204,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // gradient to fp8 before its gather (module/base.py, grad_output_preprocess); the same in TE
     // 1.2, 1.5 and 1.8. The reduce-scatters stay 16-bit.
     megatron.tp_fp8_gathers = true;
+    megatron.fp8_saves_fp8_inputs = true;  // Transformer Engine (software.h)
     // Megatron-Core's VocabParallelCrossEntropy (tensor_parallel/cross_entropy.py; the fused
     // variant needs --cross-entropy-loss-fusion): forward logits.float() (e in, 4 out), max (4),
     // subtract in place (8), exp in place (8), sum (4), divide in place (8); backward multiply in
@@ -293,6 +294,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
     fsdp.rmsnorm = rmsnorm_eager, fsdp.rotary = rotary_eager, fsdp.swiglu = swiglu_eager;
     fsdp.fp8_cast_bytes_per_e = 1, fsdp.fp8_cast_bytes_fixed = 2;  // Transformer Engine (amp_fp8)
     fsdp.fp8_cast_kernels = 1;
+    // Composer's amp_fp8 runs Transformer Engine's te.Linear (llm-foundry's fc_type: te).
+    fsdp.fp8_saves_fp8_inputs = true;
     fsdp.zero2_unit_gathers = true;
     // Composer applies activation checkpointing inside the FSDP units (FSDP(CheckpointWrapper(
     // block))), metaseq likewise (fsdp_wrap(checkpoint_wrapper(layer))): the recomputed forward
@@ -333,6 +336,9 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // once"; the row-parallel output's gradient is cast (_NoopFwToFloat8BwDynamic) before the
     // backward's gather. The LM head is a plain ColwiseParallel (16-bit).
     tt.tp_fp8_gathers = true;
+    // torchao's Float8Linear (float8_linear.py, matmul_with_hp_or_float8_args) saves the input it
+    // is given: 16-bit, except what the TP plan cast before its gather (not modelled).
+    tt.fp8_saves_fp8_inputs = false;
     // train.py: cross_entropy(pred.flatten(0, 1).float(), labels), eager under both profiles
     // ("compiling loss function causes CUDA errors, turning off for now"): the cast (e in, 4
     // out), log_softmax (reads the row three times: max, sum of exp, output; writes it: 16);

@@ -131,6 +131,13 @@ struct SoftwareProfile {
   // Transformer Engine's LayerNormLinear and grad_output_preprocess, under Megatron-Core); the
   // reduce-scatters stay 16-bit.
   bool tp_fp8_gathers = false;
+  // In fp8, the linear layers keep their fp8 input for the weight gradient instead of the 16-bit
+  // one (Transformer Engine from 0.10 to 1.8: LayerNormLinear saves its fp8 ln_out, Linear its
+  // fp8 input or its transpose), so the inputs of QKV, MLP up and MLP down are kept in 1 byte an
+  // element, and the attention output, which the flash kernel keeps in 16 bits for its own
+  // backward, gains the output projection's fp8 copy. torchao's Float8Linear keeps what it is
+  // given (16-bit unless the TP plan cast it): off.
+  bool fp8_saves_fp8_inputs = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;

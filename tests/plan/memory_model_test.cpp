@@ -116,6 +116,48 @@ TEST(PlanMemoryModel, ActivationsMatchKorthikanti) {
                    layer_activation_bytes(s.model, s.job, l, Recompute::attention));
 }
 
+// Transformer Engine in fp8 keeps its linear layers' fp8 inputs for the weight gradient
+// (LayerNormLinear's ln_out, Linear's input or its transpose), not the 16-bit tensors: with
+// sequence parallelism the two norms' outputs (QKV and MLP-up inputs, h each, split over t) and
+// the MLP-down input (4h for GPT-3's GELU MLP, split) drop from 2 bytes to 1, and the output
+// projection adds a 1-byte copy of the attention output (h, split), which the flash kernel
+// keeps in 16 bits: 2h/t + 4h/t − h/t = 5h/t bytes less per token and layer. A SwiGLU MLP's
+// down input is the ffn width. Software that keeps 16 bits (torchao's Float8Linear under
+// torchtitan), bf16 jobs and full recomputation do not change.
+TEST(PlanMemoryModel, TransformerEngineKeepsFp8InputsForTheBackward) {
+  Planned s = planned("gpt3-175b", "h100-sxm", 1, Dtype::fp8, true);
+  s.job.software = find_software("megatron");
+  ASSERT_TRUE(s.job.software.fp8_saves_fp8_inputs);
+  const double S = 2048, b = 2, h = 12288, t = 8;
+  Layout l;
+  l.tp = 8, l.mb = 2, l.dp = 1, l.sp = true;
+  JobSpec wide = s.job;
+  wide.software.fp8_saves_fp8_inputs = false;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, wide, l, Recompute::none) -
+                       layer_activation_bytes(s.model, s.job, l, Recompute::none),
+                   S * b * 5 * h / t);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, wide, l, Recompute::full),
+                   layer_activation_bytes(s.model, s.job, l, Recompute::full));
+  JobSpec bf16 = s.job, bf16_wide = wide;
+  bf16.dtype = bf16_wide.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, bf16, l, Recompute::none),
+                   layer_activation_bytes(s.model, bf16_wide, l, Recompute::none));
+  Planned llama = planned("llama3-8b", "h100-sxm", 1, Dtype::fp8, true);
+  llama.job.software = find_software("fsdp");  // Composer's amp_fp8: TE's te.Linear
+  ASSERT_TRUE(llama.job.software.fp8_saves_fp8_inputs);
+  JobSpec llama_wide = llama.job;
+  llama_wide.software.fp8_saves_fp8_inputs = false;
+  Layout one;
+  one.dp = 8, one.mb = 1;
+  const double n = llama.job.seq_len, H = llama.model.hidden, F = llama.model.ffn_hidden;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(llama.model, llama_wide, one, Recompute::none) -
+                       layer_activation_bytes(llama.model, llama.job, one, Recompute::none),
+                   n * (2 * H + F - H));
+  EXPECT_FALSE(find_software("torchtitan").fp8_saves_fp8_inputs);
+  EXPECT_FALSE(find_software("torchtitan-compile").fp8_saves_fp8_inputs);
+  EXPECT_TRUE(find_software("nemo").fp8_saves_fp8_inputs);
+}
+
 // 1F1B: stage k keeps min(m, p − k) micro-batches, so the first stage holds p × L/p = L layers'
 // worth; the interleaved schedule multiplies that by 1 + (p − 1)/(p·v) (Korthikanti et al.,
 // section 4.2.3).
