@@ -378,7 +378,8 @@ void plan(const PlanOpts& o, const Given& g) {
   if (const std::string p = software_device_problem(job.software, cluster.device); !p.empty())
     fail("{}", p);
   if (const std::string p = precision_problem(cluster.device, job.dtype); !p.empty()) fail("{}", p);
-  if (const std::string p = software_precision_problem(job.software, job.dtype); !p.empty())
+  if (const std::string p = software_precision_problem(job.software, job.dtype, &cluster.device);
+      !p.empty())
     fail("{}", p);
   if (const std::string p = attention_kernel_problem(cluster.device, job); !p.empty())
     fail("{}", p);

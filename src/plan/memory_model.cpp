@@ -28,9 +28,14 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   const double in = fp8_kept ? 1.0 : e;
   // The two norms' inputs (the residual stream) and outputs (the QKV and MLP-up inputs).
   double replicated = 2 * h * e + 2 * h * in + 2 * h * drop;
-  // Q and K, V and the attention output (K and V of replicated heads are whole on every rank);
-  // in fp8 the output projection keeps its own fp8 copy of the attention output.
-  double split = (a * d * e + a * d * e) + t * (2 * g_rank * d * e) + (fp8_kept ? a * d : 0.0);
+  // Q and K, V (K and V of replicated heads are whole on every rank) and the attention output,
+  // which the output projection keeps as its input: the same tensor in 16 bits; in fp8 its own
+  // fp8 copy, besides the 16-bit one a flash kernel keeps for its backward (not when the core
+  // attention is recomputed, nor unfused, where only the projection keeps it).
+  const bool flash_keeps_out =
+      j.flash_attention && !(r == Recompute::attention && reruns_attention_core(j));
+  const double out = fp8_kept ? 1.0 + (flash_keeps_out ? e : 0.0) : e;
+  double split = (a * d * e + a * d * out) + t * (2 * g_rank * d * e);
   // The MLP's up projection output (both halves for SwiGLU) and the down projection's input.
   split += (m.ffn == FfnKind::swiglu ? 2 : 1) * f * e + f * in;
   if (j.flash_attention)

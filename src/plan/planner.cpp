@@ -95,7 +95,8 @@ std::string layout_problem(const ModelSpec& m, const ClusterSpec& c, const JobSp
                            const Layout& l) {
   if (std::string p = software_device_problem(j.software, c.device); !p.empty()) return p;
   if (std::string p = precision_problem(c.device, j.dtype); !p.empty()) return p;
-  if (std::string p = software_precision_problem(j.software, j.dtype); !p.empty()) return p;
+  if (std::string p = software_precision_problem(j.software, j.dtype, &c.device); !p.empty())
+    return p;
   if (std::string p = c.size_problem(); !p.empty()) return p;
   std::string tp = tp_problem(m, c, l);
   if (!tp.empty()) return tp;

@@ -235,6 +235,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron21.async_tp = false;           // Transformer Engine's userbuffers came in 2023
     megatron21.sequence_parallel = false;  // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
     megatron21.fp8 = false;                // fp8 came with Hopper and Transformer Engine (2022)
+    megatron21.fp8_saves_fp8_inputs = false;
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
     // The Megatron-DeepSpeed forks of the published DeepSpeed runs (BigScience's of 2022, MT-NLG's
@@ -244,7 +245,12 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.tp_dgrad_overlap = false;
     ds.selective_reruns_flash = false;  // Megatron-DeepSpeed runs the legacy model
     ds.async_tp_userbuffers = false;
-    ds.tp_fp8_gathers = false;  // Megatron's own layers, no Transformer Engine
+    // Megatron's own layers, no Transformer Engine: BigScience's fork has no fp8, and Microsoft's
+    // gained it (--fp8-*, transformer_impl transformer_engine) only with the 2023 rebase that this
+    // profile leaves out.
+    ds.tp_fp8_gathers = false;
+    ds.fp8_saves_fp8_inputs = false;
+    ds.fp8 = false;
     ds.name = "deepspeed";
     // DeepSpeed's accelerators (deepspeed/accelerator/): cuda (ROCm builds too) and npu (Ascend).
     ds.platforms = {"nvidia", "amd", "ascend"};
@@ -278,7 +284,6 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds2021.p2p_grads_split_tp = false;
     ds2021.bf16_optimizer = false;     // BF16_Optimizer came with #1801, 2022-04
     ds2021.sequence_parallel = false;  // the Megatron forks of 2021 had none
-    ds2021.fp8 = false;                // fp8 came with Hopper and Transformer Engine (2022)
     c.push_back(ds2021);
     SoftwareProfile fsdp;
     fsdp.name = "fsdp";
@@ -339,6 +344,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // torchao's Float8Linear (float8_linear.py, matmul_with_hp_or_float8_args) saves the input it
     // is given: 16-bit, except what the TP plan cast before its gather (not modelled).
     tt.fp8_saves_fp8_inputs = false;
+    // config_manager.py: --training.mixed_precision_param chooses bfloat16 or float32 only.
+    tt.fp16 = false;
     // train.py: cross_entropy(pred.flatten(0, 1).float(), labels), eager under both profiles
     // ("compiling loss function causes CUDA errors, turning off for now"): the cast (e in, 4
     // out), log_softmax (reads the row three times: max, sum of exp, output; writes it: 16);
@@ -429,24 +436,35 @@ std::string software_device_problem(const SoftwareProfile& software, const Devic
       pretty(platform), join_names(fit, "or"));
 }
 
-std::string software_precision_problem(const SoftwareProfile& software, Dtype dt) {
-  auto trains = [&](const SoftwareProfile& s) {
-    return dt == Dtype::fp8 ? s.fp8 : dt == Dtype::fp16 ? s.fp16 : true;
+std::string software_precision_problem(const SoftwareProfile& software, Dtype dt,
+                                       const DeviceSpec* device) {
+  auto trains = [](const SoftwareProfile& s, Dtype x) {
+    return x == Dtype::fp8 ? s.fp8 : x == Dtype::fp16 ? s.fp16 : true;
   };
-  if (trains(software)) return "";
-  std::vector<std::string> in = {"fp32", "bf16"}, fit;
-  if (software.fp16) in.push_back("fp16");
-  if (software.fp8) in.push_back("fp8");
+  if (trains(software, dt)) return "";
+  std::vector<std::string> in, fit, here;
+  for (Dtype x : {Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
+    if (!trains(software, x)) continue;
+    in.push_back(dtype_name(x));
+    if (!device || precision_problem(*device, x).empty()) here.push_back(dtype_name(x));
+  }
   for (const SoftwareProfile& s : software_catalog())
-    if (trains(s)) fit.push_back(s.name);
-  const char* name = dt == Dtype::fp8 ? "fp8" : "fp16";
+    if (trains(s, dt) && (!device || software_device_problem(s, *device).empty()))
+      fit.push_back(s.name);
   const char* why = software.name == "kiln" ? " (its train.dtype)"
                     : dt == Dtype::fp8      ? " (it predates fp8 training)"
                                             : "";
-  return fmt::format(
-      "--software {} trains in {}{}, not {}: plan --dtype {} with --software {}, or this "
-      "software with --dtype bf16",
-      software.name, join_names(in, "or"), why, name, name, join_names(fit, "or"));
+  std::string out = fmt::format("--software {} trains in {}{}, not {}", software.name,
+                                join_names(in, "or"), why, dtype_name(dt));
+  std::vector<std::string> ways;
+  if (!fit.empty())
+    ways.push_back(fmt::format("plan --dtype {} with --software {}{}", dtype_name(dt),
+                               join_names(fit, "or"),
+                               device ? " (the profiles that run on " + device->name + ")" : ""));
+  if (!here.empty())
+    ways.push_back(fmt::format("this software with --dtype {}", join_names(here, "or")));
+  if (ways.empty()) return out + fmt::format(", and it trains in nothing {} has", device->name);
+  return out + ": " + ways[0] + (ways.size() > 1 ? "; or " + ways[1] : "");
 }
 
 }  // namespace kiln::plan

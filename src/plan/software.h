@@ -229,7 +229,10 @@ const SoftwareProfile& find_software(const std::string& name);
 // Why `software` cannot plan a job on `d` ("" when it can): the software does not run on the
 // device's family; the message names the profiles that do.
 std::string software_device_problem(const SoftwareProfile& software, const DeviceSpec& d);
-// Why `software` cannot train in `dt` ("" when it can); the message names the profiles that do.
-std::string software_precision_problem(const SoftwareProfile& software, Dtype dt);
+// Why `software` cannot train in `dt` ("" when it can); the message names the profiles that do
+// (those that run on `device`, when given) and the precisions this software trains in that the
+// device has.
+std::string software_precision_problem(const SoftwareProfile& software, Dtype dt,
+                                       const DeviceSpec* device = nullptr);
 
 }  // namespace kiln::plan

@@ -225,11 +225,12 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
                                     : tp_one;
   double tp_layer = tp_block * (4 + 2 * l.full_share());
   // A column-parallel linear's backward collectives as Megatron runs them (below): the input
-  // gradient's all-reduce (reduce-scatter with sp) and, with sp, the saved input's gather (of the
-  // fp8 copy where the forward gathered fp8; the row-parallel layers' output-gradient gathers
-  // likewise).
+  // gradient's all-reduce (reduce-scatter with sp) and, with sp, the saved input's gather: of the
+  // fp8 copy in a block whose forward gathered fp8 (the row-parallel layers' output-gradient
+  // gathers likewise), 16-bit for the LM head (Megatron's own ColumnParallelLinear, not fp8).
   const double col_input_grad = l.sp ? reduce_scatter_s(act, tpg) : all_reduce_s(act, tpg);
   const double col_gather = l.sp ? all_gather_s(ag_bytes, tpg) : 0.0;
+  const double head_gather = l.sp ? all_gather_s(act, tpg) : 0.0;
   double tp_layer_hidden = 0;  // NCCL collectives run beside a matmul (they slow it: contention)
   if (l.tp > 1 && !l.async_tp && j.software.tp_dgrad_overlap) {
     // Megatron-LM since 2021-09 (tensor_parallel/layers.py,
@@ -331,9 +332,9 @@ TimeBreakdown step_time(const ModelSpec& m, const ClusterSpec& c, const JobSpec&
   if (l.tp > 1 && j.software.tp_dgrad_overlap) {
     const double dgrad = r.matmul(n, m.hidden, V / t), wgrad = r.matmul(m.hidden, V / t, n);
     const double exposed =
-        std::max(0.0, col_input_grad - wgrad) + std::max(0.0, col_gather - dgrad);
-    head_tp = col_gather + exposed;
-    head_tp_hidden = col_input_grad + col_gather - exposed;
+        std::max(0.0, col_input_grad - wgrad) + std::max(0.0, head_gather - dgrad);
+    head_tp = head_gather + exposed;
+    head_tp_hidden = col_input_grad + head_gather - exposed;
   }
 
   // Pipeline sends, once per virtual stage: the boundary activation forward and its gradient

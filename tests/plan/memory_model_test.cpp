@@ -138,6 +138,12 @@ TEST(PlanMemoryModel, TransformerEngineKeepsFp8InputsForTheBackward) {
                    S * b * 5 * h / t);
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, wide, l, Recompute::full),
                    layer_activation_bytes(s.model, s.job, l, Recompute::full));
+  // Megatron-Core's selective recomputation checkpoints the core attention, so no flash kernel
+  // keeps its 16-bit output: the projection's fp8 copy is the only one, h/t saved instead of
+  // h/t added.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, wide, l, Recompute::attention) -
+                       layer_activation_bytes(s.model, s.job, l, Recompute::attention),
+                   S * b * 7 * h / t);
   JobSpec bf16 = s.job, bf16_wide = wide;
   bf16.dtype = bf16_wide.dtype = Dtype::bf16;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, bf16, l, Recompute::none),

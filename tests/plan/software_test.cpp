@@ -427,6 +427,15 @@ TEST(PlanSoftware, MegatronGathersFp8UnderTransformerEngine) {
   const double half = all_gather_s(act, g) - all_gather_s(act / 2, g);
   EXPECT_GE(without - with, 8 * m.n_layer * 4 * half * (1 - 1e-12));
   EXPECT_LE(without - with, 8 * m.n_layer * 6 * half * (1 + 1e-12));
+  // On a link so slow that every gather outlasts the matmul beside it, each of the six gathers
+  // per layer is exposed beyond that matmul, so fp8 saves exactly six halves per layer; the LM
+  // head (Megatron's own ColumnParallelLinear) gathers 16 bits either way.
+  ClusterSpec slow = c;
+  slow.intra_link_gbs = 0.5;
+  const GroupPath gs = group_path(slow, l, Dim::tp);
+  const double slow_half = all_gather_s(act, gs) - all_gather_s(act / 2, gs);
+  EXPECT_NEAR(step_time(m, slow, wide, l, 8).tp_comm - step_time(m, slow, fp8, l, 8).tp_comm,
+              8 * m.n_layer * 6 * slow_half, 1e-9 * step_time(m, slow, wide, l, 8).tp_comm);
   JobSpec bf16 = fp8, bf16_wide = wide;
   bf16.dtype = bf16_wide.dtype = Dtype::bf16;
   EXPECT_DOUBLE_EQ(step_time(m, c, bf16, l, 8).tp_comm, step_time(m, c, bf16_wide, l, 8).tp_comm);
@@ -913,27 +922,44 @@ TEST(PlanSoftware, EachProfileRunsOnItsOwnDevices) {
       << r.output;
 }
 
-// A profile plans only the precisions its software trains in: the 2021 codes predate fp8, and
-// kiln's own trainer takes train.dtype fp32 or bf16. The planner's check refuses such a layout,
-// the CLI refuses the job naming the profiles that do train in it, and the others plan it.
+// A profile plans only the precisions its software trains in: the 2021 codes and the Megatron-
+// DeepSpeed forks the deepspeed profile models predate fp8 (Transformer Engine), torchtitan's
+// mixed precision is bf16 or fp32, and kiln's own trainer takes train.dtype fp32 or bf16. The
+// planner's check refuses such a layout, the CLI refuses the job naming the profiles that do
+// train in it (on the device, when there is one) and what this software could do instead.
 TEST(PlanSoftware, EachProfileTrainsInItsOwnPrecisions) {
   const std::string old = software_precision_problem(find_software("megatron-2021"), Dtype::fp8);
-  EXPECT_NE(old.find("--software megatron-2021 trains in fp32, bf16 or fp16 (it predates fp8 "
-                     "training), not fp8: plan --dtype fp8 with --software megatron, nemo, "
-                     "deepspeed, fsdp"),
-            std::string::npos)
-      << old;
-  EXPECT_NE(software_precision_problem(find_software("deepspeed-2021"), Dtype::fp8), "");
+  EXPECT_EQ(old,
+            "--software megatron-2021 trains in fp32, bf16 or fp16 (it predates fp8 training), "
+            "not fp8: plan --dtype fp8 with --software megatron, nemo, fsdp, fsdp-compile, "
+            "torchtitan, torchtitan-compile or maxtext; or this software with --dtype fp32, bf16 "
+            "or fp16");
+  for (const char* name : {"deepspeed", "deepspeed-2021", "kiln"})
+    EXPECT_NE(software_precision_problem(find_software(name), Dtype::fp8), "") << name;
+  for (const char* name : {"torchtitan", "torchtitan-compile", "kiln"})
+    EXPECT_NE(software_precision_problem(find_software(name), Dtype::fp16), "") << name;
   const std::string kiln = software_precision_problem(find_software("kiln"), Dtype::fp16);
   EXPECT_NE(kiln.find("--software kiln trains in fp32 or bf16 (its train.dtype), not fp16"),
             std::string::npos)
       << kiln;
-  EXPECT_NE(software_precision_problem(find_software("kiln"), Dtype::fp8), "");
+  // On a device: only the profiles that run there, and only the precisions it has. The Ascend
+  // 910 multiplies fp16 only, which kiln's trainer does not train in.
+  const DeviceSpec& ascend = find_device("ascend-910");
+  const std::string on_ascend =
+      software_precision_problem(find_software("kiln"), Dtype::fp16, &ascend);
+  EXPECT_EQ(on_ascend,
+            "--software kiln trains in fp32 or bf16 (its train.dtype), not fp16: plan --dtype fp16 "
+            "with --software megatron, deepspeed, fsdp or fsdp-compile (the profiles that run on "
+            "ascend-910)");
+  const std::string on_h100 = software_precision_problem(find_software("torchtitan"), Dtype::fp16,
+                                                         &find_device("h100-sxm"));
+  EXPECT_NE(on_h100.find("; or this software with --dtype fp32, bf16 or fp8"), std::string::npos)
+      << on_h100;
   for (const SoftwareProfile& s : software_catalog()) {
     EXPECT_EQ(software_precision_problem(s, Dtype::bf16), "") << s.name;
     EXPECT_EQ(software_precision_problem(s, Dtype::fp32), "") << s.name;
   }
-  for (const char* name : {"megatron", "nemo", "deepspeed", "fsdp", "torchtitan-compile"})
+  for (const char* name : {"megatron", "nemo", "fsdp", "torchtitan-compile"})
     EXPECT_EQ(software_precision_problem(find_software(name), Dtype::fp8), "") << name;
   const ModelSpec m = find_preset("llama2-7b").model;
   const ClusterSpec c = default_cluster(find_device("h100-sxm"), 4);
