@@ -26,8 +26,14 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   // The linear layers' kept inputs: 16-bit, or fp8 where the software keeps the fp8 cast.
   const bool fp8_kept = j.dtype == Dtype::fp8 && j.software.fp8_saves_fp8_inputs;
   const double in = fp8_kept ? 1.0 : e;
-  // The two norms' inputs (the residual stream) and outputs (the QKV and MLP-up inputs).
-  double replicated = 2 * h * e + 2 * h * in + 2 * h * drop;
+  // The QKV and MLP-up inputs (the norms' outputs): with sequence parallelism each rank keeps its
+  // 1/t of the sequence and gathers it again in backward (Megatron), or keeps the gathered whole
+  // (DTensor TP), which is fp8 where the gather was.
+  const bool whole = j.software.tp_keeps_gathered_inputs && l.tp > 1 && l.sp;
+  const double norm_out =
+      whole ? h * (j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers ? 1 : in) : h * in * rep;
+  // The two norms' inputs (the residual stream) and dropout's masks, split with sp.
+  const double replicated = 2 * h * e + 2 * h * drop;
   // Q and K, V (K and V of replicated heads are whole on every rank) and the attention output,
   // which the output projection keeps as its input: the same tensor in 16 bits; in fp8 its own
   // fp8 copy, besides the 16-bit one a flash kernel keeps for its backward (not when the core
@@ -42,7 +48,7 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
     split += a * 4;  // the fp32 log-sum-exp per query head and token
   else if (r == Recompute::none)
     split += a * s * (e + drop * (1 + e));
-  return n * (replicated * rep + split / t);
+  return n * (replicated * rep + 2 * norm_out + split / t);
 }
 
 double kept_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout& l) {

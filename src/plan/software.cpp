@@ -344,6 +344,10 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // torchao's Float8Linear (float8_linear.py, matmul_with_hp_or_float8_args) saves the input it
     // is given: 16-bit, except what the TP plan cast before its gather (not modelled).
     tt.fp8_saves_fp8_inputs = false;
+    // parallelize_llama.py (apply_tp): "attention" and "feed_forward" get PrepareModuleInput
+    // (Shard(1) -> Replicate()), and wq/wk/wv and w1/w3 are ColwiseParallel linears of that
+    // replicated input, which autograd keeps for their weight gradients (memory_model.cpp).
+    tt.tp_keeps_gathered_inputs = true;
     // config_manager.py: --training.mixed_precision_param chooses bfloat16 or float32 only.
     tt.fp16 = false;
     // train.py: cross_entropy(pred.flatten(0, 1).float(), labels), eager under both profiles

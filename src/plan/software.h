@@ -138,6 +138,10 @@ struct SoftwareProfile {
   // backward, gains the output projection's fp8 copy. torchao's Float8Linear keeps what it is
   // given (16-bit unless the TP plan cast it): off.
   bool fp8_saves_fp8_inputs = false;
+  // Tensor parallelism by DTensor (torchtitan): PrepareModuleInput gathers the attention's and
+  // the MLP's input over the sequence, and the column-parallel linears keep that gathered tensor
+  // for their weight gradients, where Megatron keeps its 1/tp shard and gathers it again.
+  bool tp_keeps_gathered_inputs = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;

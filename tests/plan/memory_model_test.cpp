@@ -160,8 +160,39 @@ TEST(PlanMemoryModel, TransformerEngineKeepsFp8InputsForTheBackward) {
                        layer_activation_bytes(llama.model, llama.job, one, Recompute::none),
                    n * (2 * H + F - H));
   EXPECT_FALSE(find_software("torchtitan").fp8_saves_fp8_inputs);
+  EXPECT_FALSE(find_software("megatron").tp_keeps_gathered_inputs);
   EXPECT_FALSE(find_software("torchtitan-compile").fp8_saves_fp8_inputs);
   EXPECT_TRUE(find_software("nemo").fp8_saves_fp8_inputs);
+}
+
+// torchtitan's TP plan (DTensor) gathers the attention's and the MLP's input over the sequence
+// (PrepareModuleInput, Shard(1) -> Replicate()) and its column-parallel linears keep that whole
+// tensor for their weight gradients, where Megatron keeps its 1/t shard and gathers it again:
+// with sequence parallelism the two inputs cost 2h·e per token instead of 2h·e/t. Under fp8 the
+// gathered tensor is torchao's fp8 cast (1 byte). Without tensor parallelism nothing changes.
+TEST(PlanMemoryModel, TorchtitanKeepsTheGatheredBlockInputs) {
+  Planned s = planned("llama3-70b", "h100-sxm", 1, Dtype::bf16, true);
+  s.job.software = find_software("torchtitan");
+  ASSERT_TRUE(s.job.software.tp_keeps_gathered_inputs);
+  JobSpec split = s.job;
+  split.software.tp_keeps_gathered_inputs = false;
+  Layout l;
+  l.tp = 8, l.mb = 1, l.dp = 1, l.sp = true;
+  const double n = s.job.seq_len, h = s.model.hidden;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none) -
+                       layer_activation_bytes(s.model, split, l, Recompute::none),
+                   n * 2 * h * 2 * (1 - 1.0 / 8));
+  JobSpec fp8 = s.job, fp8_split = split;
+  fp8.dtype = fp8_split.dtype = Dtype::fp8;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, fp8, l, Recompute::none) -
+                       layer_activation_bytes(s.model, fp8_split, l, Recompute::none),
+                   n * 2 * h * (1 - 2.0 / 8));
+  Layout one;
+  one.dp = 8, one.mb = 1;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, one, Recompute::none),
+                   layer_activation_bytes(s.model, split, one, Recompute::none));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::full),
+                   layer_activation_bytes(s.model, split, l, Recompute::full));
 }
 
 // 1F1B: stage k keeps min(m, p − k) micro-batches, so the first stage holds p × L/p = L layers'
