@@ -23,15 +23,21 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   const double rep = l.sp ? 1.0 / t : 1.0;
   const double drop = m.dropout ? 1.0 : 0.0;
   if (r == Recompute::full) return n * h * e * rep;
-  // The linear layers' kept inputs: 16-bit, or fp8 where the software keeps the fp8 cast.
-  const bool fp8_kept = j.dtype == Dtype::fp8 && j.software.fp8_saves_fp8_inputs;
-  const double in = fp8_kept ? 1.0 : e;
-  // The QKV and MLP-up inputs (the norms' outputs): with sequence parallelism each rank keeps its
-  // 1/t of the sequence and gathers it again in backward (Megatron), or keeps the gathered whole
-  // (DTensor TP), which is fp8 where the gather was.
-  const bool whole = j.software.tp_keeps_gathered_inputs && l.tp > 1 && l.sp;
-  const double norm_out =
-      whole ? h * (j.dtype == Dtype::fp8 && j.software.tp_fp8_gathers ? 1 : in) : h * in * rep;
+  // The linear layers' kept inputs: 16-bit, or fp8 where the software keeps the fp8 cast
+  // (Transformer Engine). torchao's Float8Linear keeps what it is given, which under torchtitan's
+  // fp8 TP plan is the fp8 cast for every linear (PrepareFloat8ModuleInput before the gather,
+  // Float8RowwiseParallel before the attention output and MLP down).
+  const bool fp8 = j.dtype == Dtype::fp8;
+  const bool fp8_kept = fp8 && j.software.fp8_saves_fp8_inputs;
+  const bool dtensor_tp = j.software.tp_keeps_gathered_inputs && l.tp > 1;
+  const bool fp8_row_kept = fp8_kept || (fp8 && j.software.tp_fp8_gathers && dtensor_tp);
+  const double in = fp8_kept ? 1.0 : e, row_in = fp8_row_kept ? 1.0 : e;
+  // The norms' outputs, the QKV and MLP-up inputs: with sequence parallelism each rank keeps its
+  // 1/t of the sequence and gathers it again in backward (Megatron). DTensor TP keeps the gathered
+  // whole for the linears (fp8 where the gather was), and torchtitan's eager RMSNorm keeps its
+  // normalised output (sharded) for the weight's gradient besides.
+  double norm_out = h * in * rep;
+  if (dtensor_tp && l.sp) norm_out += h * (fp8 && j.software.tp_fp8_gathers ? 1.0 : e);
   // The two norms' inputs (the residual stream) and dropout's masks, split with sp.
   const double replicated = 2 * h * e + 2 * h * drop;
   // Q and K, V (K and V of replicated heads are whole on every rank) and the attention output,
@@ -40,10 +46,10 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   // attention is recomputed, nor unfused, where only the projection keeps it).
   const bool flash_keeps_out =
       j.flash_attention && !(r == Recompute::attention && reruns_attention_core(j));
-  const double out = fp8_kept ? 1.0 + (flash_keeps_out ? e : 0.0) : e;
+  const double out = fp8_row_kept ? 1.0 + (flash_keeps_out ? e : 0.0) : e;
   double split = (a * d * e + a * d * out) + t * (2 * g_rank * d * e);
   // The MLP's up projection output (both halves for SwiGLU) and the down projection's input.
-  split += (m.ffn == FfnKind::swiglu ? 2 : 1) * f * e + f * in;
+  split += (m.ffn == FfnKind::swiglu ? 2 : 1) * f * e + f * row_in;
   if (j.flash_attention)
     split += a * 4;  // the fp32 log-sum-exp per query head and token
   else if (r == Recompute::none)

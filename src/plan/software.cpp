@@ -342,7 +342,8 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // backward's gather. The LM head is a plain ColwiseParallel (16-bit).
     tt.tp_fp8_gathers = true;
     // torchao's Float8Linear (float8_linear.py, matmul_with_hp_or_float8_args) saves the input it
-    // is given: 16-bit, except what the TP plan cast before its gather (not modelled).
+    // is given: 16-bit, except under the fp8 TP plan, which casts every linear's input first
+    // (tp_keeps_gathered_inputs below).
     tt.fp8_saves_fp8_inputs = false;
     // parallelize_llama.py (apply_tp): "attention" and "feed_forward" get PrepareModuleInput
     // (Shard(1) -> Replicate()), and wq/wk/wv and w1/w3 are ColwiseParallel linears of that

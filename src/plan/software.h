@@ -136,11 +136,12 @@ struct SoftwareProfile {
   // fp8 input or its transpose), so the inputs of QKV, MLP up and MLP down are kept in 1 byte an
   // element, and the attention output, which the flash kernel keeps in 16 bits for its own
   // backward, gains the output projection's fp8 copy. torchao's Float8Linear keeps what it is
-  // given (16-bit unless the TP plan cast it): off.
+  // given: off (16-bit; under its TP plan, the plan's fp8 casts: tp_keeps_gathered_inputs).
   bool fp8_saves_fp8_inputs = false;
   // Tensor parallelism by DTensor (torchtitan): PrepareModuleInput gathers the attention's and
   // the MLP's input over the sequence, and the column-parallel linears keep that gathered tensor
-  // for their weight gradients, where Megatron keeps its 1/tp shard and gathers it again.
+  // for their weight gradients, where Megatron keeps its 1/tp shard and gathers it again. Under
+  // fp8 with tp_fp8_gathers (torchao's TP plan) the linears keep the fp8 casts the plan makes.
   bool tp_keeps_gathered_inputs = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).

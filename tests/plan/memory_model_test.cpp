@@ -167,9 +167,13 @@ TEST(PlanMemoryModel, TransformerEngineKeepsFp8InputsForTheBackward) {
 
 // torchtitan's TP plan (DTensor) gathers the attention's and the MLP's input over the sequence
 // (PrepareModuleInput, Shard(1) -> Replicate()) and its column-parallel linears keep that whole
-// tensor for their weight gradients, where Megatron keeps its 1/t shard and gathers it again:
-// with sequence parallelism the two inputs cost 2h·e per token instead of 2h·e/t. Under fp8 the
-// gathered tensor is torchao's fp8 cast (1 byte). Without tensor parallelism nothing changes.
+// tensor for their weight gradients, while its eager RMSNorm keeps its sharded normalised output
+// for the weight's gradient: with sequence parallelism the two gathered inputs add 2h·e per token
+// to what Megatron keeps (its 1/t shard). Under fp8 torchao's plan casts before it gathers (the
+// gathered tensor is 1 byte) and casts the attention output and the MLP-down input before their
+// row-parallel linears, which keep those fp8 casts: the MLP-down input drops from e to 1 byte and
+// the attention output adds a 1-byte copy beside the flash kernel's. Without tensor parallelism
+// nothing changes.
 TEST(PlanMemoryModel, TorchtitanKeepsTheGatheredBlockInputs) {
   Planned s = planned("llama3-70b", "h100-sxm", 1, Dtype::bf16, true);
   s.job.software = find_software("torchtitan");
@@ -178,19 +182,21 @@ TEST(PlanMemoryModel, TorchtitanKeepsTheGatheredBlockInputs) {
   split.software.tp_keeps_gathered_inputs = false;
   Layout l;
   l.tp = 8, l.mb = 1, l.dp = 1, l.sp = true;
-  const double n = s.job.seq_len, h = s.model.hidden;
+  const double n = s.job.seq_len, h = s.model.hidden, f = s.model.ffn_hidden, t = 8;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none) -
                        layer_activation_bytes(s.model, split, l, Recompute::none),
-                   n * 2 * h * 2 * (1 - 1.0 / 8));
+                   n * 2 * h * 2);
   JobSpec fp8 = s.job, fp8_split = split;
   fp8.dtype = fp8_split.dtype = Dtype::fp8;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, fp8, l, Recompute::none) -
                        layer_activation_bytes(s.model, fp8_split, l, Recompute::none),
-                   n * 2 * h * (1 - 2.0 / 8));
+                   n * (2 * h * 1 + f / t * (1 - 2) + h / t * 1));
   Layout one;
   one.dp = 8, one.mb = 1;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, one, Recompute::none),
                    layer_activation_bytes(s.model, split, one, Recompute::none));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, fp8, one, Recompute::none),
+                   layer_activation_bytes(s.model, fp8_split, one, Recompute::none));
   EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::full),
                    layer_activation_bytes(s.model, split, l, Recompute::full));
 }
