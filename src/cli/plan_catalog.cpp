@@ -42,13 +42,10 @@ void list_gpus() {
 void list_software() {
   fmt::print("{:<19} {}\n", "software", "what it sets");
   for (const SoftwareProfile& s : software_catalog()) {
-    std::vector<std::string> dtypes = {"fp32", "bf16"};
-    if (s.fp16) dtypes.push_back("fp16");
-    if (s.fp8) dtypes.push_back("fp8");
     fmt::print("{:<19} {}\n{:<19} runs on: {}; trains in: {}\n{:<19} source: {}\n", s.name,
                s.description, "",
                s.platforms.empty() ? std::string("any device") : join_names(s.platforms),
-               join_names(dtypes), "", s.source);
+               join_names(s.precisions()), "", s.source);
   }
   fmt::print("\nthe numbers and their sources: docs/planner.md, \"Software profiles\"\n");
 }

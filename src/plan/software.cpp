@@ -33,6 +33,13 @@ double SoftwareProfile::grad_bytes(Dtype dt) const {
   return dt == Dtype::fp16 ? grad_bytes_fp16 : grad_bytes_bf16;
 }
 
+std::vector<std::string> SoftwareProfile::precisions() const {
+  std::vector<std::string> out;
+  for (Dtype x : {Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::fp8})
+    if (trains_in(x)) out.push_back(dtype_name(x));
+  return out;
+}
+
 int SoftwareProfile::zero_as_run(const Layout& l, Dtype dt) const {
   if (runs_bf16_optimizer(l, dt)) return 1;
   return fsdp_pp_once_per_step && l.pp > 1 && l.zero >= 2 ? 1 : l.zero;
@@ -443,18 +450,13 @@ std::string software_device_problem(const SoftwareProfile& software, const Devic
 
 std::string software_precision_problem(const SoftwareProfile& software, Dtype dt,
                                        const DeviceSpec* device) {
-  auto trains = [](const SoftwareProfile& s, Dtype x) {
-    return x == Dtype::fp8 ? s.fp8 : x == Dtype::fp16 ? s.fp16 : true;
-  };
-  if (trains(software, dt)) return "";
-  std::vector<std::string> in, fit, here;
-  for (Dtype x : {Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::fp8}) {
-    if (!trains(software, x)) continue;
-    in.push_back(dtype_name(x));
-    if (!device || precision_problem(*device, x).empty()) here.push_back(dtype_name(x));
-  }
+  if (software.trains_in(dt)) return "";
+  const std::vector<std::string> in = software.precisions();
+  std::vector<std::string> fit, here;
+  for (const std::string& x : in)
+    if (!device || precision_problem(*device, parse_dtype(x)).empty()) here.push_back(x);
   for (const SoftwareProfile& s : software_catalog())
-    if (trains(s, dt) && (!device || software_device_problem(s, *device).empty()))
+    if (s.trains_in(dt) && (!device || software_device_problem(s, *device).empty()))
       fit.push_back(s.name);
   const char* why = software.name == "kiln" ? " (its train.dtype)"
                     : dt == Dtype::fp8      ? " (it predates fp8 training)"

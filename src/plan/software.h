@@ -215,6 +215,11 @@ struct SoftwareProfile {
   // they communicate (1 for ZeRO-2/3 under pipeline parallelism where fsdp_pp_once_per_step, and
   // for DeepSpeed's BF16_Optimizer's sharding).
   int zero_as_run(const Layout& l, Dtype dt) const;
+  // Whether the software trains in `dt` (fp8, fp16) and the precisions it trains in, by name.
+  bool trains_in(Dtype dt) const {
+    return dt == Dtype::fp8 ? fp8 : dt == Dtype::fp16 ? fp16 : true;
+  }
+  std::vector<std::string> precisions() const;
 };
 
 // Attention kernels with a published forward + backward benchmark (--attention-kernel):
