@@ -38,8 +38,10 @@ double layer_activation_bytes(const ModelSpec& m, const JobSpec& j, const Layout
   // normalised output (sharded) for the weight's gradient besides.
   double norm_out = h * in * rep;
   if (dtensor_tp && l.sp) norm_out += h * (fp8 && j.software.tp_fp8_gathers ? 1.0 : e);
-  // The two norms' inputs (the residual stream) and dropout's masks, split with sp.
-  const double replicated = 2 * h * e + 2 * h * drop;
+  // The two norms' inputs (the residual stream; an eager fp32 norm's fp32 copy of it) and
+  // dropout's masks, split with sp.
+  const double norm_in = j.software.norm_keeps_fp32_input ? 4.0 : e;
+  const double replicated = 2 * h * norm_in + 2 * h * drop;
   // Q and K, V (K and V of replicated heads are whole on every rank) and the attention output,
   // which the output projection keeps as its input: the same tensor in 16 bits; in fp8 its own
   // fp8 copy, besides the 16-bit one a flash kernel keeps for its backward (not when the core

@@ -242,6 +242,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     megatron21.async_tp = false;           // Transformer Engine's userbuffers came in 2023
     megatron21.sequence_parallel = false;  // Korthikanti et al. 2022 (Megatron-LM, 2022-03)
     megatron21.fp8 = false;                // fp8 came with Hopper and Transformer Engine (2022)
+    megatron21.precisions_why = "it predates fp8 training";
     megatron21.fp8_saves_fp8_inputs = false;
     c.push_back(megatron21);
     SoftwareProfile ds = megatron;
@@ -258,6 +259,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     ds.tp_fp8_gathers = false;
     ds.fp8_saves_fp8_inputs = false;
     ds.fp8 = false;
+    ds.precisions_why = "it predates fp8 training";
     ds.name = "deepspeed";
     // DeepSpeed's accelerators (deepspeed/accelerator/): cuda (ROCm builds too) and npu (Ascend).
     ds.platforms = {"nvidia", "amd", "ascend"};
@@ -356,8 +358,13 @@ const std::vector<SoftwareProfile>& software_catalog() {
     // (Shard(1) -> Replicate()), and wq/wk/wv and w1/w3 are ColwiseParallel linears of that
     // replicated input, which autograd keeps for their weight gradients (memory_model.cpp).
     tt.tp_keeps_gathered_inputs = true;
+    // models/norms.py at 9dec370: RMSNorm.forward is `self._norm(x.float()).type_as(x) * weight`
+    // (norm_type "rmsnorm" in every Llama 3 config), eager here; compiled, Inductor fuses it and
+    // its partitioner chooses what to keep, which kiln does not model (the 16-bit input).
+    tt.norm_keeps_fp32_input = true;
     // config_manager.py: --training.mixed_precision_param chooses bfloat16 or float32 only.
     tt.fp16 = false;
+    tt.precisions_why = "its --training.mixed_precision_param has no float16";
     // train.py: cross_entropy(pred.flatten(0, 1).float(), labels), eager under both profiles
     // ("compiling loss function causes CUDA errors, turning off for now"): the cast (e in, 4
     // out), log_softmax (reads the row three times: max, sum of exp, output; writes it: 16);
@@ -370,6 +377,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     tt_c.name = "torchtitan-compile";
     tt_c.description = "torchtitan with torch.compile: element-wise chains and fp8 casts fused";
     tt_c.rmsnorm = tt_c.rotary = tt_c.swiglu = Composite{};
+    tt_c.norm_keeps_fp32_input = false;
     tt_c.fp8_cast_bytes_per_e = 2, tt_c.fp8_cast_bytes_fixed = 2, tt_c.fp8_cast_kernels = 2;
     tt_c.async_tp = true;
     // torch/_inductor/fx_passes/micro_pipeline_tp.py (torch at 1963fc8, the runs' commit):
@@ -402,6 +410,11 @@ const std::vector<SoftwareProfile>& software_catalog() {
     maxtext.fp8_cast_kernels = 1;                                        // fuses element-wise
     maxtext.loss_bytes_per_e = 3, maxtext.loss_bytes_fixed = 0, maxtext.loss_kernels = 2;  // fused
     maxtext.async_tp = false;
+    // No loss scaling anywhere in MaxText (google/maxtext at e64f6813, 2024-10: no loss_scale in
+    // its Python or configs), so no fp16 training; fp8 (`quantization: "fp8"`, layers/
+    // quantizations.py) runs on NVIDIA GPUs, and the device refuses it on a TPU.
+    maxtext.fp16 = false;
+    maxtext.precisions_why = "it has no loss scaling";
     c.push_back(maxtext);
     SoftwareProfile kiln;
     kiln.name = "kiln";
@@ -411,6 +424,7 @@ const std::vector<SoftwareProfile>& software_catalog() {
     kiln.source = "src/model, src/train; docs/performance.md";
     // The trainer's train.dtype is fp32 or bf16 (src/train/config.h, docs/training.md).
     kiln.fp8 = kiln.fp16 = false;
+    kiln.precisions_why = "its train.dtype";
     c.push_back(kiln);
     return c;
   }();
@@ -458,9 +472,8 @@ std::string software_precision_problem(const SoftwareProfile& software, Dtype dt
   for (const SoftwareProfile& s : software_catalog())
     if (s.trains_in(dt) && (!device || software_device_problem(s, *device).empty()))
       fit.push_back(s.name);
-  const char* why = software.name == "kiln" ? " (its train.dtype)"
-                    : dt == Dtype::fp8      ? " (it predates fp8 training)"
-                                            : "";
+  const std::string why =
+      software.precisions_why.empty() ? "" : " (" + software.precisions_why + ")";
   std::string out = fmt::format("--software {} trains in {}{}, not {}", software.name,
                                 join_names(in, "or"), why, dtype_name(dt));
   std::vector<std::string> ways;

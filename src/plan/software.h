@@ -88,6 +88,7 @@ struct SoftwareProfile {
   bool async_tp = false;     // runs asynctp=1 (the search tries it only then)
   // The precisions the software trains in (--dtype); a job in another is refused.
   bool fp8 = true, fp16 = true;
+  std::string precisions_why;  // why it lacks one, for the refusal ("its train.dtype")
   // Has sequence parallelism (Megatron-LM since 2022-03; the search takes sp=1 with tp > 1 only
   // then, and a layout asking for it under software without it is refused).
   bool sequence_parallel = true;
@@ -143,6 +144,10 @@ struct SoftwareProfile {
   // for their weight gradients, where Megatron keeps its 1/tp shard and gathers it again. Under
   // fp8 with tp_fp8_gathers (torchao's TP plan) the linears keep the fp8 casts the plan makes.
   bool tp_keeps_gathered_inputs = false;
+  // An eager RMSNorm that computes in fp32 (torchtitan's: `self._norm(x.float()).type_as(x)`)
+  // keeps the fp32 copy of its input for the backward (pow and mul save it; the cast back saves
+  // nothing), 4 bytes an element where a fused norm keeps its 16-bit input.
+  bool norm_keeps_fp32_input = false;
   // ZeRO-2/3 with pp > 1 gathers once per step and reduce-scatters once per step (torchtitan:
   // reshard_after_forward off under PP, gradient sync on the last micro-batch only).
   bool fsdp_pp_once_per_step = false;

@@ -201,6 +201,32 @@ TEST(PlanMemoryModel, TorchtitanKeepsTheGatheredBlockInputs) {
                    layer_activation_bytes(s.model, split, l, Recompute::full));
 }
 
+// torchtitan's eager RMSNorm (`_norm(x.float()).type_as(x)`) keeps the fp32 copy of its input:
+// two norms a layer, 4 bytes an element where a fused norm keeps the 16-bit input (2), split over
+// the sequence with sp. Compiled, kiln keeps the fused count; fully recomputed, only the layer's
+// input is kept.
+TEST(PlanMemoryModel, EagerRmsNormKeepsItsFp32Input) {
+  Planned s = planned("llama3-8b", "h100-sxm", 1, Dtype::bf16, true);
+  s.job.software = find_software("torchtitan");
+  ASSERT_TRUE(s.job.software.norm_keeps_fp32_input);
+  ASSERT_FALSE(find_software("torchtitan-compile").norm_keeps_fp32_input);
+  JobSpec fused = s.job;
+  fused.software.norm_keeps_fp32_input = false;
+  const double n = s.job.seq_len, h = s.model.hidden;
+  Layout l;
+  l.dp = 8, l.mb = 1;
+  for (Recompute r : {Recompute::none, Recompute::attention})
+    EXPECT_DOUBLE_EQ(
+        layer_activation_bytes(s.model, s.job, l, r) - layer_activation_bytes(s.model, fused, l, r),
+        n * 2 * h * (4 - 2));
+  l.tp = 4, l.dp = 2, l.sp = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::none) -
+                       layer_activation_bytes(s.model, fused, l, Recompute::none),
+                   n * 2 * h * (4 - 2) / 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(s.model, s.job, l, Recompute::full),
+                   layer_activation_bytes(s.model, fused, l, Recompute::full));
+}
+
 // 1F1B: stage k keeps min(m, p − k) micro-batches, so the first stage holds p × L/p = L layers'
 // worth; the interleaved schedule multiplies that by 1 + (p − 1)/(p·v) (Korthikanti et al.,
 // section 4.2.3).

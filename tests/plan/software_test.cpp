@@ -936,8 +936,13 @@ TEST(PlanSoftware, EachProfileTrainsInItsOwnPrecisions) {
             "or fp16");
   for (const char* name : {"deepspeed", "deepspeed-2021", "kiln"})
     EXPECT_NE(software_precision_problem(find_software(name), Dtype::fp8), "") << name;
-  for (const char* name : {"torchtitan", "torchtitan-compile", "kiln"})
+  for (const char* name : {"torchtitan", "torchtitan-compile", "kiln", "maxtext"})
     EXPECT_NE(software_precision_problem(find_software(name), Dtype::fp16), "") << name;
+  EXPECT_EQ(
+      software_precision_problem(find_software("maxtext"), Dtype::fp16),
+      "--software maxtext trains in fp32, bf16 or fp8 (it has no loss scaling), not fp16: "
+      "plan --dtype fp16 with --software megatron, nemo, megatron-2021, deepspeed, "
+      "deepspeed-2021, fsdp or fsdp-compile; or this software with --dtype fp32, bf16 or fp8");
   const std::string kiln = software_precision_problem(find_software("kiln"), Dtype::fp16);
   EXPECT_NE(kiln.find("--software kiln trains in fp32 or bf16 (its train.dtype), not fp16"),
             std::string::npos)
