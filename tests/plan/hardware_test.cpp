@@ -106,6 +106,15 @@ TEST(PlanHardware, CatalogNumbersAreDatasheetTimesStatedEfficiency) {
   EXPECT_DOUBLE_EQ(find_device("a100-80gb").peak_tflops_16, 312);
   EXPECT_NEAR(find_device("a100-80gb").matmul_efficiency, 0.859 * 0.845, 1e-12);
   EXPECT_NEAR(find_device("mi300x").matmul_efficiency, 668.4 / 1307, 1e-12);
+  // torchtitan's 500 W H100: the SXM's peak times the 500 W cap's measured cost (Mayr et al.
+  // 2026, table 4: Llama 3 8B tokens/s at 500 W over 700 W), inside the interval torchtitan
+  // gives (between the NVL's 835 and the SXM's 989).
+  const DeviceSpec& capped = find_device("h100-96gb-500w");
+  EXPECT_NEAR(capped.peak_tflops_16, 989 * 27705.3 / 30271.0, 1e-9);
+  EXPECT_NEAR(capped.peak_tflops_8, 1979 * 27705.3 / 30271.0, 1e-9);
+  EXPECT_GT(capped.peak_tflops_16, 835);
+  EXPECT_LT(capped.peak_tflops_16, find_device("h100-sxm").peak_tflops_16);
+  EXPECT_DOUBLE_EQ(capped.matmul_efficiency, find_device("h100-sxm").matmul_efficiency);
 }
 
 }  // namespace
