@@ -87,6 +87,7 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   if (g.nodes_per_domain->count()) c.nodes_per_domain = o.nodes_per_domain;
   if (g.rank_order->count()) c.order = parse_rank_order(o.rank_order);
   if (g.slices->count()) c.slices = o.slices;
+  if (g.power_cap->count()) c.device = with_power_cap(c.device, o.power_cap_w);
   // --days chooses the size: check the rest of the description on the smallest cluster of its
   // slices (a host of chips each), not on the one host the size defaults to.
   if (g.days->count() && c.topology == Topology::torus && c.slices > 1 && !g.nodes->count() &&

@@ -542,6 +542,10 @@ void register_plan(CLI::App& app) {
                                   "placement, innermost first: tp-dp-pp (Megatron-LM) or "
                                   "tp-pp-dp (Llama 3, torchtitan)")
                       ->group(H);
+  g->power_cap = cmd->add_option("--power-cap-w", o->power_cap_w,
+                                 "each device's board power limit, W (nvidia-smi -pl): its "
+                                 "throughput as measured at that limit (H100 SXM: 200-700 W)")
+                     ->group(H);
   g->seq_len = cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->group(J);
   g->batch_tokens = cmd->add_option("--global-batch-tokens", o->batch_tokens,
                                     "tokens per optimizer step (e.g. 4Mi, 3.1M)")

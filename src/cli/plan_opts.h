@@ -20,7 +20,7 @@ struct PlanOpts {
   std::string gpu, hardware;
   int nodes = 1, gpus = 0, gpus_per_node = 8, nics_per_node = 8;
   std::string intra_link, network, topology = "fat-tree", rank_order = "tp-dp-pp";
-  double intra_link_gbs = 0, nic_gbps = 0, oversubscription = 1;
+  double intra_link_gbs = 0, nic_gbps = 0, oversubscription = 1, power_cap_w = 0;
   int nodes_per_domain = 32, slices = 1;
   // job
   int seq_len = 0;
@@ -59,7 +59,7 @@ struct Given {
   CLI::Option *nodes, *gpus, *gpus_per_node, *intra_link, *intra_link_gbs, *network, *nics_per_node,
       *nic_gbps, *topology, *oversubscription, *nodes_per_domain, *rank_order, *slices, *seq_len,
       *batch_tokens, *tokens, *dtype, *attention, *software, *grad_reduce, *fp8_param_gather,
-      *cp_comm, *attention_kernel, *attention_unpad, *days, *budget;
+      *cp_comm, *attention_kernel, *attention_unpad, *days, *budget, *power_cap;
 };
 
 // The cluster the flags (and a hardware file) describe: a catalog device's usual server, the

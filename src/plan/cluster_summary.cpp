@@ -72,7 +72,8 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
     s.bisection_how = "one node: no network between nodes";
   } else if (c.topology == Topology::fat_tree) {
     s.bisection_gbs = full;
-    s.bisection_how = fmt::format("non-blocking: {} nodes × {:g} GB/s", half, node_gbs);
+    s.bisection_how =
+        fmt::format("non-blocking: {} node{} × {:g} GB/s", half, half == 1 ? "" : "s", node_gbs);
   } else if (c.topology == Topology::ring) {
     s.bisection_gbs = (c.nodes > 2 ? 2 : 1) * node_gbs;
     s.bisection_how = fmt::format("a ring of nodes: a cut crosses {} link{} of {:g} GB/s",
@@ -80,21 +81,25 @@ ClusterSummary summarize_cluster(const ClusterSpec& c, const PowerInputs& p) {
   } else if (c.nodes <= c.nodes_per_domain || c.oversubscription == 1) {
     s.bisection_gbs = full;
     s.bisection_how = c.oversubscription == 1
-                          ? fmt::format("not oversubscribed: {} nodes × {:g} GB/s", half, node_gbs)
+                          ? fmt::format("not oversubscribed: {} node{} × {:g} GB/s", half,
+                                        half == 1 ? "" : "s", node_gbs)
                           : fmt::format("within one {} ({} ≤ {} nodes): non-blocking",
                                         c.topology == Topology::spine_leaf ? "leaf" : "group",
                                         c.nodes, c.nodes_per_domain);
   } else {
     s.bisection_gbs = full / c.oversubscription;
     s.bisection_how =
-        fmt::format("{} nodes × {:g} GB/s over {:g}:1 {}", half, node_gbs, c.oversubscription,
+        fmt::format("{} node{} × {:g} GB/s over {:g}:1 {}", half, half == 1 ? "" : "s", node_gbs,
+                    c.oversubscription,
                     c.topology == Topology::spine_leaf ? "leaf uplinks" : "tapered global links");
   }
 
   s.pue = p.pue;
   s.gpu_w = p.gpu_w > 0 ? p.gpu_w : d.tdp_w;
   s.node_overhead_w = p.node_overhead_w >= 0 ? p.node_overhead_w : d.node_overhead_w;
-  s.power_source = p.gpu_w > 0 ? "--gpu-power-w" : "TDP";
+  s.power_source = p.gpu_w > 0                ? "--gpu-power-w"
+                   : c.device.power_cap_w > 0 ? "--power-cap-w"
+                                              : "TDP";
   if (s.gpu_w > 0) {
     s.has_power = true;
     s.it_kw = (s.gpus * s.gpu_w + s.nodes * s.node_overhead_w) / 1000;

@@ -103,6 +103,43 @@ void DeviceSpec::validate(const std::string& where) const {
         where, name, overlap_slowdown);
 }
 
+DeviceSpec with_power_cap(const DeviceSpec& d, double cap_w) {
+  if (d.power_curve.empty()) {
+    std::vector<std::string> with;
+    for (const DeviceSpec& c : device_catalog())
+      if (!c.power_curve.empty()) with.push_back(c.name);
+    fail(
+        "--power-cap-w: no measurement of training throughput under a power limit is known for "
+        "'{}'; kiln has one for {} (docs/planner.md, \"Power limits\")",
+        d.name, join_names(with, "and"));
+  }
+  const double lo = d.power_curve.front().first, hi = d.power_curve.back().first;
+  if (!std::isfinite(cap_w) || cap_w < lo || cap_w > hi)
+    fail("--power-cap-w {:g}: the measurement for {} covers limits from {:g} to {:g} W", cap_w,
+         d.name, lo, hi);
+  if (d.tdp_w < lo || d.tdp_w > hi)
+    fail("--power-cap-w: {}'s own limit, {:g} W, is outside its measured curve ({:g} to {:g} W)",
+         d.name, d.tdp_w, lo, hi);
+  auto at = [&](double w) {
+    for (size_t k = 1; k < d.power_curve.size(); k++) {
+      const auto [w0, f0] = d.power_curve[k - 1];
+      const auto [w1, f1] = d.power_curve[k];
+      if (w <= w1) return f0 + (f1 - f0) * (w - w0) / (w1 - w0);
+    }
+    return d.power_curve.back().second;
+  };
+  DeviceSpec out = d;
+  const double scale = at(cap_w) / at(d.tdp_w);
+  out.peak_tflops_16 *= scale;
+  out.peak_tflops_8 *= scale;
+  out.peak_tflops_32 *= scale;
+  out.tdp_w = cap_w;
+  out.power_cap_w = cap_w;
+  out.description += fmt::format(", at a {:g} W power limit", cap_w);
+  out.source += fmt::format("; at {:g} W: {}", cap_w, d.power_curve_source);
+  return out;
+}
+
 // Link constants. Efficiencies are the bus bandwidth NCCL's all-reduce reaches over the
 // datasheet rate (nccl-tests: about 230–240 of 300 GB/s on DGX A100 NVLink, 23–24 of 25 GB/s
 // per HDR NIC); latencies per ring step follow NCCL's own tuning model (src/graph/tuning.cc,
@@ -262,8 +299,10 @@ void ClusterSpec::validate() const {
 }
 
 std::string ClusterSpec::describe() const {
-  std::string s = fmt::format("{} × {} ({} node{} × {}", total_gpus(), device.name, nodes,
-                              nodes == 1 ? "" : "s", gpus_per_node);
+  std::string s =
+      fmt::format("{} × {}{} ({} node{} × {}", total_gpus(), device.name,
+                  device.power_cap_w > 0 ? fmt::format(" at {:g} W", device.power_cap_w) : "",
+                  nodes, nodes == 1 ? "" : "s", gpus_per_node);
   if (topology == Topology::torus) {
     const TorusShape t = torus();
     s += fmt::format(", {}slice {} of ICI links{}, {} × {:g} GB/s each way per chip",

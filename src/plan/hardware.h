@@ -72,6 +72,12 @@ struct DeviceSpec {
   // data-centre NICs.
   int torus_dims = 0;
   int max_slice_chips = 0;
+  // Training throughput against the board's power limit, measured: (limit W, tokens/s at that
+  // limit over tokens/s at the curve's highest limit), increasing in W; empty: none published for
+  // this part, and --power-cap-w is refused. The peaks above are at the limit tdp_w.
+  std::vector<std::pair<double, double>> power_curve;
+  std::string power_curve_source;
+  double power_cap_w = 0;  // the limit --power-cap-w set (0: the part's own, tdp_w)
 
   // The dense peak MFU is quoted against: fp32's, or the 16-bit one (fp8 runs too, as torchtitan
   // and Meta report them; the fp8 peak is peak_tflops_8).
@@ -90,6 +96,12 @@ struct DeviceSpec {
 // Why `d` cannot train in `dt` ("" when it can): no peak for the precision, or no fp8 tensor
 // cores for fp8, naming what to plan with instead.
 std::string precision_problem(const DeviceSpec& d, Dtype dt);
+
+// `d` run at a board power limit of `cap_w` (nvidia-smi -pl): its compute peaks scaled by the
+// measured throughput at that limit over the throughput at its own (power_curve, interpolated
+// linearly in W), and its power `cap_w`. Throws naming the parts with a curve when `d` has none,
+// and the measured range when `cap_w` is outside it.
+DeviceSpec with_power_cap(const DeviceSpec& d, double cap_w);
 
 // The catalog, with each entry's sources beside it (plan/device_catalog.cpp).
 const std::vector<DeviceSpec>& device_catalog();

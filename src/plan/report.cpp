@@ -75,6 +75,7 @@ nlohmann::json inputs_json(const PlanInputs& in) {
                             {"oversubscription", c.oversubscription},
                             {"nodes_per_domain", c.nodes_per_domain},
                             {"rank_order", rank_order_name(c.order)}};
+  if (c.device.power_cap_w > 0) cluster["power_cap_w"] = c.device.power_cap_w;
   if (c.topology == Topology::torus) {
     const TorusShape t = c.torus();
     cluster["torus"] = {{"slice", t.name()}, {"wraparound", t.wrap[0]}, {"slices", c.slices}};

@@ -117,5 +117,50 @@ TEST(PlanHardware, CatalogNumbersAreDatasheetTimesStatedEfficiency) {
   EXPECT_DOUBLE_EQ(capped.matmul_efficiency, find_device("h100-sxm").matmul_efficiency);
 }
 
+// --power-cap-w: the measured Llama 3 8B training throughput of an HBM2e H100 SXM at each board
+// limit (Mayr et al. 2026, table 4), interpolated in W; the peaks scale by it against the part's
+// own limit, and the device's power becomes the limit.
+TEST(PlanHardware, PowerCapScalesThePeaksByTheMeasuredCurve) {
+  const DeviceSpec& sxm = find_device("h100-sxm");
+  const DeviceSpec at500 = with_power_cap(sxm, 500);
+  EXPECT_NEAR(at500.peak_tflops_16, 989 * 27705.3 / 30271.0, 1e-9);
+  EXPECT_NEAR(at500.peak_tflops_8, 1979 * 27705.3 / 30271.0, 1e-9);
+  EXPECT_NEAR(at500.peak_tflops_32, 67 * 27705.3 / 30271.0, 1e-9);
+  EXPECT_DOUBLE_EQ(at500.tdp_w, 500);
+  EXPECT_DOUBLE_EQ(at500.power_cap_w, 500);
+  EXPECT_DOUBLE_EQ(at500.matmul_efficiency, sxm.matmul_efficiency);
+  EXPECT_DOUBLE_EQ(at500.mem_bw_gbs, sxm.mem_bw_gbs);  // the cap slows the SMs, not HBM
+  // Half-way between two measured limits: half-way between their throughputs.
+  EXPECT_NEAR(with_power_cap(sxm, 450).peak_tflops_16, 989 * (24853.4 + 27705.3) / 2 / 30271.0,
+              1e-9);
+  EXPECT_DOUBLE_EQ(with_power_cap(sxm, 700).peak_tflops_16, 989);
+  // torchtitan's 500 W part is the SXM at 500 W; raising its limit to 700 W gives the SXM's
+  // peak back, and lowering it scales from its own 500 W.
+  const DeviceSpec& tt = find_device("h100-96gb-500w");
+  EXPECT_DOUBLE_EQ(tt.peak_tflops_16, at500.peak_tflops_16);
+  EXPECT_NEAR(with_power_cap(tt, 700).peak_tflops_16, 989, 1e-9);
+  EXPECT_NEAR(with_power_cap(tt, 300).peak_tflops_16, 989 * 17982.3 / 30271.0, 1e-9);
+  // Outside the measurement, or a part with none, is refused by name.
+  auto error_of = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of([&] { with_power_cap(sxm, 150); })
+                .find("--power-cap-w 150: the measurement for h100-sxm covers limits from 200 to "
+                      "700 W"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { with_power_cap(sxm, 750); }).find("200 to 700 W"), std::string::npos);
+  const std::string none = error_of([] { with_power_cap(find_device("a100-80gb"), 300); });
+  EXPECT_NE(none.find("no measurement of training throughput under a power limit is known for "
+                      "'a100-80gb'; kiln has one for h100-sxm and h100-96gb-500w"),
+            std::string::npos)
+      << none;
+  EXPECT_NE(error_of([] { with_power_cap(find_device("h100-pcie"), 300); }), "");
+}
+
 }  // namespace
 }  // namespace kiln::plan

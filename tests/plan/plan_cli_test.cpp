@@ -306,6 +306,37 @@ TEST(PlanCli, ClusterSummaryWithoutAModel) {
   expect_refused("plan --model '' --gpu h100-sxm", "--model is empty: give a preset name");
 }
 
+// --power-cap-w: the cluster at a board power limit, in the summary and in a plan: the peaks and
+// the power follow the measured curve, and the plan's step slows.
+TEST(PlanCli, PowerCapSlowsThePlanAndLowersItsPower) {
+  auto r = run_kiln("plan --gpu h100-sxm --nodes 2 --power-cap-w 500");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text : {"16 × h100-sxm at 500 W", "905.2 TFLOP/s per device",
+                           "16 × 500 W --power-cap-w", "at 500 W: Mayr et al. 2026"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  const std::string plan =
+      "plan --model llama3-8b --gpu h100-sxm --nodes 2 --layout "
+      "tp=1,pp=1,dp=16,mb=1,zero=1,recompute=full --usd-per-kwh 0.1 --json";
+  auto full = run_kiln(plan), capped = run_kiln(plan + " --power-cap-w 400");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
+  auto jf = nlohmann::json::parse(full.output), jc = nlohmann::json::parse(capped.output);
+  EXPECT_EQ(jc["cluster"]["power_cap_w"], 400);
+  EXPECT_FALSE(jf["cluster"].contains("power_cap_w"));
+  EXPECT_NEAR(jc["cluster"]["peak_tflops"].get<double>(), 989 * 24853.4 / 30271.0, 1e-6);
+  // Compute-bound at this layout: the step slows by nearly the measured ratio (0.821), never
+  // by more; energy per step falls with the power (400 of 700 W per device).
+  const double slow = jc["step_time_s"].get<double>() / jf["step_time_s"].get<double>();
+  EXPECT_GT(slow, 1.1);
+  EXPECT_LE(slow, 30271.0 / 24853.4 + 1e-9);
+  EXPECT_LT(jc["energy_kwh"].get<double>(), jf["energy_kwh"].get<double>());
+  expect_refused("plan --gpu a100-80gb --power-cap-w 300",
+                 "no measurement of training throughput under a power limit is known for "
+                 "'a100-80gb'");
+  expect_refused("plan --gpu h100-sxm --power-cap-w 100",
+                 "--power-cap-w 100: the measurement for h100-sxm covers limits from 200 to 700 W");
+}
+
 // What an hour of the cluster costs: rent at --usd-per-gpu-hour, the facility's electricity at
 // --usd-per-kwh and its CO2 at --gco2-per-kwh, each from the power the summary shows.
 TEST(PlanCli, ClusterSummaryPricesAnHourOfTheCluster) {
