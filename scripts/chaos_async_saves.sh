@@ -10,6 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-20}
 build=${2:-$here/build}
+cmake --build "$build" --target kiln_tests kiln  # scripts/setup.sh builds only kiln
 KILN_CHAOS_ROUNDS=$rounds OMP_NUM_THREADS=2 KILN_CACHE_DIR=/dev/null/kiln-test-cache \
   "$build/tests/kiln_tests" \
   --gtest_filter='DataParallelRun.KillDuringAnAsyncSaveKeepsThePreviousCheckpointAndResumes'

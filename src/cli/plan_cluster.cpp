@@ -97,6 +97,14 @@ ClusterSpec cluster_from(const PlanOpts& o, const Given& g) {
   return c;
 }
 
+void check_power_under_cap(const PlanOpts& o, const ClusterSpec& c) {
+  if (c.device.power_cap_w > 0 && o.gpu_power_w > c.device.power_cap_w)
+    fail(
+        "--gpu-power-w {:g} is above --power-cap-w {:g}: a device draws at most its limit; give "
+        "the average draw under the limit, or leave --gpu-power-w out to charge the limit",
+        o.gpu_power_w, c.device.power_cap_w);
+}
+
 void summarize(const PlanOpts& o, const Given& g) {
   if (!o.sets.empty()) fail("--set changes a --config; there is none");
   // Every other flag given must be one the summary uses: the Hardware group's, power and prices.
@@ -133,6 +141,7 @@ void summarize(const PlanOpts& o, const Given& g) {
                          {o.gco2, "--gco2-per-kwh"}})
     if (v < 0) fail("{} must not be negative, got {:g}", flag, v);
   const ClusterSpec c = cluster_from(o, g);
+  check_power_under_cap(o, c);
   const ClusterSummary s = summarize_cluster(
       c, PowerInputs{o.gpu_power_w, o.node_overhead_w, o.pue, o.usd, o.prices.usd_per_kwh,
                      o.flag_given("--gco2-per-kwh") ? o.gco2 : 0});

@@ -214,7 +214,9 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
       "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {}; {} size{} searched "
       "from {} node{}, the least that the sustained matmul rate allows)\n\n",
       o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
-      r.cluster.device.name,
+      r.cluster.device.name + (r.cluster.device.power_cap_w > 0
+                                   ? fmt::format(" at {:g} W", r.cluster.device.power_cap_w)
+                                   : ""),
       r.cluster.slices > 1 ? fmt::format(" in {} slices", r.cluster.slices) : "",
       e.layout.to_string(),
       in.job.failures_per_gpu_hour > 0
@@ -365,6 +367,7 @@ void plan(const PlanOpts& o, const Given& g) {
          job.seq_len, model.max_seq, model.name);
 
   ClusterSpec cluster = cluster_from(o, g);
+  check_power_under_cap(o, cluster);
   // A CPU trains in fp32 with kiln's unfused attention and kernels unless told otherwise.
   if (cluster.device.cpu && !g.software->count()) job.software = find_software("kiln");
   // A TPU slice runs XLA, not a GPU framework.
@@ -604,7 +607,8 @@ void register_plan(CLI::App& app) {
       ->capture_default_str()
       ->group(J);
   cmd->add_option("--usd-per-gpu-hour", o->usd, "price of one device-hour, US dollars")->group(J);
-  cmd->add_option("--gpu-power-w", o->gpu_power_w, "average power per device, W (default: its TDP)")
+  cmd->add_option("--gpu-power-w", o->gpu_power_w,
+                  "average power per device, W (default: its TDP, or --power-cap-w)")
       ->group(J);
   cmd->add_option("--node-overhead-w", o->node_overhead_w,
                   "power of the rest of a node, W (default: the catalog's server figure)")

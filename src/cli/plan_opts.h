@@ -66,6 +66,9 @@ struct Given {
 // file's [node] and [cluster], then every flag given.
 plan::ClusterSpec cluster_from(const PlanOpts& o, const Given& g);
 
+// --gpu-power-w (an average draw) above --power-cap-w (the most a device may draw) is refused.
+void check_power_under_cap(const PlanOpts& o, const plan::ClusterSpec& c);
+
 // No model: what the cluster is (devices, memory, peaks, links, power, and what an hour of it
 // costs where priced), for people or --json; a flag only a model uses is refused by name.
 void summarize(const PlanOpts& o, const Given& g);

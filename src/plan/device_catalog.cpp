@@ -191,12 +191,13 @@ const std::vector<DeviceSpec>& device_catalog() {
       // this HBM2e SXM part (h100_training_power_curve, above): 0.915 of 700 W's throughput at
       // 500 W, so 905 TFLOP/s bf16 and 1,811 fp8, inside the interval torchtitan gives (the NVL's
       // 835 to the SXM's 989). Otherwise the SXM part, with RoCE as Meta's RDMA fabric.
-      d = with_power_cap(sxm, 500);
+      d = sxm;
+      d.memory_gib = 96e9 / (1 << 30);
+      d.mem_bw_gbs = 2400;  // at 700 W; the cap scales it with the peaks
+      d = with_power_cap(d, 500);
       d.power_cap_w = 0;  // the part's own limit
       d.name = "h100-96gb-500w";
       d.description = "NVIDIA H100 SXM5 96 GB HBM2e at 500 W (Grand Teton)";
-      d.memory_gib = 96e9 / (1 << 30);
-      d.mem_bw_gbs = 2400;
       d.network = "roce";
       d.source =
           "torchtitan docs/performance.md (96 GB HBM2e, 2.4 TB/s, 500 W); the 500 W cap's cost: "

@@ -110,7 +110,8 @@ DeviceSpec with_power_cap(const DeviceSpec& d, double cap_w) {
       if (!c.power_curve.empty()) with.push_back(c.name);
     fail(
         "--power-cap-w: no measurement of training throughput under a power limit is known for "
-        "'{}'; kiln has one for {} (docs/planner.md, \"Power limits\")",
+        "'{}'; kiln has one for {} (docs/planner.md, \"Power limits\"; a hardware file that "
+        "changes its base's peaks, tdp_w or arch has none)",
         d.name, join_names(with, "and"));
   }
   const double lo = d.power_curve.front().first, hi = d.power_curve.back().first;
@@ -130,9 +131,14 @@ DeviceSpec with_power_cap(const DeviceSpec& d, double cap_w) {
   };
   DeviceSpec out = d;
   const double scale = at(cap_w) / at(d.tdp_w);
+  // The measurement is the whole step's (matmuls, attention, memory-bound kernels), so every
+  // rate of the device takes it: a step kiln sees as compute- and memory-bound slows by exactly
+  // the measured ratio (its collectives do not).
   out.peak_tflops_16 *= scale;
   out.peak_tflops_8 *= scale;
   out.peak_tflops_32 *= scale;
+  out.mem_bw_gbs *= scale;
+  out.cache_bw_gbs *= scale;
   out.tdp_w = cap_w;
   out.power_cap_w = cap_w;
   out.description += fmt::format(", at a {:g} W power limit", cap_w);
@@ -484,7 +490,7 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
          c.order = parse_rank_order(value_of<std::string>(v, k, source));
        })},
   };
-  std::vector<std::string> names;
+  std::vector<std::string> names, given;
   for (const auto& k : keys) names.push_back(k.name);
   for (auto&& [section, node] : root) {
     std::string sname(section.str());
@@ -503,8 +509,17 @@ HardwareFile parse_hardware_toml(const std::string& text, const std::string& sou
         fail("{}: unknown hardware key '{}'; docs/planner.md lists the keys", source, name);
       }
       it->set(value, name);
+      given.push_back(name);
     }
   }
+  // A base's power curve holds for the base's peaks at the base's limit: a file that changes
+  // either (or the part) has no measured curve.
+  for (const char* k : {"device.peak_tflops_bf16", "device.peak_tflops_fp8",
+                        "device.peak_tflops_fp32", "device.tdp_w", "device.arch", "device.cpu"})
+    if (std::find(given.begin(), given.end(), k) != given.end()) {
+      d.power_curve.clear();
+      d.power_curve_source.clear();
+    }
   if (d.name.empty()) fail("{}: [device] needs a name (or base = \"<catalog name>\")", source);
   if (d.gpus_per_node < 1) fail("{}: node.gpus_per_node must be at least 1", source);
   d.validate(source);

@@ -97,10 +97,10 @@ struct DeviceSpec {
 // cores for fp8, naming what to plan with instead.
 std::string precision_problem(const DeviceSpec& d, Dtype dt);
 
-// `d` run at a board power limit of `cap_w` (nvidia-smi -pl): its compute peaks scaled by the
-// measured throughput at that limit over the throughput at its own (power_curve, interpolated
-// linearly in W), and its power `cap_w`. Throws naming the parts with a curve when `d` has none,
-// and the measured range when `cap_w` is outside it.
+// `d` run at a board power limit of `cap_w` (nvidia-smi -pl): its peaks and memory bandwidth
+// scaled by the measured throughput at that limit over the throughput at its own (power_curve,
+// interpolated linearly in W), and its power `cap_w`. Throws naming the parts with a curve when `d`
+// has none, and the measured range when `cap_w` is outside it.
 DeviceSpec with_power_cap(const DeviceSpec& d, double cap_w);
 
 // The catalog, with each entry's sources beside it (plan/device_catalog.cpp).

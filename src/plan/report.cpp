@@ -550,6 +550,7 @@ nlohmann::json cluster_summary_json(const ClusterSpec& c, const ClusterSummary& 
                         {"bisection_gbs", s.bisection_gbs},
                         {"bisection_how", s.bisection_how}}},
                       {"source", s.source}};
+  if (c.device.power_cap_w > 0) j["power_cap_w"] = c.device.power_cap_w;
   if (s.has_power)
     j["power"] = {{"gpu_w", s.gpu_w},
                   {"gpu_w_from", s.power_source},

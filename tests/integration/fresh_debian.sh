@@ -176,13 +176,18 @@ printf '#!/bin/sh\n# kiln fresh_debian test: no service starts in this chroot\ne
 chmod 755 "$R/usr/sbin/policy-rc.d"
 # Installing fast, installing the same: dpkg without an fsync per file (force-unsafe-io, as
 # Debian's build chroots and container images run it; the root is removed after the test), and
-# the .deb files this machine's apt has already downloaded, hard-linked into the root's cache:
-# apt takes a cached file only when its hash is the one in the fresh root's own index, and
-# downloads every other package, so what is installed is what a fresh machine installs.
+# the .deb files this machine's apt has already downloaded, hard-linked into the root's cache.
+# apt takes a cached file when its name (package, version, architecture) and size are the ones
+# the fresh root's own index asks for, and Debian's archive never publishes two files under one
+# version, so what is installed is what a fresh machine installs; every other package is
+# downloaded. Only a speed-up: nothing is linked when the cache is on another file system, and
+# an apt configuration that empties the cache on update (a container image's docker-clean, which
+# the --aptopt copies above bring along) leaves it to the downloads.
 echo force-unsafe-io > "$R/etc/dpkg/dpkg.cfg.d/kiln-fresh-unsafe-io"
 if compgen -G "/var/cache/apt/archives/*.deb" > /dev/null; then
   cp -l /var/cache/apt/archives/*.deb "$R/var/cache/apt/archives/" 2> /dev/null ||
-    cp /var/cache/apt/archives/*.deb "$R/var/cache/apt/archives/"
+    echo "note: this machine's .deb cache was not linked into the root (another file system?):" \
+      "every package is downloaded"
 fi
 # What the chroot cannot bring itself: name resolution (resolv.conf, hosts) and the CA
 # certificates added locally on this machine (e.g. a TLS-inspecting proxy's) - they are only

@@ -1,5 +1,6 @@
 #include "plan/hardware.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -129,7 +130,8 @@ TEST(PlanHardware, PowerCapScalesThePeaksByTheMeasuredCurve) {
   EXPECT_DOUBLE_EQ(at500.tdp_w, 500);
   EXPECT_DOUBLE_EQ(at500.power_cap_w, 500);
   EXPECT_DOUBLE_EQ(at500.matmul_efficiency, sxm.matmul_efficiency);
-  EXPECT_DOUBLE_EQ(at500.mem_bw_gbs, sxm.mem_bw_gbs);  // the cap slows the SMs, not HBM
+  // The measured ratio is the whole step's, so memory-bound work takes it too.
+  EXPECT_NEAR(at500.mem_bw_gbs, 3350 * 27705.3 / 30271.0, 1e-9);
   // Half-way between two measured limits: half-way between their throughputs.
   EXPECT_NEAR(with_power_cap(sxm, 450).peak_tflops_16, 989 * (24853.4 + 27705.3) / 2 / 30271.0,
               1e-9);
@@ -138,17 +140,11 @@ TEST(PlanHardware, PowerCapScalesThePeaksByTheMeasuredCurve) {
   // peak back, and lowering it scales from its own 500 W.
   const DeviceSpec& tt = find_device("h100-96gb-500w");
   EXPECT_DOUBLE_EQ(tt.peak_tflops_16, at500.peak_tflops_16);
+  EXPECT_NEAR(tt.mem_bw_gbs, 2400 * 27705.3 / 30271.0, 1e-9);  // its 2.4 TB/s at 700 W
   EXPECT_NEAR(with_power_cap(tt, 700).peak_tflops_16, 989, 1e-9);
+  EXPECT_NEAR(with_power_cap(tt, 700).mem_bw_gbs, 2400, 1e-9);
   EXPECT_NEAR(with_power_cap(tt, 300).peak_tflops_16, 989 * 17982.3 / 30271.0, 1e-9);
   // Outside the measurement, or a part with none, is refused by name.
-  auto error_of = [](auto f) -> std::string {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "";
-  };
   EXPECT_NE(error_of([&] { with_power_cap(sxm, 150); })
                 .find("--power-cap-w 150: the measurement for h100-sxm covers limits from 200 to "
                       "700 W"),
@@ -160,6 +156,20 @@ TEST(PlanHardware, PowerCapScalesThePeaksByTheMeasuredCurve) {
             std::string::npos)
       << none;
   EXPECT_NE(error_of([] { with_power_cap(find_device("h100-pcie"), 300); }), "");
+  // A hardware file keeps its base's curve unless it changes what the curve was measured at
+  // (the peaks, the power, the part).
+  const HardwareFile same = parse_hardware_toml(
+      "[device]\nbase = \"h100-sxm\"\nname = \"ours\"\nmemory_gib = 70\n", "same.toml");
+  EXPECT_NEAR(with_power_cap(same.device, 500).peak_tflops_16, at500.peak_tflops_16, 1e-9);
+  for (const char* key : {"tdp_w = 600", "peak_tflops_bf16 = 900", "arch = \"blackwell\""}) {
+    const HardwareFile other = parse_hardware_toml(
+        fmt::format("[device]\nbase = \"h100-sxm\"\nname = \"ours\"\n{}\n", key), "o.toml");
+    EXPECT_NE(error_of([&] { with_power_cap(other.device, 500); })
+                  .find("no measurement of training throughput under a power limit is known for "
+                        "'ours'"),
+              std::string::npos)
+        << key;
+  }
 }
 
 }  // namespace

@@ -324,10 +324,10 @@ TEST(PlanCli, PowerCapSlowsThePlanAndLowersItsPower) {
   EXPECT_EQ(jc["cluster"]["power_cap_w"], 400);
   EXPECT_FALSE(jf["cluster"].contains("power_cap_w"));
   EXPECT_NEAR(jc["cluster"]["peak_tflops"].get<double>(), 989 * 24853.4 / 30271.0, 1e-6);
-  // Compute-bound at this layout: the step slows by nearly the measured ratio (0.821), never
-  // by more; energy per step falls with the power (400 of 700 W per device).
+  // The step slows by the measured ratio (0.821) less what its collectives, which the limit
+  // does not slow, take; energy per step falls with the power (400 of 700 W per device).
   const double slow = jc["step_time_s"].get<double>() / jf["step_time_s"].get<double>();
-  EXPECT_GT(slow, 1.1);
+  EXPECT_GT(slow, 1.15);
   EXPECT_LE(slow, 30271.0 / 24853.4 + 1e-9);
   EXPECT_LT(jc["energy_kwh"].get<double>(), jf["energy_kwh"].get<double>());
   expect_refused("plan --gpu a100-80gb --power-cap-w 300",
@@ -335,6 +335,18 @@ TEST(PlanCli, PowerCapSlowsThePlanAndLowersItsPower) {
                  "'a100-80gb'");
   expect_refused("plan --gpu h100-sxm --power-cap-w 100",
                  "--power-cap-w 100: the measurement for h100-sxm covers limits from 200 to 700 W");
+  expect_refused(plan + " --power-cap-w 400 --gpu-power-w 450",
+                 "--gpu-power-w 450 is above --power-cap-w 400");
+  r = run_kiln("plan --gpu h100-sxm --nodes 2 --power-cap-w 400 --gpu-power-w 350 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto js = nlohmann::json::parse(r.output);
+  EXPECT_EQ(js["power_cap_w"], 400);
+  EXPECT_EQ(js["power"]["gpu_w"], 350);  // the average draw given, under the limit
+  EXPECT_EQ(js["power"]["gpu_w_from"], "--gpu-power-w");
+  // A deadline search plans the capped part and says so.
+  r = run_kiln("plan --model llama2-7b --gpu h100-sxm --days 30 --tokens 200B --power-cap-w 500");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("h100-sxm at 500 W"), std::string::npos) << r.output;
 }
 
 // What an hour of the cluster costs: rent at --usd-per-gpu-hour, the facility's electricity at
