@@ -214,9 +214,7 @@ void plan_days(const PlanOpts& o, const PlanInputs& in, const FixedFields& fixed
       "--days {:g}: the smallest cluster is {} node{} ({} × {}{}), {} in {}; {} size{} searched "
       "from {} node{}, the least that the sustained matmul rate allows)\n\n",
       o.days, r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", r.cluster.total_gpus(),
-      r.cluster.device.name + (r.cluster.device.power_cap_w > 0
-                                   ? fmt::format(" at {:g} W", r.cluster.device.power_cap_w)
-                                   : ""),
+      r.cluster.device.label(),
       r.cluster.slices > 1 ? fmt::format(" in {} slices", r.cluster.slices) : "",
       e.layout.to_string(),
       in.job.failures_per_gpu_hour > 0

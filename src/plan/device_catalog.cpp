@@ -77,8 +77,8 @@ constexpr double kFp8OverBf16 = kFp8Burst / (794.5 / 989);
 // pre-training with LitGPT on one node of four H100 SXM (94 GB HBM2e), tokens/s per GPU at power
 // limits of 200 to 700 W: 9,699.3, 17,982.3, 24,853.4, 27,705.3, 29,250.0, 30,271.0. Read in a
 // third party's transcription of the table (the paper's page was not reachable from here). The
-// whole step's ratio stands for every compute peak's; the HBM3 SXM part is taken to lose what
-// the measured HBM2e one does.
+// whole step's ratio stands for every rate of the part (peaks and memory bandwidth:
+// with_power_cap); the HBM3 SXM part is taken to lose what the measured HBM2e one does.
 static std::vector<std::pair<double, double>> h100_training_power_curve() {
   const double w[] = {200, 300, 400, 500, 600, 700};
   const double tokens[] = {9699.3, 17982.3, 24853.4, 27705.3, 29250.0, 30271.0};

@@ -103,6 +103,10 @@ void DeviceSpec::validate(const std::string& where) const {
         where, name, overlap_slowdown);
 }
 
+std::string DeviceSpec::label() const {
+  return power_cap_w > 0 ? fmt::format("{} at {:g} W", name, power_cap_w) : name;
+}
+
 DeviceSpec with_power_cap(const DeviceSpec& d, double cap_w) {
   if (d.power_curve.empty()) {
     std::vector<std::string> with;
@@ -305,10 +309,8 @@ void ClusterSpec::validate() const {
 }
 
 std::string ClusterSpec::describe() const {
-  std::string s =
-      fmt::format("{} × {}{} ({} node{} × {}", total_gpus(), device.name,
-                  device.power_cap_w > 0 ? fmt::format(" at {:g} W", device.power_cap_w) : "",
-                  nodes, nodes == 1 ? "" : "s", gpus_per_node);
+  std::string s = fmt::format("{} × {} ({} node{} × {}", total_gpus(), device.label(), nodes,
+                              nodes == 1 ? "" : "s", gpus_per_node);
   if (topology == Topology::torus) {
     const TorusShape t = torus();
     s += fmt::format(", {}slice {} of ICI links{}, {} × {:g} GB/s each way per chip",

@@ -78,6 +78,8 @@ struct DeviceSpec {
   std::vector<std::pair<double, double>> power_curve;
   std::string power_curve_source;
   double power_cap_w = 0;  // the limit --power-cap-w set (0: the part's own, tdp_w)
+  // The name as plans print it: "h100-sxm", or "h100-sxm at 500 W" under --power-cap-w.
+  std::string label() const;
 
   // The dense peak MFU is quoted against: fp32's, or the 16-bit one (fp8 runs too, as torchtitan
   // and Meta report them; the fp8 peak is peak_tflops_8).
